@@ -15,9 +15,19 @@ class TaskdmlError(Exception):
 
 
 class PipelineError(TaskdmlError, ValueError):
-    """The pipeline file or ``Pipeline`` object is invalid; nothing has run."""
+    """The pipeline file or ``Pipeline`` object is invalid; nothing has run.
+
+    ``problems`` lists every ``(key_path, text)`` found, so a file loader can prefix each with
+    the file, line and column the key path came from.
+    """
 
     exit_code = 3
+
+    def __init__(self, message=None, *, problems=()):
+        self.problems = list(problems)
+        if message is None:
+            message = "\n".join(f"{dotted(path)}: {text}" for path, text in self.problems)
+        super().__init__(message)
 
 
 class DataError(TaskdmlError, ValueError):
@@ -53,3 +63,11 @@ def did_you_mean(word, choices):
     """Return ``" Did you mean 'x'?"`` for the closest of *choices*, or ``""``."""
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
     return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def dotted(path):
+    """Render a key path as ``steps.scale.inputs[0]`` (``(top level)`` for the root)."""
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"

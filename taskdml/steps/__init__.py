@@ -1,0 +1,58 @@
+"""The built-in step kinds: what each one accepts, what it returns, and where its code lives.
+
+A kind is declared here once; :mod:`taskdml.pipeline` validates steps against these
+declarations and the runner imports ``run`` only when a step of that kind executes, so
+validating a file stays fast.
+"""
+
+import dataclasses
+import pkgutil
+
+
+@dataclasses.dataclass(frozen=True)
+class StepKind:
+    """A step kind: its own keys, fixed or default outputs, and its inputs."""
+
+    name: str
+    keys: frozenset
+    outputs: tuple
+    outputs_fixed: bool
+    required_inputs: frozenset = frozenset()
+    allowed_inputs: frozenset | None = None
+    run: str = ""
+
+    def runner(self):
+        """The function ``run(step, inputs, context) -> {output: value}`` of this kind."""
+        return pkgutil.resolve_name(self.run)
+
+
+KINDS = {
+    kind.name: kind
+    for kind in (
+        StepKind(
+            "call",
+            keys=frozenset({"with", "outputs", "foreach"}),
+            outputs=("result",),
+            outputs_fixed=False,
+            run="taskdml.steps.call:run",
+        ),
+        StepKind(
+            "fit",
+            keys=frozenset({"with", "classes", "parallel"}),
+            outputs=("model",),
+            outputs_fixed=True,
+            required_inputs=frozenset({"data"}),
+            allowed_inputs=frozenset({"data", "preprocess"}),
+            run="taskdml.steps.fit:run",
+        ),
+        StepKind(
+            "evaluate",
+            keys=frozenset(),
+            outputs=("metrics",),
+            outputs_fixed=True,
+            required_inputs=frozenset({"model", "data"}),
+            allowed_inputs=frozenset({"model", "data", "preprocess"}),
+            run="taskdml.steps.evaluate:run",
+        ),
+    )
+}

@@ -1,0 +1,241 @@
+"""The pipeline file format, version 1, as one JSON Schema, and a validator for it.
+
+The schema is the single description of the format: ``taskdml schema`` publishes it for
+editors, and :func:`check` walks a loaded file against it to report every problem with its key
+path, what was expected, what was found and, for a mistyped key, the closest allowed one.
+Only the JSON Schema keywords used here are implemented. Rules that span several keys (step
+references, cycles, which keys a step kind allows) live in :mod:`taskdml.pipeline`.
+"""
+
+from taskdml.exceptions import did_you_mean
+
+IDENTIFIER = r"^[a-z][a-z0-9_]*$"
+CALLABLE = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*$"
+REFERENCE = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)?$"
+
+_reference = {
+    "type": "string",
+    "pattern": REFERENCE,
+    "title": "a reference 'step' or 'step.output'",
+}
+_callable = {
+    "type": "string",
+    "pattern": CALLABLE,
+    "title": "a callable written 'module:attr' (e.g. 'sklearn.linear_model:SGDClassifier')",
+}
+
+PARALLEL = {
+    "type": "object",
+    "description": "how a fit trains: data-parallel replicas merged sync/async, or sequential",
+    "additionalProperties": False,
+    "properties": {
+        "strategy": {"enum": ["sync", "async", "sequential"]},
+        "sync_every": {"type": "integer", "minimum": 1},
+        "staleness": {"type": ["integer", "null"], "minimum": 0},
+        "epochs": {"type": "integer", "minimum": 1},
+        "shuffle": {"type": "boolean"},
+        "random_state": {"type": ["integer", "null"]},
+    },
+}
+
+STEP = {
+    "type": "object",
+    "description": "one step: exactly one of call, fit, evaluate",
+    "title": "a step: a mapping with one of call, fit, evaluate",
+    "additionalProperties": False,
+    "properties": {
+        "description": {"type": "string"},
+        "call": {**_callable, "description": "run a Python callable as a task"},
+        "fit": {**_callable, "description": "fit this estimator class on inputs.data"},
+        "evaluate": {
+            "type": ["array", "string"],
+            "items": {"type": "string"},
+            "description": "metric names computed chunk-wise on inputs.data",
+        },
+        "with": {"type": "object", "description": "keyword arguments of the callable or estimator"},
+        "inputs": {
+            "type": "object",
+            "description": "argument name -> 'step' or 'step.output' (or a list of them)",
+            "additionalProperties": {
+                "anyOf": [_reference, {"type": "array", "items": _reference}],
+            },
+        },
+        "outputs": {
+            "type": "array",
+            "items": {"type": "string", "pattern": IDENTIFIER},
+            "description": "names of the values the step returns, in order",
+        },
+        "foreach": {
+            "type": ["object", "array"],
+            "description": "fan out: {key: [values]} (a product over keys) or a list of {key: value}",
+            "additionalProperties": {"type": "array"},
+            "items": {"type": "object"},
+        },
+        "classes": {"type": "array", "description": "all class labels, when fitting a classifier"},
+        "parallel": PARALLEL,
+    },
+}
+
+CLUSTER = {
+    "type": "object",
+    "description": "where to run: a LocalCluster (default), a scheduler address, or a cluster class",
+    "additionalProperties": False,
+    "properties": {
+        "n_workers": {"type": "integer", "minimum": 1},
+        "threads_per_worker": {"type": "integer", "minimum": 1},
+        "memory_limit": {"type": ["string", "integer"]},
+        "processes": {"type": "boolean"},
+        "dashboard_address": {"type": ["string", "null"]},
+        "address": {"type": "string", "description": "an existing scheduler, e.g. tcp://127.0.0.1:8786"},
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["class"],
+            "properties": {
+                "class": {**_callable, "description": "a cluster class, e.g. dask_jobqueue:SLURMCluster"},
+                "kwargs": {"type": "object"},
+            },
+        },
+    },
+}
+
+SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://taskdml.dev/schema/pipeline-1.json",
+    "title": "taskdml pipeline file, version 1",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["taskdml", "name", "steps"],
+    "properties": {
+        "taskdml": {"const": 1, "description": "the format version: 1"},
+        "name": {
+            "type": "string",
+            "pattern": r"^[A-Za-z][A-Za-z0-9_.-]*$",
+            "title": "a name of letters, digits, '_', '.' or '-', starting with a letter",
+        },
+        "description": {"type": "string"},
+        "params": {"type": "object", "description": "values for ${params.*} and CLI overrides"},
+        "cluster": CLUSTER,
+        "imports": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "allow": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "module globs whose callables may be named",
+                },
+            },
+        },
+        "steps": {
+            "type": "object",
+            "minProperties": 1,
+            "propertyNames": {"pattern": IDENTIFIER},
+            "additionalProperties": STEP,
+        },
+    },
+}
+
+_TYPES = {
+    "object": dict,
+    "array": list,
+    "string": str,
+    "integer": int,
+    "number": (int, float),
+    "boolean": bool,
+    "null": type(None),
+}
+_NAMES = {
+    "object": "a mapping",
+    "array": "a list",
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "null": "null",
+}
+
+
+def check(value, schema, path=()):
+    """Return ``[(path, text), ...]`` for every way *value* breaks *schema*."""
+    if "anyOf" in schema:
+        if any(not check(value, option, path) for option in schema["anyOf"]):
+            return []
+        wanted = " or ".join(_expected(option) for option in schema["anyOf"])
+        return [(path, f"expected {wanted}, found {value!r}.")]
+    if "const" in schema and value != schema["const"]:
+        return [(path, f"expected {schema['const']!r}, found {value!r}.")]
+    if "enum" in schema and value not in schema["enum"]:
+        choices = ", ".join(repr(choice) for choice in schema["enum"])
+        return [(path, f"expected one of {choices}, found {value!r}.{did_you_mean(value, schema['enum'])}")]
+    if "type" in schema and not _is_type(value, schema["type"]):
+        return [(path, f"expected {_expected(schema)}, found {value!r}.")]
+    if isinstance(value, dict):
+        return _check_mapping(value, schema, path)
+    if isinstance(value, list) and "items" in schema:
+        return [p for i, item in enumerate(value) for p in check(item, schema["items"], path + (i,))]
+    return _check_scalar(value, schema, path)
+
+
+def _check_mapping(value, schema, path):
+    import re
+
+    problems = []
+    for key in schema.get("required", ()):
+        if key not in value:
+            problems.append((path, f"missing required key {key!r}."))
+    if len(value) < schema.get("minProperties", 0):
+        problems.append((path, "expected at least one entry, found none."))
+    known = schema.get("properties", {})
+    extra = schema.get("additionalProperties", True)
+    names = schema.get("propertyNames")
+    for key, item in value.items():
+        if names and not (isinstance(key, str) and re.match(names["pattern"], key)):
+            problems.append((
+                path + (key,),
+                f"name {key!r} is not allowed: use lowercase letters, digits and '_', "
+                "starting with a letter (e.g. 'train_model').",
+            ))
+            continue
+        if key in known:
+            problems += check(item, known[key], path + (key,))
+        elif extra is False:
+            allowed = ", ".join(sorted(known))
+            problems.append((
+                path + (key,),
+                f"unknown key {key!r}.{did_you_mean(key, known)} Allowed here: {allowed}.",
+            ))
+        elif isinstance(extra, dict):
+            problems += check(item, extra, path + (key,))
+    return problems
+
+
+def _check_scalar(value, schema, path):
+    import re
+
+    if "pattern" in schema and isinstance(value, str) and not re.match(schema["pattern"], value):
+        return [(path, f"expected {_expected(schema)}, found {value!r}.")]
+    if "minimum" in schema and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value < schema["minimum"]:
+            return [(path, f"expected a value >= {schema['minimum']}, found {value!r}.")]
+    return []
+
+
+def _is_type(value, types):
+    types = [types] if isinstance(types, str) else types
+    if isinstance(value, bool):
+        return "boolean" in types
+    return any(isinstance(value, _TYPES[name]) for name in types)
+
+
+def _expected(schema):
+    if "title" in schema:
+        return schema["title"]
+    if "enum" in schema:
+        return "one of " + ", ".join(repr(choice) for choice in schema["enum"])
+    types = schema.get("type", "object")
+    types = [types] if isinstance(types, str) else types
+    names = [_NAMES[name] for name in types]
+    if "items" in schema and "array" in types and "anyOf" not in schema["items"]:
+        names[types.index("array")] = f"a list of items each {_expected(schema['items'])}"
+    return " or ".join(names)

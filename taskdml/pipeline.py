@@ -1,0 +1,364 @@
+"""``Step`` and ``Pipeline``: the pipeline as immutable, validated Python objects.
+
+The pipeline file is a serialisation of these classes (see :mod:`taskdml.spec`). A ``Step``
+checks itself against the file format's schema and its kind's rules when it is built; a
+``Pipeline`` then checks what needs every step at once: names are unique, every input names
+an existing step and output, the steps form a DAG (``graphlib``), every callable lies inside
+``imports.allow`` and resolves, and keyword arguments match the callable's signature. All
+problems are collected and raised together as one :class:`~taskdml.exceptions.PipelineError`
+whose ``problems`` carry key paths, so the file loader can point at lines.
+"""
+
+import dataclasses
+import fnmatch
+import graphlib
+import inspect
+import itertools
+import pkgutil
+import types
+
+from taskdml import _schema
+from taskdml.exceptions import PipelineError, did_you_mean
+from taskdml.steps import KINDS
+
+DEFAULT_ALLOW = ("sklearn.*", "taskdml.*", "numpy.*", "scipy.*")
+# Modules that can run arbitrary commands or code; never callable from a pipeline file.
+BLOCKED = ("os", "sys", "subprocess", "shutil", "builtins", "importlib", "pickle", "marshal",
+           "ctypes", "socket", "pty", "runpy", "code", "posix", "multiprocessing")
+
+
+def freeze(value):
+    """Return *value* with dicts as read-only mappings and lists as tuples, recursively."""
+    if isinstance(value, (dict, types.MappingProxyType)):
+        return types.MappingProxyType({key: freeze(item) for key, item in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(item) for item in value)
+    return value
+
+
+def thaw(value):
+    """Inverse of :func:`freeze`: plain dicts and lists, ready for YAML, JSON or a call."""
+    if isinstance(value, (dict, types.MappingProxyType)):
+        return {key: thaw(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [thaw(item) for item in value]
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One step of a pipeline: a callable, an estimator fit, or an evaluation.
+
+    Exactly one of ``call``, ``fit`` and ``evaluate`` is given; the other arguments mirror the
+    keys of a step in the pipeline file (``with_`` is the file's ``with``).
+
+    Parameters
+    ----------
+    name : str
+        Lowercase identifier; it prefixes the step's Dask keys.
+    call : str, optional
+        ``"module:attr"`` of a callable run as a task.
+    fit : str, optional
+        ``"module:Class"`` of an estimator fitted on ``inputs["data"]``.
+    evaluate : str or sequence of str, optional
+        Metric names computed chunk-wise on ``inputs["data"]`` for ``inputs["model"]``.
+    with_ : mapping, optional
+        Keyword arguments of the callable, or the estimator's parameters.
+    inputs : mapping, optional
+        Argument name to ``"step"`` or ``"step.output"`` (or a list of them).
+    outputs : sequence of str, optional
+        Names of the values a ``call`` returns, in order (default ``["result"]``).
+    foreach : mapping or sequence of mappings, optional
+        Fan-out: ``{key: [values]}`` runs the product over keys; a list of mappings runs each.
+    classes : sequence, optional
+        All class labels of a classifier fit.
+    parallel : mapping, optional
+        How a fit trains: ``{strategy, sync_every, staleness, epochs, shuffle, random_state}``.
+    description : str, optional
+
+    Examples
+    --------
+    >>> step = Step("scale", fit="sklearn.preprocessing:StandardScaler",
+    ...             inputs={"data": "split.train"})
+    >>> step.kind, step.output_names
+    ('fit', ('model',))
+    """
+
+    name: str
+    call: str | None = None
+    fit: str | None = None
+    evaluate: tuple | str | None = None
+    with_: dict | None = None
+    inputs: dict | None = None
+    outputs: tuple | None = None
+    foreach: dict | tuple | None = None
+    classes: tuple | None = None
+    parallel: dict | None = None
+    description: str = ""
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            object.__setattr__(self, field.name, freeze(getattr(self, field.name)))
+        if isinstance(self.evaluate, str):
+            object.__setattr__(self, "evaluate", (self.evaluate,))
+        problems = _schema.check(self.to_dict(), _schema.STEP)
+        problems += [] if problems else self._kind_problems()
+        if problems:
+            raise PipelineError(problems=[(("steps", self.name) + p, t) for p, t in problems])
+
+    @property
+    def kind(self):
+        """``"call"``, ``"fit"`` or ``"evaluate"``."""
+        return next(kind for kind in KINDS if getattr(self, kind) is not None)
+
+    @property
+    def target(self):
+        """The callable path, estimator class path, or metric names."""
+        return getattr(self, self.kind)
+
+    @property
+    def output_names(self):
+        """Names of this step's outputs; the first is the one a bare ``"step"`` refers to."""
+        return self.outputs if self.outputs else KINDS[self.kind].outputs
+
+    def references(self):
+        """Yield ``(input_name, position, step, output)`` for every input reference."""
+        for argument, refs in (self.inputs or {}).items():
+            for position, ref in enumerate([refs] if isinstance(refs, str) else refs):
+                step, _, output = ref.partition(".")
+                yield argument, (position if not isinstance(refs, str) else None), step, output or None
+
+    def items(self):
+        """The fan-out: ``[(label, kwargs)]``, or ``[(None, {})]`` for a step without foreach."""
+        if self.foreach is None:
+            return [(None, {})]
+        if isinstance(self.foreach, types.MappingProxyType):
+            keys = list(self.foreach)
+            combos = [dict(zip(keys, values)) for values in itertools.product(*self.foreach.values())]
+        else:
+            combos = [thaw(item) for item in self.foreach]
+        return [(",".join(f"{k}={v}" for k, v in combo.items()), combo) for combo in combos]
+
+    def to_dict(self):
+        """The step as it is written in a pipeline file (without its name)."""
+        result = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name != "name" and value not in (None, "", types.MappingProxyType({})):
+                result["with" if field.name == "with_" else field.name] = thaw(value)
+        return result
+
+    @classmethod
+    def from_dict(cls, name, spec):
+        """Build a step from its mapping in a pipeline file."""
+        spec = dict(spec)
+        if "with" in spec:
+            spec["with_"] = spec.pop("with")
+        return cls(name=name, **spec)
+
+    def _kind_problems(self):
+        kinds = [kind for kind in KINDS if getattr(self, kind) is not None]
+        if len(kinds) != 1:
+            found = ", ".join(kinds) if kinds else "none"
+            return [((), f"a step needs exactly one of {', '.join(KINDS)}; found {found}.")]
+        kind = KINDS[self.kind]
+        problems = []
+        for key in self.to_dict():
+            if key not in kind.keys | {self.kind, "inputs", "description"}:
+                owners = [k for k, spec in KINDS.items() if key in spec.keys]
+                problems.append(((key,), f"key {key!r} does not apply to a {self.kind!r} step; "
+                                         f"it belongs to {' or '.join(map(repr, owners))} steps."))
+        if self.outputs is not None and kind.outputs_fixed:
+            problems.append((("outputs",), f"a {self.kind!r} step's outputs are fixed: "
+                                           f"{list(kind.outputs)}; remove 'outputs'."))
+        if self.outputs is not None and len(set(self.outputs)) != len(self.outputs):
+            problems.append((("outputs",), f"output names repeat: {list(self.outputs)}."))
+        inputs = set(self.inputs or {})
+        for missing in sorted(kind.required_inputs - inputs):
+            problems.append((("inputs",), f"a {self.kind!r} step needs input {missing!r} "
+                                          f"(e.g. inputs: {{{missing}: other_step}})."))
+        if kind.allowed_inputs is not None:
+            for extra in sorted(inputs - kind.allowed_inputs):
+                problems.append((("inputs", extra), f"unknown input {extra!r} for a {self.kind!r} "
+                                 f"step.{did_you_mean(extra, kind.allowed_inputs)} Allowed: "
+                                 f"{', '.join(sorted(kind.allowed_inputs))}."))
+        return problems
+
+
+@dataclasses.dataclass(frozen=True)
+class Pipeline:
+    """A DAG of steps with its parameters, cluster and import allowlist.
+
+    Parameters
+    ----------
+    name : str
+    steps : sequence of Step
+    description : str, optional
+    params : mapping, optional
+        The parameters the steps were resolved with (kept for the record).
+    cluster : mapping, optional
+        ``{n_workers, threads_per_worker, memory_limit}``, ``{address}`` or ``{spec}``.
+    imports : mapping, optional
+        ``{"allow": [module globs]}``; default ``sklearn.*, taskdml.*, numpy.*, scipy.*``.
+
+    Examples
+    --------
+    >>> pipe = Pipeline("demo", [
+    ...     Step("data", call="taskdml.datasets:load_sklearn", with_={"name": "iris"}),
+    ...     Step("model", fit="sklearn.naive_bayes:GaussianNB", inputs={"data": "data"}),
+    ... ])
+    >>> [step.name for step in pipe.ordered_steps()]
+    ['data', 'model']
+    """
+
+    name: str
+    steps: tuple
+    description: str = ""
+    params: dict | None = None
+    cluster: dict | None = None
+    imports: dict | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "steps", tuple(self.steps))
+        for field in ("params", "cluster", "imports"):
+            object.__setattr__(self, field, freeze(getattr(self, field) or {}))
+        problems = _schema.check(self.to_dict(), _schema.SCHEMA)
+        if not problems:
+            problems = self._graph_problems() or self._callable_problems()
+        if problems:
+            raise PipelineError(problems=problems)
+
+    @property
+    def allow(self):
+        """Module globs whose callables steps may name."""
+        return tuple(self.imports.get("allow", DEFAULT_ALLOW))
+
+    def step(self, name):
+        """The step called *name*."""
+        for step in self.steps:
+            if step.name == name:
+                return step
+        raise KeyError(f"no step {name!r}.{did_you_mean(name, [s.name for s in self.steps])}")
+
+    def dependencies(self):
+        """``{step: {steps it reads from}}``."""
+        return {step.name: {ref[2] for ref in step.references()} for step in self.steps}
+
+    def ordered_steps(self):
+        """Steps in a topological order (ties keep file order)."""
+        order = {step.name: i for i, step in enumerate(self.steps)}
+        sorter = graphlib.TopologicalSorter(self.dependencies())
+        sorter.prepare()
+        result = []
+        while sorter.is_active():
+            ready = sorted(sorter.get_ready(), key=order.get)
+            result += ready
+            sorter.done(*ready)
+        return [self.step(name) for name in result]
+
+    def to_dict(self):
+        """The pipeline as a pipeline-file mapping (``taskdml: 1``)."""
+        result = {"taskdml": 1, "name": self.name}
+        if self.description:
+            result["description"] = self.description
+        for field in ("params", "cluster", "imports"):
+            if getattr(self, field):
+                result[field] = thaw(getattr(self, field))
+        result["steps"] = {step.name: step.to_dict() for step in self.steps}
+        return result
+
+    def _graph_problems(self):
+        problems = []
+        names = [step.name for step in self.steps]
+        for name in {n for n in names if names.count(n) > 1}:
+            problems.append((("steps", name), f"two steps are called {name!r}; rename one."))
+        outputs = {step.name: step.output_names for step in self.steps}
+        for step in self.steps:
+            for argument, position, ref_step, ref_output in step.references():
+                path = ("steps", step.name, "inputs", argument) + ((position,) if position is not None else ())
+                if ref_step not in outputs:
+                    problems.append((path, f"unknown step {ref_step!r}.{did_you_mean(ref_step, names)} "
+                                           f"Steps: {', '.join(names)}."))
+                elif ref_step == step.name:
+                    problems.append((path, f"step {step.name!r} cannot read its own output."))
+                elif ref_output is not None and ref_output not in outputs[ref_step]:
+                    problems.append((path, f"step {ref_step!r} has no output {ref_output!r}."
+                                           f"{did_you_mean(ref_output, outputs[ref_step])} Its outputs: "
+                                           f"{', '.join(outputs[ref_step])}."))
+        if not problems:
+            try:
+                graphlib.TopologicalSorter(self.dependencies()).prepare()
+            except graphlib.CycleError as error:
+                cycle = error.args[1]
+                problems.append((("steps", cycle[0], "inputs"),
+                                 f"the steps form a cycle: {' -> '.join(cycle)} (each feeds the "
+                                 "next). Remove one of these inputs: a step cannot depend on itself."))
+        return problems
+
+    def _callable_problems(self):
+        problems = []
+        for step in self.steps:
+            if step.kind not in ("call", "fit"):
+                continue
+            path = ("steps", step.name, step.kind)
+            try:
+                target = resolve_callable(step.target, self.allow)
+            except PipelineError as error:
+                problems.append((path, str(error)))
+                continue
+            problems += [(("steps", step.name) + p, t) for p, t in _argument_problems(step, target)]
+        return problems
+
+
+def resolve_callable(path, allow=DEFAULT_ALLOW):
+    """Import ``"module:attr"`` if *allow* permits its module; raise PipelineError if not."""
+    module = path.partition(":")[0]
+    top = module.split(".")[0]
+    if top in BLOCKED or not any(fnmatch.fnmatchcase(module, glob) or module == glob.removesuffix(".*")
+                                 for glob in allow):
+        raise PipelineError(
+            f"{path!r} is outside imports.allow ({', '.join(allow)}). Add a glob for module "
+            f"{module!r} to imports.allow if you trust it"
+            + (f"; modules of {top!r} are never allowed." if top in BLOCKED else ".")
+        )
+    try:
+        return pkgutil.resolve_name(path)
+    except ModuleNotFoundError as error:
+        raise PipelineError(f"cannot import {path!r}: no module named {error.name!r}. Is it "
+                            "installed in this environment?") from None
+    except AttributeError:
+        import importlib
+
+        owner = importlib.import_module(module)
+        attr = path.partition(":")[2]
+        hint = did_you_mean(attr, [name for name in dir(owner) if not name.startswith("_")])
+        raise PipelineError(f"cannot import {path!r}: module {module!r} has no attribute "
+                            f"{attr!r}.{hint}") from None
+
+
+def _argument_problems(step, target):
+    """Check ``with``, ``inputs`` and ``foreach`` keys against the callable's parameters."""
+    if step.kind == "fit":
+        if not (isinstance(target, type) and hasattr(target, "fit")):
+            return [((step.kind,), f"{step.target!r} is not an estimator class with a fit method.")]
+        accepted, open_ended = set(target().get_params(deep=False)), False
+        given = [("with", name) for name in step.with_ or {}]
+    else:
+        if not callable(target):
+            return [((step.kind,), f"{step.target!r} is not callable.")]
+        try:
+            signature = inspect.signature(target)
+        except (TypeError, ValueError):
+            return []
+        kinds = {p.kind for p in signature.parameters.values()}
+        open_ended = inspect.Parameter.VAR_KEYWORD in kinds
+        accepted = {n for n, p in signature.parameters.items() if p.kind in
+                    (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        foreach_keys = {key for _, item in step.items() for key in item}
+        given = ([("with", n) for n in step.with_ or {}] + [("inputs", n) for n in step.inputs or {}]
+                 + [("foreach", n) for n in sorted(foreach_keys)])
+    if open_ended:
+        return []
+    return [((section, name), f"{step.target!r} takes no argument {name!r}."
+             f"{did_you_mean(name, accepted)} It accepts: {', '.join(sorted(accepted)) or 'nothing'}.")
+            for section, name in given if name not in accepted]
