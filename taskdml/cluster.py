@@ -1,0 +1,116 @@
+"""Start or reach the Dask cluster a run uses.
+
+Precedence: an explicit ``Client`` > an address given on the command line > the pipeline's
+``cluster`` block (``address``, ``spec`` or LocalCluster settings) > a LocalCluster with one
+single-threaded worker process per core. Everything taskdml starts itself binds to 127.0.0.1;
+a cluster class named in ``spec`` is the user's choice and binds where it is told. The
+client is never made the process-wide default: the runner activates it per step with
+``Client.as_current``, so embedding taskdml in a program with its own client is safe.
+"""
+
+import contextlib
+import logging
+import os
+
+from taskdml.exceptions import ClusterUnavailable
+from taskdml.pipeline import resolve_callable
+
+CLUSTER_CLASSES = ("distributed", "distributed.*", "dask_jobqueue", "dask_jobqueue.*",
+                   "dask_kubernetes", "dask_kubernetes.*", "dask_cloudprovider.*", "dask_gateway")
+CONNECT_TIMEOUT = "10s"
+
+
+def default_workers():
+    """Worker processes of the embedded cluster when nothing says otherwise: one per core."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+
+
+@contextlib.contextmanager
+def connect(cluster=None, *, scheduler=None, n_workers=None, client=None):
+    """Yield a ``distributed.Client`` for a run, and close what this call started.
+
+    Parameters
+    ----------
+    cluster : mapping, optional
+        The pipeline's ``cluster`` block.
+    scheduler : str, optional
+        Address of a running scheduler; overrides *cluster*.
+    n_workers : int, optional
+        Worker count of an embedded LocalCluster; overrides ``cluster.n_workers``.
+    client : distributed.Client, optional
+        Use this client as it is and leave it open.
+    """
+    if client is not None:
+        yield client
+        return
+    cluster = dict(cluster or {})
+    address = scheduler or cluster.get("address")
+    with contextlib.ExitStack() as stack:
+        if address:
+            yield stack.enter_context(_client(address, f"the scheduler at {address}"))
+            return
+        deployment = stack.enter_context(_start(cluster, n_workers))
+        yield stack.enter_context(_client(deployment, f"the cluster {type(deployment).__name__}"))
+
+
+def _start(cluster, n_workers):
+    from distributed import LocalCluster
+
+    spec = cluster.get("spec")
+    if spec:
+        cls = resolve_callable(spec["class"], CLUSTER_CLASSES)
+        kwargs = dict(spec.get("kwargs", {}))
+        if n_workers:
+            kwargs["n_workers"] = n_workers
+        return _guarded(cls, kwargs)
+    kwargs = {
+        "n_workers": n_workers or cluster.get("n_workers") or default_workers(),
+        "threads_per_worker": cluster.get("threads_per_worker", 1),
+        "processes": cluster.get("processes", True),
+        "memory_limit": cluster.get("memory_limit", "auto"),
+        "host": "127.0.0.1",
+        "dashboard_address": cluster.get("dashboard_address", "127.0.0.1:8787"),
+        "silence_logs": logging.ERROR,
+    }
+    return _guarded(LocalCluster, kwargs)
+
+
+def _guarded(cls, kwargs):
+    try:
+        return cls(**kwargs)
+    except Exception as error:  # any failure to deploy is the same failure for the user
+        raise ClusterUnavailable(
+            f"could not start {cls.__name__}({_kwargs(kwargs)}): {type(error).__name__}: {error}. "
+            "Check the cluster block of the pipeline file, or pass --scheduler ADDRESS to use a "
+            "running scheduler."
+        ) from error
+
+
+def _client(target, what):
+    from distributed import Client
+
+    try:
+        return Client(target, timeout=CONNECT_TIMEOUT, set_as_default=False)
+    except (OSError, TimeoutError) as error:
+        raise ClusterUnavailable(
+            f"could not connect to {what} within {CONNECT_TIMEOUT}: {error}. Start one with "
+            "'dask scheduler --host 127.0.0.1' and 'dask worker tcp://127.0.0.1:8786', or fix "
+            "the address (cluster.address in the file or --scheduler)."
+        ) from error
+
+
+def describe(client):
+    """What the run ran on, for the manifest: scheduler, dashboard, workers, threads."""
+    info = client.scheduler_info(n_workers=-1)
+    workers = info.get("workers", {})
+    return {
+        "scheduler": client.scheduler.address,
+        "dashboard": client.dashboard_link,
+        "workers": len(workers),
+        "threads": sum(w.get("nthreads", 0) for w in workers.values()),
+        "cluster": type(client.cluster).__name__ if client.cluster is not None else "address",
+    }
+
+
+def _kwargs(kwargs):
+    return ", ".join(f"{key}={value!r}" for key, value in kwargs.items())

@@ -1,0 +1,312 @@
+"""Run a ``Pipeline`` on a Dask cluster and record it.
+
+The runner walks the DAG with ``graphlib.TopologicalSorter``: every step whose inputs are
+ready starts at once in its own client-side thread, so independent steps (and the ``foreach``
+items inside a step) run side by side on the cluster. A step's thread builds the step's Dask
+graph under three contexts: ``Client.as_current`` (the client, without making it the
+process default), ``distributed.span(pipeline, step)`` (Fine Performance Metrics by step) and
+:func:`taskdml._keys.step_scope` (every key prefixed by the step's name). Steps exchange lazy
+values — persisted ``xarray.Dataset``s and ``Future``s — so data stays on the workers.
+
+When a step fails, steps that do not depend on it still run (what can be computed is kept);
+its dependants are skipped. The run directory (:mod:`taskdml.runs`) is updated at every
+transition, and every transition is also handed to ``on_event`` for live display.
+"""
+
+import concurrent.futures
+import dataclasses
+import datetime
+import graphlib
+import threading
+import time
+import traceback
+
+from taskdml import _keys
+from taskdml.exceptions import StepFailed, TaskdmlError
+from taskdml.runs import DEFAULT_ROOT, RunDirectory, load_model
+from taskdml.steps import KINDS
+
+MAX_CONCURRENT_STEPS = 16
+
+
+@dataclasses.dataclass
+class Run:
+    """The outcome of :func:`run_pipeline`.
+
+    Attributes
+    ----------
+    run_id : str
+    path : pathlib.Path or None
+        The run directory (``None`` when the run was not recorded).
+    status : str
+        ``"succeeded"``, ``"failed"`` or ``"interrupted"``.
+    steps : dict
+        Per step: ``state``, ``duration_s``, ``summary``, ``error``, ``artifacts``.
+    metrics : dict
+        ``{evaluate_step: {metric: value}}``.
+    outputs : dict
+        ``{step: {output: value}}``: lazy datasets and futures, usable while the client that
+        ran the pipeline is open.
+    """
+
+    run_id: str
+    path: object
+    status: str
+    steps: dict
+    metrics: dict
+    outputs: dict
+
+    def model(self, step):
+        """Load the model step *step* saved in the run directory."""
+        return load_model(self.path, step)
+
+
+@dataclasses.dataclass
+class StepContext:
+    """What a step kind's ``run`` function may use besides its inputs."""
+
+    client: object
+    pipeline: object
+    step: object
+    record: object
+
+    def save_model(self, model):
+        """Persist *model* in the run directory (if recording) and note it in the manifest."""
+        if self.record.directory is not None:
+            artifact = self.record.directory.save_model(self.step.name, model)
+            self.record.step(self.step.name, artifacts={"model": artifact})
+
+    def record_metrics(self, values):
+        self.record.metrics[self.step.name] = values
+        if self.record.directory is not None:
+            self.record.directory.record_metrics(self.step.name, values)
+
+
+class _Recorder:
+    """Step states in memory, mirrored to the run directory and to the event callback."""
+
+    def __init__(self, directory, on_event):
+        self.directory, self.on_event = directory, on_event
+        self.steps, self.metrics = {}, {}
+        self._lock = threading.Lock()
+
+    def step(self, name, **fields):
+        with self._lock:
+            self.steps.setdefault(name, {}).update(fields)
+        if self.directory is not None:
+            self.directory.update_step(name, **fields)
+
+    def event(self, kind, **fields):
+        event = {"event": kind, "time": datetime.datetime.now().isoformat(timespec="milliseconds"),
+                 **fields}
+        if self.directory is not None:
+            self.directory.append_event(event)
+        if self.on_event is not None:
+            self.on_event(event)
+
+
+def run_pipeline(pipeline, client=None, *, run_root=DEFAULT_ROOT, record=True, scheduler=None,
+                 n_workers=None, on_event=None):
+    """Run *pipeline* and return a :class:`Run`.
+
+    Parameters
+    ----------
+    pipeline : Pipeline
+    client : distributed.Client, optional
+        Run on this client's cluster. Otherwise the pipeline's ``cluster`` block (or
+        *scheduler*, *n_workers*) decides, and a cluster started here is closed at the end.
+    run_root : path, default ``.taskdml/runs``
+        Where the run directory is created.
+    record : bool, default True
+        Write a run directory.
+    scheduler : str, optional
+        Address of a running scheduler, overriding the file's cluster block.
+    n_workers : int, optional
+        Workers of the embedded LocalCluster.
+    on_event : callable, optional
+        Called with each event dict (``run_started``, ``step_started``, ``step_finished``,
+        ``step_failed``, ``step_skipped``, ``run_finished``).
+
+    Raises
+    ------
+    StepFailed
+        When a step failed; ``error.run_dir`` holds what was recorded.
+
+    Examples
+    --------
+    >>> from taskdml import Pipeline, Step, run_pipeline
+    >>> pipe = Pipeline("iris", [
+    ...     Step("data", call="taskdml.datasets:load_sklearn", with_={"name": "iris"}),
+    ...     Step("model", fit="sklearn.naive_bayes:GaussianNB", inputs={"data": "data"}),
+    ...     Step("score", evaluate=["accuracy"], inputs={"model": "model", "data": "data"}),
+    ... ])
+    >>> run = run_pipeline(pipe, record=False, n_workers=1)  # doctest: +SKIP
+    >>> run.metrics["score"]["accuracy"] > 0.9  # doctest: +SKIP
+    True
+    """
+    from taskdml import cluster as clusters
+
+    directory = RunDirectory(run_root) if record else None
+    recorder = _Recorder(directory, on_event)
+    if directory is not None:
+        _write_definition(directory, pipeline)
+    started = time.perf_counter()
+    status = "failed"
+    try:
+        with clusters.connect(pipeline.cluster, scheduler=scheduler, n_workers=n_workers,
+                              client=client) as active:
+            info = clusters.describe(active)
+            if directory is not None:
+                directory.update_manifest(pipeline=pipeline.name, status="running",
+                                          cluster=info, versions=_versions())
+            recorder.event("run_started", pipeline=pipeline.name, run_id=_run_id(directory),
+                           run_dir=str(directory.path) if directory else None, **info)
+            outputs, status = _execute(pipeline, active, recorder)
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        duration = round(time.perf_counter() - started, 3)
+        if directory is not None:
+            directory.update_manifest(status=status, duration_s=duration,
+                                      finished=datetime.datetime.now().isoformat(timespec="seconds"))
+        recorder.event("run_finished", status=status, duration_s=duration)
+    run = Run(_run_id(directory), directory.path if directory else None, status,
+              recorder.steps, recorder.metrics, outputs)
+    if status != "succeeded":
+        failed = [name for name, entry in recorder.steps.items() if entry.get("state") == "failed"]
+        first = recorder.steps[failed[0]]
+        raise StepFailed(f"step {failed[0]!r} failed: {first['error']}", step=failed[0],
+                         run_dir=run.path)
+    return run
+
+
+def _run_id(directory):
+    return directory.run_id if directory is not None else "unrecorded"
+
+
+def _write_definition(directory, pipeline):
+    from taskdml.spec import dump_pipeline
+
+    source = getattr(pipeline, "source", None)
+    directory.write_text("pipeline.yaml", source.text if source else dump_pipeline(pipeline))
+    directory.write_text("resolved.yaml", dump_pipeline(pipeline))
+    overrides = source.overrides if source else ()
+    directory.write_text("overrides.txt", "".join(f"{item}\n" for item in overrides))
+    directory.update_manifest(pipeline=pipeline.name, status="starting",
+                              source=source.path if source else None, overrides=list(overrides),
+                              steps={step.name: {"kind": step.kind, "state": "pending"}
+                                     for step in pipeline.steps})
+
+
+def _versions():
+    import importlib.metadata
+
+    names = ("taskdml", "dask", "distributed", "scikit-learn", "xarray", "numpy", "pandas")
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def _execute(pipeline, client, recorder):
+    """Run every step as soon as its inputs are ready; return ``(outputs, status)``."""
+    sorter = graphlib.TopologicalSorter(pipeline.dependencies())
+    sorter.prepare()
+    outputs, failed = {}, []
+    pool = concurrent.futures.ThreadPoolExecutor(MAX_CONCURRENT_STEPS, thread_name_prefix="taskdml-step")
+    running = {}
+    try:
+        while True:
+            for name in sorter.get_ready():
+                step = pipeline.step(name)
+                inputs = _inputs(step, outputs)
+                running[pool.submit(_run_step, pipeline, step, inputs, client, recorder)] = name
+            if not running:
+                break
+            done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in done:
+                name = running.pop(future)
+                try:
+                    outputs[name] = future.result()
+                except Exception:  # recorded by _run_step; dependants are skipped below
+                    failed.append(name)
+                else:
+                    sorter.done(name)
+    except KeyboardInterrupt:
+        for name in running.values():
+            recorder.step(name, state="interrupted")
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    for step in pipeline.steps:
+        if step.name not in outputs and step.name not in failed:
+            blocked = sorted(pipeline.dependencies()[step.name] - set(outputs))
+            recorder.step(step.name, state="skipped", reason=f"input from {', '.join(blocked)} missing")
+            recorder.event("step_skipped", step=step.name, because=blocked)
+    return outputs, ("failed" if failed else "succeeded")
+
+
+def _inputs(step, outputs):
+    """The values of a step's inputs: ``{argument: value or [values]}``."""
+    values = {}
+    for argument, position, ref_step, ref_output in step.references():
+        produced = outputs[ref_step]
+        value = produced[ref_output] if ref_output else next(iter(produced.values()))
+        if position is None:
+            values[argument] = value
+        else:
+            values.setdefault(argument, []).append(value)
+    return values
+
+
+def _run_step(pipeline, step, inputs, client, recorder):
+    from distributed import span
+
+    items = [label for label, _ in step.items() if label is not None]
+    recorder.step(step.name, state="running", started=datetime.datetime.now().isoformat(timespec="seconds"))
+    recorder.event("step_started", step=step.name, kind=step.kind, items=items)
+    started = time.perf_counter()
+    context = StepContext(client, pipeline, step, recorder)
+    try:
+        with client.as_current(), span(pipeline.name, step.name), _keys.step_scope(step.name):
+            produced = KINDS[step.kind].runner()(step, inputs, context)
+    except Exception as error:
+        duration = round(time.perf_counter() - started, 3)
+        message = _describe_error(error)
+        recorder.step(step.name, state="failed", duration_s=duration, error=message,
+                      traceback=traceback.format_exc())
+        recorder.event("step_failed", step=step.name, duration_s=duration, error=message)
+        raise
+    duration = round(time.perf_counter() - started, 3)
+    summary = {name: summarize(value) for name, value in produced.items()}
+    recorder.step(step.name, state="completed", duration_s=duration, summary=summary)
+    recorder.event("step_finished", step=step.name, duration_s=duration, summary=summary)
+    return produced
+
+
+def _describe_error(error):
+    if isinstance(error, TaskdmlError):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
+
+
+def summarize(value):
+    """A short JSON-able description of a step output for the manifest and the CLI."""
+    import dask
+
+    if isinstance(value, dict):
+        return {str(key): summarize(item) for key, item in value.items()}
+    if hasattr(value, "data_vars") and "X" in getattr(value, "data_vars", {}):
+        n_samples, n_features = value["X"].shape
+        return {"type": "dataset", "n_samples": int(n_samples), "n_features": int(n_features),
+                "chunks": len(value["X"].chunks[0]) if value["X"].chunks else 1,
+                "nbytes": int(value.nbytes)}
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    if dask.is_dask_collection(value) or type(value).__name__ == "Future":
+        return {"type": type(value).__name__}
+    return {"type": type(value).__name__, "repr": repr(value)[:200]}

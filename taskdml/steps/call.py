@@ -1,0 +1,96 @@
+"""``call:`` steps: any allowed Python callable, as a Dask task or as a graph builder.
+
+Two kinds of callables meet here:
+
+- **graph builders** — taskdml's own functions (``taskdml.datasets:make_classification``)
+  and any function marked with :func:`builds_graph` — run in the client thread of the step
+  and return lazy Dask collections (an ``xarray.Dataset`` of chunked arrays); the step
+  persists them on the workers, so their chunks are computed where they will be used and
+  never travel through the client;
+- **plain callables** run as one Dask task per ``foreach`` item, keyed ``(step-<token>, i)``.
+  Lazy inputs are computed on the workers and arrive in memory; the results stay on the
+  cluster as futures.
+"""
+
+import operator
+
+from taskdml import _keys
+from taskdml.exceptions import StepFailed
+from taskdml.pipeline import resolve_callable, thaw
+
+
+def builds_graph(function):
+    """Mark *function* as a graph builder: a pipeline calls it in the client and persists
+    the lazy Dask collections it returns (see the module docstring)."""
+    function.__taskdml_builds_graph__ = True
+    return function
+
+
+def is_graph_builder(function):
+    """Whether a ``call:`` step runs *function* in the client (see :func:`builds_graph`)."""
+    return getattr(function, "__taskdml_builds_graph__", False) or (
+        getattr(function, "__module__", "") or "").startswith("taskdml.")
+
+
+def run(step, inputs, context):
+    """Run a ``call`` step; return ``{output: value}`` (``{output: {item: value}}`` for foreach)."""
+    function = resolve_callable(step.target, context.pipeline.allow)
+    items = step.items()
+    run_item = _build if is_graph_builder(function) else _submit
+    results = [run_item(function, step, {**thaw(step.with_ or {}), **inputs, **kwargs}, index, context)
+               for index, (_, kwargs) in enumerate(items)]
+    results = [_outputs(step, result, context) for result in results]
+    _wait([value for result in results for value in result.values()], context.client)
+    if items[0][0] is None:
+        return results[0]
+    return {name: {label: result[name] for (label, _), result in zip(items, results)}
+            for name in step.output_names}
+
+
+def _build(function, step, kwargs, index, context):
+    import dask
+
+    result = function(**kwargs)
+    if isinstance(result, tuple):
+        return tuple(context.client.persist(v) if dask.is_dask_collection(v) else v for v in result)
+    return context.client.persist(result) if dask.is_dask_collection(result) else result
+
+
+def _submit(function, step, kwargs, index, context):
+    import dask
+
+    key = (_keys.key_name(step.name, step.target, kwargs), index)
+    return context.client.compute(dask.delayed(function, pure=True)(**kwargs, dask_key_name=key))
+
+
+def _outputs(step, result, context):
+    """Name the values a call returned after the step's ``outputs``."""
+    names = step.output_names
+    if len(names) == 1:
+        return {names[0]: result}
+    if type(result).__name__ == "Future":
+        count = context.client.submit(_count_outputs, result, len(names), step.name,
+                                      key=_keys.key_name(step.name, result.key, phase="outputs"))
+        return {name: context.client.submit(operator.getitem, count, position,
+                                            key=(_keys.key_name(step.name, result.key, phase="output"), position))
+                for position, name in enumerate(names)}
+    return dict(zip(names, _count_outputs(result, len(names), step.name)))
+
+
+def _count_outputs(result, expected, step):
+    if not isinstance(result, (tuple, list)) or len(result) != expected:
+        found = f"{len(result)} values" if isinstance(result, (tuple, list)) else f"one {type(result).__name__}"
+        raise StepFailed(f"step {step!r} declares {expected} outputs but its callable returned "
+                         f"{found}; make it return a tuple of {expected} or fix 'outputs'.")
+    return tuple(result)
+
+
+def _wait(values, client):
+    """Block until every future and persisted collection among *values* is computed."""
+    from distributed import futures_of, wait
+
+    futures = [f for value in values for f in futures_of(value)]
+    wait(futures)
+    for future in futures:
+        if future.status == "error":
+            future.result()
