@@ -200,6 +200,8 @@ class Pipeline:
         ``{n_workers, threads_per_worker, memory_limit}``, ``{address}`` or ``{spec}``.
     imports : mapping, optional
         ``{"allow": [module globs]}``; default ``sklearn.*, taskdml.*, numpy.*, scipy.*``.
+    source : PipelineSource, optional
+        The file, text and overrides it was loaded from (set by :func:`taskdml.load_pipeline`).
 
     Examples
     --------
@@ -217,6 +219,7 @@ class Pipeline:
     params: dict | None = None
     cluster: dict | None = None
     imports: dict | None = None
+    source: object = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "steps", tuple(self.steps))

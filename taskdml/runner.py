@@ -188,7 +188,7 @@ def _run_id(directory):
 def _write_definition(directory, pipeline):
     from taskdml.spec import dump_pipeline
 
-    source = getattr(pipeline, "source", None)
+    source = pipeline.source
     directory.write_text("pipeline.yaml", source.text if source else dump_pipeline(pipeline))
     directory.write_text("resolved.yaml", dump_pipeline(pipeline))
     overrides = source.overrides if source else ()

@@ -78,13 +78,11 @@ def loads_pipeline(text, source="<string>", overrides=()):
     for item in overrides:
         _apply_override(data, item, locations)
     data = _Interpolator(data, locations).resolve()
-    problems = _schema.check(data, _schema.SCHEMA)
+    pipeline, problems = None, _schema.check(data, _schema.SCHEMA)
     if not problems:
-        problems = _build(data)[1]
+        pipeline, problems = _build(data, PipelineSource(source, text, overrides))
     if problems:
         raise PipelineError(_located(problems, locations), problems=problems)
-    pipeline = _build(data)[0]
-    object.__setattr__(pipeline, "source", PipelineSource(source, text, overrides))
     return pipeline
 
 
@@ -93,7 +91,7 @@ def dump_pipeline(pipeline):
     return yaml.safe_dump(pipeline.to_dict(), sort_keys=False, default_flow_style=False)
 
 
-def _build(data):
+def _build(data, source):
     """Build the Pipeline, or collect the problems of every step and of the whole."""
     steps, problems = [], []
     for name, spec in data["steps"].items():
@@ -105,7 +103,7 @@ def _build(data):
         return None, problems
     fields = {key: data[key] for key in ("description", "params", "cluster", "imports") if key in data}
     try:
-        return Pipeline(data["name"], steps, **fields), []
+        return Pipeline(data["name"], steps, source=source, **fields), []
     except PipelineError as error:
         return None, error.problems
 

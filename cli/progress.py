@@ -1,0 +1,100 @@
+"""Live progress of a run: a redrawn block of step lines on a terminal, plain lines otherwise."""
+
+import sys
+import threading
+import time
+
+import click
+
+SYMBOLS = {"pending": "·", "running": "▶", "completed": "✓", "failed": "✗", "skipped": "-"}
+
+
+def describe(summary):
+    """One short phrase for a step's output summary."""
+    parts = []
+    for name, value in (summary or {}).items():
+        if isinstance(value, dict) and value.get("type") == "dataset":
+            parts.append(f"{name}: {value['n_samples']:,}×{value['n_features']} in {value['chunks']} chunks")
+        elif isinstance(value, dict) and value and all(isinstance(v, (int, float)) for v in value.values()):
+            parts.append(", ".join(f"{k}={v:.4g}" for k, v in value.items()))
+        elif isinstance(value, dict) and "type" in value:
+            parts.append(f"{name}: {value['type']}")
+        elif isinstance(value, dict):
+            parts.append(f"{name}: {len(value)} items")
+    return "; ".join(parts)
+
+
+class Progress:
+    """Receives run events; shows them on *stream*."""
+
+    def __init__(self, steps, stream=None, live=None):
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty() if live is None else live
+        self.order = list(steps)
+        self.state = {name: {"state": "pending"} for name in steps}
+        self.start = time.monotonic()
+        self.drawn = 0
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        if self.live:
+            threading.Thread(target=self._tick, daemon=True).start()
+
+    def __call__(self, event):
+        kind = event["event"]
+        with self.lock:
+            if kind == "run_started":
+                self._line(f"taskdml: running {event['pipeline']} on {event['workers']} workers "
+                           f"({event['threads']} threads); dashboard: {event['dashboard']}")
+                if event.get("run_dir"):
+                    self._line(f"run directory: {event['run_dir']}")
+            elif kind.startswith("step_"):
+                self._step(kind, event)
+            elif kind == "run_finished":
+                self.stopped.set()
+                if self.live:
+                    self._redraw()
+
+    def _step(self, kind, event):
+        entry = self.state[event["step"]]
+        entry["state"] = {"step_started": "running", "step_finished": "completed",
+                          "step_failed": "failed", "step_skipped": "skipped"}[kind]
+        entry["since"] = time.monotonic()
+        entry.update({k: event[k] for k in ("duration_s", "summary", "error", "items") if k in event})
+        if self.live:
+            self._redraw()
+        else:
+            self._line(self._format(event["step"]))
+
+    def _format(self, name):
+        entry = self.state[name]
+        state = entry["state"]
+        elapsed = entry.get("duration_s")
+        if elapsed is None and state == "running":
+            elapsed = time.monotonic() - entry["since"]
+        text = f"  {SYMBOLS[state]} {name:<16} {state:<9}"
+        text += f" {elapsed:7.2f}s" if elapsed is not None else " " * 9
+        if entry.get("items") and state == "running":
+            text += f"  {len(entry['items'])} items"
+        if state == "completed":
+            text += f"  {describe(entry.get('summary'))}"
+        if state == "failed":
+            text += f"  {entry.get('error', '')}".splitlines()[0] if entry.get("error") else ""
+        return text
+
+    def _line(self, text):
+        click.echo(text, file=self.stream)
+        self.drawn = 0
+
+    def _redraw(self):
+        if self.drawn:
+            self.stream.write(f"\x1b[{self.drawn}F\x1b[J")
+        for name in self.order:
+            self.stream.write(self._format(name)[: 200] + "\n")
+        self.stream.flush()
+        self.drawn = len(self.order)
+
+    def _tick(self):
+        while not self.stopped.wait(0.5):
+            with self.lock:
+                if self.drawn:
+                    self._redraw()
