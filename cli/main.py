@@ -128,11 +128,13 @@ def _summary_from_dir(path, exit_code):
 def _results_table(steps, metrics):
     from cli.progress import describe
 
-    lines = ["", "step              state        time  result"]
+    lines = ["", f"{'step':<17} {'state':<9} {'time':>8}  result"]
     for name, entry in steps.items():
         duration = entry.get("duration_s")
-        lines.append(f"{name:<17} {entry.get('state', ''):<9} {duration if duration is not None else '':>7}s  "
-                     f"{describe(entry.get('summary')) if entry.get('state') == 'completed' else entry.get('error', entry.get('reason', ''))}")
+        time = f"{duration:7.2f}s" if duration is not None else ""
+        result = (describe(entry.get("summary")) if entry.get("state") == "completed"
+                  else entry.get("error", entry.get("reason", "")))
+        lines.append(f"{name:<17} {entry.get('state', ''):<9} {time:>8}  {result}")
     for step, values in metrics.items():
         lines += ["", f"metrics of {step}:"]
         lines += _metric_lines(values, indent="  ")

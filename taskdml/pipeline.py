@@ -227,7 +227,7 @@ class Pipeline:
             object.__setattr__(self, field, freeze(getattr(self, field) or {}))
         problems = _schema.check(self.to_dict(), _schema.SCHEMA)
         if not problems:
-            problems = self._graph_problems() or self._callable_problems()
+            problems = self._graph_problems() or self._target_problems()
         if problems:
             raise PipelineError(problems=problems)
 
@@ -298,10 +298,11 @@ class Pipeline:
                                  "next). Remove one of these inputs: a step cannot depend on itself."))
         return problems
 
-    def _callable_problems(self):
+    def _target_problems(self):
         problems = []
         for step in self.steps:
-            if step.kind not in ("call", "fit"):
+            if step.kind == "evaluate":
+                problems += _metric_problems(step)
                 continue
             path = ("steps", step.name, step.kind)
             try:
@@ -337,6 +338,15 @@ def resolve_callable(path, allow=DEFAULT_ALLOW):
         hint = did_you_mean(attr, [name for name in dir(owner) if not name.startswith("_")])
         raise PipelineError(f"cannot import {path!r}: module {module!r} has no attribute "
                             f"{attr!r}.{hint}") from None
+
+
+def _metric_problems(step):
+    from taskdml.metrics import available_metrics
+
+    known = available_metrics()
+    return [(("steps", step.name, "evaluate") + ((i,) if len(step.evaluate) > 1 else ()),
+             f"unknown metric {name!r}.{did_you_mean(name, known)} Known: {', '.join(known)}.")
+            for i, name in enumerate(step.evaluate) if name not in known]
 
 
 def _argument_problems(step, target):

@@ -96,8 +96,8 @@ class _Recorder:
         if self.directory is not None:
             self.directory.update_step(name, **fields)
 
-    def event(self, kind, **fields):
-        event = {"event": kind, "time": datetime.datetime.now().isoformat(timespec="milliseconds"),
+    def event(self, event_type, /, **fields):
+        event = {"event": event_type, "time": datetime.datetime.now().isoformat(timespec="milliseconds"),
                  **fields}
         if self.directory is not None:
             self.directory.append_event(event)
