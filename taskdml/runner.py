@@ -266,12 +266,13 @@ def _inputs(step, outputs):
 def _run_step(pipeline, step, inputs, client, recorder):
     from distributed import span
 
-    items = [label for label, _ in step.items() if label is not None]
-    recorder.step(step.name, state="running", started=datetime.datetime.now().isoformat(timespec="seconds"))
-    recorder.event("step_started", step=step.name, kind=step.kind, items=items)
     started = time.perf_counter()
-    context = StepContext(client, pipeline, step, recorder)
     try:
+        items = [label for label, _ in step.items() if label is not None]
+        recorder.step(step.name, state="running",
+                      started=datetime.datetime.now().isoformat(timespec="seconds"))
+        recorder.event("step_started", step=step.name, kind=step.kind, items=items)
+        context = StepContext(client, pipeline, step, recorder)
         with client.as_current(), span(pipeline.name, step.name), _keys.step_scope(step.name):
             produced = KINDS[step.kind].runner()(step, inputs, context)
     except Exception as error:

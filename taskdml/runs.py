@@ -37,6 +37,7 @@ def atomic_write(path, data):
         tmp.write(data)
         tmp.flush()
         os.fsync(tmp.fileno())
+    os.chmod(tmp.name, 0o644)
     os.replace(tmp.name, path)
 
 
