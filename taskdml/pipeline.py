@@ -349,29 +349,48 @@ def _metric_problems(step):
             for i, name in enumerate(step.evaluate) if name not in known]
 
 
+def _estimator_value_problems(step, target):
+    """Let scikit-learn check parameter values now rather than when the fit starts."""
+    problems = []
+    for label, item in step.items():
+        estimator = target(**thaw(step.with_ or {}), **item)
+        try:
+            validate = estimator._validate_params  # scikit-learn >= 1.2 estimators
+        except AttributeError:
+            return []
+        try:
+            validate()
+        except (ValueError, TypeError) as error:
+            where = ("foreach",) if label else ("with",)
+            problems.append((where, f"{error}".rstrip(".") + (f" (item {label})" if label else "") + "."))
+    return problems
+
+
 def _argument_problems(step, target):
-    """Check ``with``, ``inputs`` and ``foreach`` keys against the callable's parameters."""
+    """Check ``with``, ``inputs`` and ``foreach`` against the callable's parameters."""
+    foreach = [("foreach", key) for key in sorted({key for _, item in step.items() for key in item})]
     if step.kind == "fit":
         if not (isinstance(target, type) and hasattr(target, "fit")):
-            return [((step.kind,), f"{step.target!r} is not an estimator class with a fit method.")]
-        accepted, open_ended = set(target().get_params(deep=False)), False
-        given = [("with", name) for name in step.with_ or {}]
-    else:
-        if not callable(target):
-            return [((step.kind,), f"{step.target!r} is not callable.")]
-        try:
-            signature = inspect.signature(target)
-        except (TypeError, ValueError):
-            return []
-        kinds = {p.kind for p in signature.parameters.values()}
-        open_ended = inspect.Parameter.VAR_KEYWORD in kinds
-        accepted = {n for n, p in signature.parameters.items() if p.kind in
-                    (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-        foreach_keys = {key for _, item in step.items() for key in item}
-        given = ([("with", n) for n in step.with_ or {}] + [("inputs", n) for n in step.inputs or {}]
-                 + [("foreach", n) for n in sorted(foreach_keys)])
-    if open_ended:
+            return [(("fit",), f"{step.target!r} is not an estimator class with a fit method.")]
+        accepted = set(target().get_params(deep=False))
+        given = [("with", name) for name in step.with_ or {}] + foreach
+        return (_unknown(step, given, accepted, "parameter")
+                or _estimator_value_problems(step, target))
+    if not callable(target):
+        return [(("call",), f"{step.target!r} is not callable.")]
+    try:
+        parameters = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature: nothing to check
         return []
-    return [((section, name), f"{step.target!r} takes no argument {name!r}."
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return []
+    accepted = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    given = ([("with", name) for name in step.with_ or {}]
+             + [("inputs", name) for name in step.inputs or {}] + foreach)
+    return _unknown(step, given, accepted, "argument")
+
+
+def _unknown(step, given, accepted, noun):
+    return [((section, name), f"{step.target!r} takes no {noun} {name!r}."
              f"{did_you_mean(name, accepted)} It accepts: {', '.join(sorted(accepted)) or 'nothing'}.")
             for section, name in given if name not in accepted]

@@ -10,7 +10,9 @@ and column of the offending key (see :mod:`taskdml._yaml`):
    ``params``, so ``seed=3`` means ``params.seed=3``;
 3. **interpolate** ``${params.seed}`` (any absolute key path), ``${oc.env:VAR}`` and
    ``${oc.env:VAR,default}`` (``env:`` for short), OmegaConf's grammar. A string that is
-   exactly one ``${...}`` takes the referenced value's type; ``\\${`` is a literal ``${``;
+   exactly one ``${...}`` takes the referenced value's type; ``\\${`` is a literal ``${``.
+   Environment values are parsed like command-line values (``SEED=3`` gives the integer 3),
+   where OmegaConf would need ``oc.decode``;
 4. **validate** against the JSON Schema (:mod:`taskdml._schema`) and build the
    :class:`~taskdml.pipeline.Pipeline`, which checks references, cycles and callables.
 """
@@ -77,8 +79,9 @@ def loads_pipeline(text, source="<string>", overrides=()):
     overrides = tuple(overrides)
     for item in overrides:
         _apply_override(data, item, locations)
-    data = _Interpolator(data, locations).resolve()
-    pipeline, problems = None, _schema.check(data, _schema.SCHEMA)
+    interpolator = _Interpolator(data)
+    data = interpolator.resolve()
+    pipeline, problems = None, interpolator.problems + _schema.check(data, _schema.SCHEMA)
     if not problems:
         pipeline, problems = _build(data, PipelineSource(source, text, overrides))
     if problems:
@@ -158,10 +161,14 @@ def _apply_override(data, item, locations):
 
 
 class _Interpolator:
-    """Resolve ``${...}`` in a loaded document, with cycle detection."""
+    """Resolve ``${...}`` in a loaded document, with cycle detection.
 
-    def __init__(self, data, locations):
-        self.data, self.locations, self.active = data, locations, []
+    A reference that cannot be resolved is left as written and recorded in ``problems``, so
+    the schema check still runs and every problem is reported together.
+    """
+
+    def __init__(self, data):
+        self.data, self.active, self.problems = data, [], []
 
     def resolve(self):
         return self._walk(self.data, ())
@@ -183,11 +190,17 @@ class _Interpolator:
         return resolved.replace("\\${", "${")
 
     def _expression(self, expression, path):
+        try:
+            return self._lookup(expression, path)
+        except _Unresolved:
+            return f"${{{expression}}}"
+
+    def _lookup(self, expression, path):
         expression = expression.strip()
         if expression.startswith(("oc.env:", "env:")):
             name, _, default = expression.partition(":")[2].partition(",")
             if name.strip() in os.environ:
-                return os.environ[name.strip()]
+                return parse_scalar(os.environ[name.strip()])
             if default:
                 return parse_scalar(default.strip())
             self._fail(path, f"environment variable {name.strip()!r} is not set and "
@@ -214,4 +227,10 @@ class _Interpolator:
             self.active.pop()
 
     def _fail(self, path, text):
-        raise PipelineError(_located([(path, text)], self.locations), problems=[(path, text)])
+        if (path, text) not in self.problems:
+            self.problems.append((path, text))
+        raise _Unresolved
+
+
+class _Unresolved(Exception):
+    """An interpolation that could not be resolved (already recorded as a problem)."""

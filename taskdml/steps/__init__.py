@@ -38,7 +38,7 @@ KINDS = {
         ),
         StepKind(
             "fit",
-            keys=frozenset({"with", "classes", "parallel"}),
+            keys=frozenset({"with", "classes", "parallel", "foreach"}),
             outputs=("model",),
             outputs_fixed=True,
             required_inputs=frozenset({"data"}),

@@ -1,0 +1,209 @@
+"""The pipeline file: parsing, interpolation, overrides, and every kind of invalid file."""
+
+import json
+import textwrap
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cli.main import cli
+from taskdml import PipelineError, dump_pipeline, loads_pipeline
+from taskdml._schema import SCHEMA
+
+VALID = """\
+taskdml: 1
+name: demo
+params: {seed: 0, alpha: 1.0e-4}
+steps:
+  data:
+    call: taskdml.datasets:load_sklearn
+    with: {name: iris}
+  split:
+    call: taskdml.datasets:train_test_split
+    inputs: {data: data}
+    with: {random_state: "${params.seed}"}
+    outputs: [train, test]
+  model:
+    fit: sklearn.linear_model:SGDClassifier
+    with: {alpha: "${params.alpha}"}
+    inputs: {data: split.train}
+  report:
+    evaluate: [accuracy]
+    inputs: {model: model, data: split.test}
+"""
+
+# (case id, the file, the line the message must name, a text the message must contain)
+BROKEN = [
+    ("yaml-syntax", "taskdml: 1\nname: [demo\nsteps: {}\n", 3, "not valid YAML"),
+    ("yaml-indent", "taskdml: 1\nname: demo\n steps:\n  a: 1\n", 3, "not valid YAML"),
+    ("python-tag", "taskdml: 1\nname: !!python/object/apply:os.system [ls]\nsteps: {}\n", 2, "tag"),
+    ("not-a-mapping", "- taskdml: 1\n", 1, "mapping"),
+    ("duplicate-key", VALID.replace("  report:", "  data:\n    call: numpy:ones\n  report:"), 17, "given twice"),
+    ("missing-version", VALID.replace("taskdml: 1\n", ""), 1, "'taskdml'"),
+    ("wrong-version", VALID.replace("taskdml: 1", "taskdml: 2"), 1, "taskdml"),
+    ("top-level-typo", VALID.replace("params:", "parms:"), 3, "Did you mean 'params'"),
+    ("steps-typo", VALID.replace("steps:", "stpes:"), 4, "Did you mean 'steps'"),
+    ("step-key-typo", VALID.replace("    inputs: {data: data}", "    input: {data: data}"), 10, "Did you mean 'inputs'"),
+    ("with-typo", VALID.replace("with: {alpha:", "wiht: {alpha:"), 15, "Did you mean 'with'"),
+    ("two-kinds", VALID.replace("    evaluate: [accuracy]", "    evaluate: [accuracy]\n    call: numpy:mean"), 17, "exactly one of"),
+    ("no-kind", VALID.replace("    evaluate: [accuracy]\n", ""), 17, "exactly one of"),
+    ("bad-step-name", VALID.replace("  report:", "  Report-1:"), 17, "not allowed"),
+    ("unknown-step-ref", VALID.replace("inputs: {data: split.train}", "inputs: {data: splt.train}"), 16, "Did you mean 'split'"),
+    ("unknown-output-ref", VALID.replace("inputs: {data: split.train}", "inputs: {data: split.trian}"), 16, "Did you mean 'train'"),
+    ("self-ref", VALID.replace("inputs: {data: split.train}", "inputs: {data: model}"), 16, "own output"),
+    ("cycle", VALID.replace("    inputs: {data: data}\n", "    inputs: {data: report}\n"), 10, "cycle"),
+    ("disallowed-import", VALID.replace("taskdml.datasets:load_sklearn", "os:system"), 6, "imports.allow"),
+    ("outside-allowlist", VALID.replace("taskdml.datasets:load_sklearn", "json:loads"), 6, "imports.allow"),
+    ("missing-module", VALID.replace("taskdml.datasets:load_sklearn", "sklearn.nosuch:thing"), 6, "no module named"),
+    ("missing-attr", VALID.replace("sklearn.linear_model:SGDClassifier", "sklearn.linear_model:SGDClasifier"), 14, "Did you mean 'SGDClassifier'"),
+    ("callable-syntax", VALID.replace("sklearn.linear_model:SGDClassifier", "sklearn.linear_model.SGDClassifier"), 14, "module:attr"),
+    ("estimator-param-typo", VALID.replace("with: {alpha:", "with: {alpah:"), 15, "Did you mean 'alpha'"),
+    ("call-kwarg-typo", VALID.replace("with: {name: iris}", "with: {nmae: iris}"), 7, "Did you mean 'name'"),
+    ("wrong-type-inputs", VALID.replace("inputs: {data: data}", "inputs: [data]"), 10, "expected a mapping"),
+    ("wrong-type-outputs", VALID.replace("outputs: [train, test]", "outputs: train"), 12, "expected a list"),
+    ("wrong-type-parallel", VALID.replace("    inputs: {data: split.train}", "    inputs: {data: split.train}\n    parallel: {epochs: many}"), 17, "expected an integer"),
+    ("bad-strategy", VALID.replace("    inputs: {data: split.train}", "    inputs: {data: split.train}\n    parallel: {strategy: snyc}"), 17, "Did you mean 'sync'"),
+    ("unknown-metric", VALID.replace("evaluate: [accuracy]", "evaluate: [acuracy]"), 18, "Did you mean 'accuracy'"),
+    ("fit-outputs", VALID.replace("    inputs: {data: split.train}", "    inputs: {data: split.train}\n    outputs: [m]"), 17, "outputs are fixed"),
+    ("fit-missing-data", VALID.replace("    inputs: {data: split.train}", "    inputs: {train: split.train}"), 16, "needs input 'data'"),
+    ("key-for-other-kind", VALID.replace("    evaluate: [accuracy]", "    evaluate: [accuracy]\n    parallel: {epochs: 2}"), 19, "does not apply"),
+    ("unknown-interpolation", VALID.replace("${params.seed}", "${params.sed}"), 11, "Did you mean 'seed'"),
+    ("interpolation-cycle", VALID.replace("seed: 0,", "seed: '${params.alpha}',").replace("alpha: 1.0e-4", "alpha: '${params.seed}'"), 3, "cycle"),
+    ("missing-env", VALID.replace("${params.seed}", "${oc.env:TASKDML_TEST_SURELY_UNSET}"), 11, "not set"),
+    ("bad-cluster-key", VALID.replace("params:", "cluster: {n_wrkers: 2}\nparams:"), 3, "Did you mean 'n_workers'"),
+    ("negative-workers", VALID.replace("params:", "cluster: {n_workers: 0}\nparams:"), 3, ">= 1"),
+]
+
+
+def _write(tmp_path, text):
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("case,text,line,fragment", BROKEN, ids=[case[0] for case in BROKEN])
+def test_broken_file_is_refused_before_anything_runs(tmp_path, case, text, line, fragment):
+    """A broken file exits 3 naming file:line and the problem, with no traceback, running nothing."""
+    path = _write(tmp_path, text)
+    runs = tmp_path / "runs"
+    result = CliRunner().invoke(cli, ["run", str(path), "--run-dir", str(runs)])
+    assert result.exit_code == 3, result.output
+    assert f"{path}:{line}:" in result.output, result.output
+    assert fragment in result.output
+    assert "Traceback" not in result.output
+    assert not runs.exists()
+
+
+def test_there_are_at_least_25_broken_cases():
+    """The table covers typos, references, cycles, types, imports and YAML."""
+    assert len(BROKEN) >= 25
+
+
+def test_error_names_the_key_path(tmp_path):
+    """The message says which key is wrong, not only the line."""
+    with pytest.raises(PipelineError, match=r"steps\.model\.with\.alpah"):
+        loads_pipeline(VALID.replace("with: {alpha:", "with: {alpah:"))
+
+
+def test_every_problem_is_reported_at_once():
+    """Two independent typos give two lines."""
+    text = VALID.replace("params:", "parms:").replace("steps:", "stpes:")
+    with pytest.raises(PipelineError) as info:
+        loads_pipeline(text)
+    assert "parms" in str(info.value) and "stpes" in str(info.value)
+
+
+def test_interpolation_keeps_types_and_formats_strings(monkeypatch):
+    """A whole ${...} keeps the value's type; inside text it is formatted; env vars resolve."""
+    monkeypatch.setenv("TASKDML_TEST_SEED", "7")
+    text = VALID.replace("params: {seed: 0, alpha: 1.0e-4}",
+                         "params: {seed: '${oc.env:TASKDML_TEST_SEED}', alpha: 1.0e-4, tag: 'a-${params.alpha}'}")
+    pipeline = loads_pipeline(text)
+    assert pipeline.step("split").with_["random_state"] == 7
+    assert pipeline.params["tag"] == "a-0.0001"
+    assert pipeline.step("model").with_["alpha"] == 1e-4
+
+
+@pytest.mark.parametrize("overrides,check", [
+    (["seed=3"], lambda p: p.step("split").with_["random_state"] == 3),
+    (["params.alpha=1e-2"], lambda p: p.step("model").with_["alpha"] == 0.01),
+    (["steps.data.with.name=wine"], lambda p: p.step("data").with_["name"] == "wine"),
+    (["+extra=[1, 2]"], lambda p: p.params["extra"] == (1, 2)),
+    (["++seed=5"], lambda p: p.params["seed"] == 5),
+    (["~params.alpha", "+alpha=0.5"], lambda p: p.step("model").with_["alpha"] == 0.5),
+    (["+cluster.n_workers=3"], lambda p: p.cluster["n_workers"] == 3),
+])
+def test_overrides_follow_hydra_grammar(overrides, check):
+    """key=value, +key=value, ++key=value and ~key change the file before interpolation."""
+    assert check(loads_pipeline(VALID, overrides=overrides))
+
+
+@pytest.mark.parametrize("override,fragment", [
+    ("sed=3", "Did you mean 'seed'"),
+    ("+seed=3", "already exists"),
+    ("~nothing", "cannot delete"),
+    ("=3", "expected key=value"),
+    ("seed", "expected key=value"),
+    ("steps.model.with.alpha=high", "'alpha' parameter of SGDClassifier must be"),
+])
+def test_bad_override_is_refused(override, fragment):
+    """A wrong override names itself and the fix."""
+    with pytest.raises(PipelineError, match=fragment.replace("(", r"\(")):
+        loads_pipeline(VALID.replace("with: {alpha: \"${params.alpha}\"}", "with: {alpha: 0.1}"),
+                       overrides=[override])
+
+
+def test_bad_override_exits_3_on_the_cli(tmp_path):
+    """The CLI shows the override in the error, exit code 3."""
+    result = CliRunner().invoke(cli, ["validate", str(_write(tmp_path, VALID)), "sed=3"])
+    assert result.exit_code == 3
+    assert "override 'sed=3'" in result.output
+
+
+def test_validate_and_show(tmp_path):
+    """validate says valid; show renders text, mermaid, dot and json."""
+    path = str(_write(tmp_path, VALID))
+    assert "valid pipeline 'demo' with 4 steps" in CliRunner().invoke(cli, ["validate", path]).output
+    text = CliRunner().invoke(cli, ["show", path]).output
+    assert "split" in text and "<- data" in text
+    assert "flowchart TD" in CliRunner().invoke(cli, ["show", path, "--format", "mermaid"]).output
+    assert "digraph" in CliRunner().invoke(cli, ["show", path, "--format", "dot"]).output
+    shown = json.loads(CliRunner().invoke(cli, ["show", path, "--format", "json"]).output)
+    assert shown["order"] == ["data", "split", "model", "report"]
+
+
+def test_dry_run_runs_nothing(tmp_path):
+    """--dry-run prints the plan and writes no run directory."""
+    runs = tmp_path / "runs"
+    result = CliRunner().invoke(cli, ["run", str(_write(tmp_path, VALID)), "--dry-run", "--run-dir", str(runs)])
+    assert result.exit_code == 0 and "dry run" in result.output
+    assert not runs.exists()
+
+
+def test_published_schema_accepts_valid_files_and_is_a_json_schema():
+    """`taskdml schema` is a valid JSON Schema that accepts the resolved example."""
+    published = json.loads(CliRunner().invoke(cli, ["schema"]).output)
+    jsonschema.Draft202012Validator.check_schema(published)
+    jsonschema.validate(loads_pipeline(VALID).to_dict(), published)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"taskdml": 1, "name": "x", "steps": {"a": {"cal": "x:y"}}}, SCHEMA)
+
+
+_values = st.one_of(st.integers(-10**6, 10**6), st.floats(allow_nan=False, allow_infinity=False),
+                    st.text(st.characters(codec="utf-8", exclude_characters="$\\"), max_size=12),
+                    st.booleans())
+
+
+@settings(max_examples=40, deadline=None)
+@given(params=st.dictionaries(st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True), _values, max_size=5))
+def test_dump_and_load_round_trip(params):
+    """A pipeline dumped to YAML loads back equal, whatever its params."""
+    pipeline = loads_pipeline(VALID)
+    text = dump_pipeline(pipeline)
+    with_params = loads_pipeline(text.replace("params:\n", "params:\n" + textwrap.indent(
+        "".join(f"{k}: {json.dumps(v)}\n" for k, v in params.items()), "  "), 1))
+    assert loads_pipeline(dump_pipeline(with_params)) == with_params
+    assert loads_pipeline(text) == pipeline
