@@ -142,13 +142,15 @@ def _results_table(steps, metrics):
 
 
 def _metric_lines(values, indent):
-    lines = []
-    for name, value in values.items():
-        if isinstance(value, dict):
-            lines.append(f"{indent}{name}:")
-            lines += _metric_lines(value, indent + "  ")
-        else:
-            lines.append(f"{indent}{name:<24} {value:.4f}" if isinstance(value, float) else f"{indent}{name:<24} {value}")
+    """Metrics as ``name value`` lines, or a table of items by metrics after a foreach."""
+    if not all(isinstance(value, dict) for value in values.values()):
+        return [f"{indent}{name:<24} {value:.4f}" for name, value in values.items()]
+    names = list(next(iter(values.values())))
+    width = max(len(label) for label in values)
+    lines = [f"{indent}{'item':<{width}}  " + "  ".join(f"{name:>{max(len(name), 8)}}" for name in names)]
+    for label, row in values.items():
+        lines.append(f"{indent}{label:<{width}}  "
+                     + "  ".join(f"{row[name]:>{max(len(name), 8)}.4f}" for name in names))
     return lines
 
 

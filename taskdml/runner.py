@@ -56,9 +56,9 @@ class Run:
     metrics: dict
     outputs: dict
 
-    def model(self, step):
-        """Load the model step *step* saved in the run directory."""
-        return load_model(self.path, step)
+    def model(self, step, item=None):
+        """Load the model that *step* (foreach *item*, e.g. ``"alpha=0.1"``) saved."""
+        return load_model(self.path, step if item is None else f"{step}[{item}]")
 
 
 @dataclasses.dataclass
@@ -70,11 +70,12 @@ class StepContext:
     step: object
     record: object
 
-    def save_model(self, model):
+    def save_model(self, model, item=None):
         """Persist *model* in the run directory (if recording) and note it in the manifest."""
         if self.record.directory is not None:
-            artifact = self.record.directory.save_model(self.step.name, model)
-            self.record.step(self.step.name, artifacts={"model": artifact})
+            name = self.step.name if item is None else f"{self.step.name}[{item}]"
+            artifact = self.record.directory.save_model(name, model)
+            self.record.add_artifact(self.step.name, name, artifact)
 
     def record_metrics(self, values):
         self.record.metrics[self.step.name] = values
@@ -95,6 +96,14 @@ class _Recorder:
             self.steps.setdefault(name, {}).update(fields)
         if self.directory is not None:
             self.directory.update_step(name, **fields)
+
+    def add_artifact(self, step, name, artifact):
+        with self._lock:
+            artifacts = self.steps.setdefault(step, {}).setdefault("artifacts", {})
+            artifacts[name] = artifact
+            artifacts = dict(artifacts)
+        if self.directory is not None:
+            self.directory.update_step(step, artifacts=artifacts)
 
     def event(self, event_type, /, **fields):
         event = {"event": event_type, "time": datetime.datetime.now().isoformat(timespec="milliseconds"),

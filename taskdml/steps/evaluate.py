@@ -1,13 +1,26 @@
-"""``evaluate:`` steps: metrics of a fitted model, computed chunk-wise where the data lives."""
+"""``evaluate:`` steps: metrics of a fitted model, computed chunk-wise where the data lives.
 
-from taskdml.metrics import evaluate
+When the model input comes from a ``foreach`` step (one model per item), every model is
+evaluated, all in one graph, and the metrics are keyed by item.
+"""
+
+import dask
+
+from taskdml.metrics import evaluate_graph
+from taskdml.steps.fit import as_transformers
 
 
 def run(step, inputs, context):
-    """Evaluate ``inputs["model"]`` on ``inputs["data"]``; return ``{"metrics": {name: value}}``."""
-    preprocess = inputs.get("preprocess", [])
-    preprocess = preprocess if isinstance(preprocess, list) else [preprocess]
-    values = evaluate(inputs["model"], inputs["data"], list(step.target), preprocess=preprocess)
-    values = {name: float(value) for name, value in values.items()}
+    """Evaluate ``inputs["model"]`` on ``inputs["data"]``; return ``{"metrics": {...}}``."""
+    preprocess = as_transformers(inputs.get("preprocess", []))
+    models = inputs["model"]
+    single = not isinstance(models, dict)
+    models = {None: models} if single else models
+    graphs = [evaluate_graph(model, inputs["data"], list(step.target), preprocess=preprocess)
+              for model in models.values()]
+    results = dask.compute(*graphs)
+    values = {label: {name: float(value) for name, value in result.items()}
+              for label, result in zip(models, results)}
+    values = values[None] if single else values
     context.record_metrics(values)
     return {"metrics": values}

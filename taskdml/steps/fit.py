@@ -1,18 +1,50 @@
-"""``fit:`` steps: an estimator trained on a dataset by the training engine."""
+"""``fit:`` steps: an estimator trained on a dataset by the training engine.
+
+With ``foreach``, every item is its own estimator (item values are estimator parameters),
+trained side by side: each item's training runs in its own client thread, in the step's
+context (client, span and key names), so their tasks interleave on the cluster.
+"""
+
+import concurrent.futures
+import contextvars
 
 from taskdml.parallel.engine import train
 from taskdml.pipeline import resolve_callable, thaw
 
 
 def run(step, inputs, context):
-    """Fit the step's estimator on ``inputs["data"]``; return ``{"model": estimator}``."""
-    estimator = resolve_callable(step.target, context.pipeline.allow)(**thaw(step.with_ or {}))
-    data = inputs["data"]
-    preprocess = inputs.get("preprocess", [])
-    preprocess = preprocess if isinstance(preprocess, list) else [preprocess]
+    """Fit the step's estimator on ``inputs["data"]``; return ``{"model": estimator}``
+    (``{"model": {item: estimator}}`` with foreach)."""
+    estimator_class = resolve_callable(step.target, context.pipeline.allow)
     options = thaw(step.parallel or {})
-    model = train(estimator, data["X"].data, data["y"].data if "y" in data else None,
-                  preprocess=preprocess, classes=step.classes, epochs=options.get("epochs", 1),
-                  client=context.client)
-    context.save_model(model)
-    return {"model": model}
+    preprocess = as_transformers(inputs.get("preprocess", []))
+    data = inputs["data"]
+
+    def fit_item(label, params):
+        estimator = estimator_class(**thaw(step.with_ or {}), **params)
+        model = train(estimator, data["X"].data, data["y"].data if "y" in data else None,
+                      preprocess=preprocess, classes=step.classes,
+                      epochs=options.get("epochs", 1), client=context.client)
+        context.save_model(model, item=label)
+        return model
+
+    items = step.items()
+    if items[0][0] is None:
+        return {"model": fit_item(None, {})}
+    with concurrent.futures.ThreadPoolExecutor(len(items), thread_name_prefix=step.name) as pool:
+        futures = {label: pool.submit(contextvars.copy_context().run, fit_item, label, params)
+                   for label, params in items}
+        return {"model": {label: future.result() for label, future in futures.items()}}
+
+
+def as_transformers(preprocess):
+    """The ``preprocess`` input as a list of fitted transformers."""
+    from taskdml.exceptions import PipelineError
+
+    preprocess = preprocess if isinstance(preprocess, list) else [preprocess]
+    for transformer in preprocess:
+        if isinstance(transformer, dict):
+            raise PipelineError("a 'preprocess' input must be one fitted model, not the "
+                                f"{len(transformer)} models of a foreach step; pick one with a "
+                                "step of its own.")
+    return preprocess
