@@ -1,0 +1,148 @@
+"""Running pipelines on a real cluster: outputs, run directory, names, spans, failures."""
+
+import json
+
+import pytest
+
+from taskdml import Pipeline, Step, StepFailed, loads_pipeline, run_pipeline
+
+ALLOW = {"allow": ["taskdml.*", "sklearn.*", "pipeline_functions"]}
+
+TRAIN = """\
+taskdml: 1
+name: train_small
+params: {seed: 0}
+steps:
+  data:
+    call: taskdml.datasets:make_classification
+    with: {n_samples: 6000, n_features: 8, chunk_size: 1000, random_state: "${params.seed}"}
+  split:
+    call: taskdml.datasets:train_test_split
+    inputs: {data: data}
+    with: {random_state: "${params.seed}"}
+    outputs: [train, test]
+  scale:
+    fit: sklearn.preprocessing:StandardScaler
+    inputs: {data: split.train}
+  model:
+    fit: sklearn.linear_model:SGDClassifier
+    with: {random_state: 0}
+    inputs: {data: split.train, preprocess: scale}
+  report:
+    evaluate: [accuracy, roc_auc]
+    inputs: {model: model, data: split.test, preprocess: scale}
+"""
+
+
+def _prefixes(client):
+    return set(client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes)))
+
+
+def test_pipeline_runs_and_records_everything(client, tmp_path):
+    """A run returns metrics and writes the whole run directory."""
+    run = run_pipeline(loads_pipeline(TRAIN, overrides=["seed=1"]), client, run_root=tmp_path)
+    assert run.status == "succeeded"
+    assert 0.6 < run.metrics["report"]["accuracy"] <= 1.0
+    files = {path.name for path in run.path.iterdir()}
+    assert {"pipeline.yaml", "resolved.yaml", "overrides.txt", "manifest.json", "events.jsonl",
+            "metrics.json", "models"} <= files
+    assert (run.path / "overrides.txt").read_text() == "seed=1\n"
+    manifest = json.loads((run.path / "manifest.json").read_text())
+    assert manifest["status"] == "succeeded"
+    assert {entry["state"] for entry in manifest["steps"].values()} == {"completed"}
+    assert manifest["steps"]["model"]["artifacts"]["model"]["format"] in ("skops", "joblib")
+    assert manifest["versions"]["dask"] and manifest["cluster"]["workers"] == 2
+    events = [json.loads(line)["event"] for line in (run.path / "events.jsonl").read_text().splitlines()]
+    assert events[0] == "run_started" and events[-1] == "run_finished"
+    model = run.model("model")
+    assert type(model).__name__ == "SGDClassifier" and hasattr(model, "coef_")
+
+
+def test_keys_and_spans_are_named_after_steps(client, tmp_path):
+    """Dashboard prefixes start with the step name; each step has its own span."""
+    run_pipeline(loads_pipeline(TRAIN), client, run_root=tmp_path)
+    prefixes = _prefixes(client)
+    assert {"data-generate", "split-train", "split-test", "scale-fit", "model-fit",
+            "report-statistics"} <= prefixes
+    spans = client.run_on_scheduler(
+        lambda dask_scheduler: [s.name for s in dask_scheduler.extensions["spans"].spans.values()])
+    assert {("train_small", step) for step in ("data", "split", "scale", "model", "report")} <= set(spans)
+
+
+def test_independent_steps_run_concurrently(client, tmp_path):
+    """Two steps that do not depend on each other overlap in time."""
+    pipeline = Pipeline("concurrent", [
+        Step("slow_a", call="pipeline_functions:wait_and_return", with_={"value": 1, "seconds": 1.5}),
+        Step("slow_b", call="pipeline_functions:wait_and_return", with_={"value": 2, "seconds": 1.5}),
+        Step("total", call="pipeline_functions:add", inputs={"a": "slow_a", "b": "slow_b"}),
+    ], imports=ALLOW)
+    events = []
+    run = run_pipeline(pipeline, client, run_root=tmp_path, on_event=events.append)
+    assert run.outputs["total"]["result"].result() == 3
+    order = [(e["event"], e.get("step")) for e in events if e.get("step") in ("slow_a", "slow_b")]
+    assert order.index(("step_started", "slow_b")) < order.index(("step_finished", "slow_a"))
+
+
+def test_foreach_fans_out_into_named_items(client, tmp_path):
+    """foreach runs the product of values; outputs are keyed by item; keys carry indices."""
+    pipeline = Pipeline("fan", [
+        Step("sweep", call="pipeline_functions:add", foreach={"a": [1, 2], "b": [10, 20]}),
+        Step("split", call="pipeline_functions:pair", with_={"value": 5}, outputs=["one", "two"]),
+    ], imports=ALLOW)
+    run = run_pipeline(pipeline, client, record=False)
+    results = {label: future.result() for label, future in run.outputs["sweep"]["result"].items()}
+    assert results == {"a=1,b=10": 11, "a=1,b=20": 21, "a=2,b=10": 12, "a=2,b=20": 22}
+    keys = [future.key for future in run.outputs["sweep"]["result"].values()]
+    assert all(isinstance(key, tuple) and key[0].startswith("sweep-") for key in keys)
+    assert [key[1] for key in keys] == [0, 1, 2, 3]
+    assert run.outputs["split"]["two"].result() == 10
+
+
+def test_plain_callables_receive_in_memory_data(client):
+    """A lazy dataset input is computed on the workers and arrives in memory."""
+    pipeline = Pipeline("memory", [
+        Step("data", call="taskdml.datasets:make_blobs", with_={"n_samples": 3000, "chunk_size": 500,
+                                                              "random_state": 0}),
+        Step("count", call="pipeline_functions:count_samples", inputs={"data": "data"}),
+    ], imports=ALLOW)
+    assert run_pipeline(pipeline, client, record=False).outputs["count"]["result"].result() == 3000
+
+
+def test_failed_step_keeps_what_finished(client, tmp_path):
+    """A failing step fails the run; upstream and independent work is recorded, dependants skipped."""
+    pipeline = Pipeline("failing", [
+        Step("data", call="taskdml.datasets:load_sklearn", with_={"name": "iris"}),
+        Step("model", fit="sklearn.naive_bayes:GaussianNB", inputs={"data": "data"}),
+        Step("broken", call="pipeline_functions:fail", with_={"message": "bad input at row 7"}),
+        Step("after", call="pipeline_functions:add", inputs={"a": "broken", "b": "broken"}),
+    ], imports=ALLOW)
+    with pytest.raises(StepFailed, match="step 'broken' failed: RuntimeError: bad input at row 7") as info:
+        run_pipeline(pipeline, client, run_root=tmp_path)
+    manifest = json.loads((info.value.run_dir / "manifest.json").read_text())
+    states = {name: entry["state"] for name, entry in manifest["steps"].items()}
+    assert states == {"data": "completed", "model": "completed", "broken": "failed", "after": "skipped"}
+    assert manifest["status"] == "failed"
+    assert (info.value.run_dir / "models" / "model.skops").exists()
+
+
+def test_wrong_output_count_is_explained(client):
+    """A callable returning fewer values than declared outputs names the fix."""
+    pipeline = Pipeline("outputs", [
+        Step("three", call="pipeline_functions:pair", with_={"value": 1}, outputs=["a", "b", "c"]),
+    ], imports=ALLOW)
+    with pytest.raises(StepFailed, match="declares 3 outputs but its callable returned 2 values"):
+        run_pipeline(pipeline, client, record=False)
+
+
+def test_cluster_spec_starts_the_named_class(tmp_path):
+    """cluster.spec builds the named cluster class with its kwargs, and closes it."""
+    text = TRAIN + """\
+cluster:
+  spec:
+    class: distributed:LocalCluster
+    kwargs: {n_workers: 1, threads_per_worker: 1, host: 127.0.0.1, dashboard_address: "127.0.0.1:0"}
+"""
+    run = run_pipeline(loads_pipeline(text), run_root=tmp_path)
+    manifest = json.loads((run.path / "manifest.json").read_text())
+    assert manifest["cluster"]["cluster"] == "LocalCluster" and manifest["cluster"]["workers"] == 1
+    assert manifest["cluster"]["scheduler"].startswith("tcp://127.0.0.1:")
