@@ -89,6 +89,7 @@ class _Recorder:
     def __init__(self, directory, on_event):
         self.directory, self.on_event = directory, on_event
         self.steps, self.metrics = {}, {}
+        self.interrupted = False
         self._lock = threading.Lock()
 
     def step(self, name, **fields):
@@ -246,6 +247,7 @@ def _execute(pipeline, client, recorder):
                 else:
                     sorter.done(name)
     except KeyboardInterrupt:
+        recorder.interrupted = True
         for name in running.values():
             recorder.step(name, state="interrupted")
         pool.shutdown(wait=False, cancel_futures=True)
@@ -285,6 +287,8 @@ def _run_step(pipeline, step, inputs, client, recorder):
         with client.as_current(), span(pipeline.name, step.name), _keys.step_scope(step.name):
             produced = KINDS[step.kind].runner()(step, inputs, context)
     except Exception as error:
+        if recorder.interrupted:  # the cluster went away under us: already marked interrupted
+            raise
         duration = round(time.perf_counter() - started, 3)
         message = _describe_error(error)
         recorder.step(step.name, state="failed", duration_s=duration, error=message,
