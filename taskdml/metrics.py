@@ -166,8 +166,12 @@ def _regression_combine(values):
     """Merge regression statistics of several chunks."""
 
     def merge(a, b):
-        mean_y, m2_y = _merge_moments(a["n"], a["mean_y"], a["m2_y"], b["n"], b["mean_y"], b["m2_y"])
-        mean_r, m2_r = _merge_moments(a["n"], a["mean_r"], a["m2_r"], b["n"], b["mean_r"], b["m2_r"])
+        mean_y, m2_y = _merge_moments(
+            a["n"], a["mean_y"], a["m2_y"], b["n"], b["mean_y"], b["m2_y"]
+        )
+        mean_r, m2_r = _merge_moments(
+            a["n"], a["mean_r"], a["m2_r"], b["n"], b["mean_r"], b["m2_r"]
+        )
         return {
             "n": a["n"] + b["n"],
             "mean_y": mean_y,
@@ -225,7 +229,9 @@ STATISTICS = {
     statistic.name: statistic
     for statistic in [
         Statistic("confusion", "classification", ("predict",), _confusion_chunk, _sum_values),
-        Statistic("log_loss", "classification", ("predict_proba",), _log_loss_chunk, _sum_values),
+        Statistic(
+            "log_loss", "classification", ("predict_proba",), _log_loss_chunk, _sum_values
+        ),
         Statistic(
             "ranking",
             "classification",
@@ -236,7 +242,9 @@ STATISTICS = {
         Statistic(
             "ranking_proba", "classification", ("predict_proba",), _ranking_chunk, _ranking_combine
         ),
-        Statistic("regression", "regression", ("predict",), _regression_chunk, _regression_combine),
+        Statistic(
+            "regression", "regression", ("predict",), _regression_chunk, _regression_combine
+        ),
     ]
 }
 """Every :class:`Statistic` a built-in metric uses, by name."""
@@ -424,18 +432,21 @@ def _negated(score, value, classes):
 
 
 def _listing(values):
-    return "[" + ", ".join(repr(v.item() if isinstance(v, np.generic) else v) for v in values) + "]"
+    plain = (v.item() if isinstance(v, np.generic) else v for v in values)
+    return "[" + ", ".join(map(repr, plain)) + "]"
 
 
 def _check_binary_pos_label(name, classes):
-    """Binary precision/recall/f1/average_precision: two classes, one of them ``1``."""
+    """Binary precision/recall/f1: two classes, one of them ``1`` (scikit-learn's default)."""
     if len(classes) != 2:
         raise DataError(
             f"metric {name!r} is binary but the model has {len(classes)} classes "
             f"{_listing(classes)}; use {name}_macro, {name}_micro or {name}_weighted"
-            if name in ("precision", "recall", "f1")
-            else f"metric {name!r} on a model with {len(classes)} classes averages over them"
         )
+    _check_pos_label(name, classes)
+
+
+def _check_pos_label(name, classes):
     if not np.any(np.asarray(classes) == 1):
         raise DataError(
             f"metric {name!r} counts the class 1 as positive (scikit-learn's pos_label=1), "
@@ -446,7 +457,7 @@ def _check_binary_pos_label(name, classes):
 
 def _check_average_precision(name, classes):
     if len(classes) == 2:
-        _check_binary_pos_label(name, classes)
+        _check_pos_label(name, classes)
 
 
 def _check_binary(name, classes):
@@ -602,7 +613,9 @@ def _check_model(model, metrics):
         task = metric.statistic.task
         if (task == "classification") != classifier:
             kind = "classifier" if classifier else "regressor"
-            suggestions = ", ".join(available_metrics(task="classification" if classifier else "regression"))
+            suggestions = ", ".join(
+                available_metrics("classification" if classifier else "regression")
+            )
             raise DataError(
                 f"metric {name!r} is a {task} metric, but {_describe(model)} is a {kind}; "
                 f"metrics for a {kind}: {suggestions}"
@@ -611,6 +624,16 @@ def _check_model(model, metrics):
         if metric.check is not None:
             metric.check(name, classes)
     return classes
+
+
+def _check_preprocess(preprocess):
+    """Raise a clear error for a preprocessing step that cannot transform."""
+    for transformer in preprocess:
+        if not hasattr(transformer, "transform"):
+            raise DataError(
+                f"preprocess holds {_describe(transformer)}, which has no transform method; "
+                f"preprocess takes fitted transformers such as StandardScaler"
+            )
 
 
 def _encode_labels(values, classes):
@@ -631,6 +654,7 @@ def _chunk_statistics(model, preprocess, X, y, metrics, chunk, start):
     if len(y) == 0:
         return None
     classes = _check_model(model, metrics)
+    _check_preprocess(preprocess)
     for transformer in preprocess:
         X = transformer.transform(X)
     where = f"chunk {chunk} (samples {start} to {start + len(y) - 1})"
@@ -656,7 +680,9 @@ def _chunk_statistics(model, preprocess, X, y, metrics, chunk, start):
             if method == "predict" and classes is not None:
                 responses[method], known = _encode_labels(responses[method], classes)
                 if not known.all():
-                    raise DataError(f"{_describe(model)} predicted labels outside its classes_ in {where}")
+                    raise DataError(
+                        f"{_describe(model)} predicted labels outside its classes_ in {where}"
+                    )
         cache_key = (statistic.compute, method)
         if cache_key not in computed:
             n_classes = None if classes is None else len(classes)
@@ -723,7 +749,8 @@ def _check_data(data):
     X = data["X"].transpose("sample", "feature").data
     y = data["y"].data
     if not isinstance(X, da.Array):
-        X = da.from_array(np.asarray(X), chunks=(y.chunks[0] if isinstance(y, da.Array) else -1, -1))
+        sample_chunks = y.chunks[0] if isinstance(y, da.Array) else -1
+        X = da.from_array(np.asarray(X), chunks=(sample_chunks, -1))
     X = X.rechunk({1: -1})
     if not isinstance(y, da.Array):
         y = da.from_array(np.asarray(y), chunks=(X.chunks[0],))
@@ -782,14 +809,9 @@ def evaluate_graph(model, data, metrics, *, preprocess=(), split_every=8):
         if hasattr(model, "fit"):
             check_is_fitted(model)
         _check_model(model, metrics)
-    for transformer in preprocess:
-        if not (is_dask_collection(transformer) or _is_future(transformer)) and not hasattr(
-            transformer, "transform"
-        ):
-            raise DataError(
-                f"preprocess holds {_describe(transformer)}, which has no transform method; "
-                f"preprocess takes fitted transformers such as StandardScaler"
-            )
+    _check_preprocess(
+        [t for t in preprocess if not (is_dask_collection(t) or _is_future(t))]
+    )
     model_node = _as_node(model, "model", model)
     preprocess_nodes = [_as_node(t, "preprocess", t) for t in preprocess]
 
@@ -907,4 +929,4 @@ def _is_future(value):
 
 
 def _node_key(node):
-    return node.key if hasattr(node, "key") else dask.base.tokenize(node)
+    return node.key

@@ -31,7 +31,11 @@ TOLERANCE = {"rel": 1e-12, "abs": 1e-12}
 CLASSIFICATION = [
     "accuracy",
     "balanced_accuracy",
-    *(f"{kind}_{average}" for kind in ("precision", "recall", "f1") for average in ("macro", "micro", "weighted")),
+    *(
+        f"{kind}_{average}"
+        for kind in ("precision", "recall", "f1")
+        for average in ("macro", "micro", "weighted")
+    ),
     "log_loss",
     "neg_log_loss",
     "roc_auc_ovr",
@@ -217,7 +221,9 @@ def test_result_does_not_depend_on_chunking(cuts, seed):
     classifier = LogisticRegression().fit(X, y_class)
     regressor = LinearRegression().fit(X, y_reg)
     with dask.config.set(scheduler="synchronous"):
-        got_class = evaluate(classifier, as_dataset(X, y_class, chunks), ["f1", "log_loss", "roc_auc"])
+        got_class = evaluate(
+            classifier, as_dataset(X, y_class, chunks), ["f1", "log_loss", "roc_auc"]
+        )
         got_reg = evaluate(regressor, as_dataset(X, y_reg, chunks), ["r2", "explained_variance"])
     for name, value in got_class.items():
         assert value == pytest.approx(reference(name, classifier, X, y_class), **TOLERANCE)
@@ -240,9 +246,8 @@ def test_on_the_cluster(client, problems, results):
     """On a real cluster, plain, future and delayed models give the local scheduler's numbers."""
     for name in ("binary", "multiclass", "regression"):
         p = problems[name]
-        assert evaluate(p.model, p.data, METRICS_OF[name], preprocess=p.preprocess) == pytest.approx(
-            results[name], **TOLERANCE
-        )
+        got = evaluate(p.model, p.data, METRICS_OF[name], preprocess=p.preprocess)
+        assert got == pytest.approx(results[name], **TOLERANCE)
     p = problems["binary"]
     as_futures = client.scatter([p.model, *p.preprocess])
     as_delayed = [dask.delayed(obj) for obj in (p.model, *p.preprocess)]
@@ -289,7 +294,8 @@ def test_tree_reduction(problems):
     """A small split_every builds a deeper combine tree with the same result."""
     p = problems["regression"]
     graph = evaluate_graph(p.model, p.data, REGRESSION, preprocess=p.preprocess, split_every=2)
-    levels = {key[1] for key in dict(graph.__dask_graph__()) if key_split(key) == "evaluate-combine"}
+    keys = dict(graph.__dask_graph__())
+    levels = {key[1] for key in keys if key_split(key) == "evaluate-combine"}
     assert levels == {0, 1, 2}
     (result,) = dask.compute(graph)
     for name in REGRESSION:
