@@ -691,7 +691,6 @@ def _chunk_statistics(model, preprocess, X, y, metrics, chunk, start):
     return result
 
 
-
 def _statistics_of(metrics):
     """``{statistic name: Statistic}`` for the metrics to compute."""
     return {metric.statistic.name: metric.statistic for metric in metrics.values()}
