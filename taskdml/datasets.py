@@ -726,8 +726,8 @@ def load_sklearn(name, *, chunk_size=None):
     --------
     >>> from taskdml.datasets import load_sklearn
     >>> iris = load_sklearn("iris")
-    >>> iris.X.shape, iris.X.chunks[0], iris.feature.values[0]
-    ((150, 4), (38, 38, 38, 36), 'sepal length (cm)')
+    >>> iris.X.shape, iris.X.chunks[0], str(iris.feature.values[0]), iris.attrs["target"]
+    ((150, 4), (38, 38, 38, 36), 'sepal length (cm)', 'target')
     """
     if name not in _SKLEARN_DATASETS:
         raise DataError(
@@ -818,7 +818,8 @@ def _from_xarray(function, path, ds, x, y, chunk_size):
             )
         )
     if "feature" in selected.coords and selected.feature.dtype.kind not in "iuf":
-        selected = selected.assign_coords(feature=selected.feature.values.astype(str))
+        names = np.array([str(name) for name in selected.feature.values.tolist()])
+        selected = selected.assign_coords(feature=names)
     return selected
 
 
