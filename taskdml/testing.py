@@ -172,9 +172,12 @@ def _use_output(estimator, X):
 
 
 def _check_round(
-    rule, replicas, weights, exact, reference, first_round, X_probe, chunk, classes, rtol, atol, name
+    rule, replicas, weights, exact, reference, idle, X_probe, chunk, classes, rtol, atol, name
 ):
-    """Merge one round's replicas and check laws (a), (b), (c) and (e)."""
+    """Merge one round's replicas and check laws (a), (b), (c), (e) and (f).
+
+    ``idle`` is the round's start when it is fitted (round 2), else None.
+    """
     kept = [copy.deepcopy(r) for r in replicas]
     merged = _merge_with(rule, replicas, weights)
 
@@ -202,9 +205,17 @@ def _check_round(
     _partial_fit(copy.deepcopy(merged), *chunk, classes)
 
     # (c) merging one replica gives that replica back
-    if reference == "serial" or first_round:
+    if reference == "serial" or idle is None:
         single = _merge_with(rule, [replicas[0]], [weights[0]])
         _assert_same_state(single, replicas[0], rule, f"{name}: merging one replica", rtol, atol)
+
+    # (f) a replica that saw no rows (a copy of the round's start) changes nothing
+    if idle is not None:
+        with_idle = _merge_with(rule, [replicas[0], copy.deepcopy(idle)], [weights[0], 0.0])
+        alone = _merge_with(rule, [replicas[0]], [weights[0]])
+        _assert_same_state(
+            with_idle, alone, rule, f"{name}: adding a replica that saw no rows", rtol, atol
+        )
 
     # (e) exact merges do not depend on the order of the replicas
     if exact and len(replicas) > 1:
@@ -240,6 +251,8 @@ def check_merge(
         whose reference is ``"serial"``: a ``"one_call"`` rule deliberately differs from a
         replica that has run a chunked ``partial_fit``);
     (e) for exact rules, the result does not depend on the order of the replicas;
+    (f) in round 2, adding a replica that saw no rows (weight 0, a copy of the start)
+        changes nothing -- a rule that sums what it should average breaks this;
 
     and for exact rules, (d) the final merge equals one pass over all chunks in order
     (``partial_fit`` chunk by chunk, or one ``partial_fit`` on all rows for a rule whose
@@ -305,7 +318,7 @@ def check_merge(
         replicas = [_partial_fit(copy.deepcopy(global_), *chunk, classes) for chunk in round_chunks]
         weights = [float(_num_samples(chunk[0])) for chunk in round_chunks]
         global_ = _check_round(
-            rule, replicas, weights, exact, rule.reference, round_ == 0, X_probe, round_chunks[0],
+            rule, replicas, weights, exact, rule.reference, None if round_ == 0 else global_, X_probe, round_chunks[0],
             classes, rtol, atol, f"{name}, round {round_ + 1}",
         )
 

@@ -86,12 +86,13 @@ def merge_minibatch_kmeans(replicas, weights):
     merged._counts = total.astype(first._counts.dtype)
     steps0 = start.get("n_steps_", 0)
     merged.n_steps_ = steps0 + sum(r.n_steps_ - steps0 for r in replicas)
+    stepped = [r for r in replicas if r.n_steps_ > steps0] or [first]
     # The most recent reassignment anywhere resets the clock (min over replicas).
-    merged._n_since_last_reassign = min(r._n_since_last_reassign for r in replicas)
+    merged._n_since_last_reassign = min(r._n_since_last_reassign for r in stepped)
     if hasattr(first, "labels_"):
         # Labels and inertia of the last mini-batch of every replica, in replica order.
-        merged.labels_ = np.concatenate([r.labels_ for r in replicas])
-        merged.inertia_ = sum(r.inertia_ for r in replicas)
+        merged.labels_ = np.concatenate([r.labels_ for r in stepped])
+        merged.inertia_ = sum(r.inertia_ for r in stepped)
     return merged
 
 

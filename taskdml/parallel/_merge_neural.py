@@ -166,10 +166,11 @@ def merge_rbm(replicas, weights):
     merged.components_ = np.asfortranarray(weighted_mean([r.components_ for r in replicas], shares))
     for name in ("intercept_hidden_", "intercept_visible_"):
         setattr(merged, name, weighted_mean([getattr(r, name) for r in replicas], shares))
-    chains = [r.h_samples_ for r in replicas]
-    merged.h_samples_ = np.stack(
-        [chains[i % len(chains)][i] for i in range(chains[0].shape[0])]
-    )
+    # Replicas that saw no rows still hold the start's chain.
+    chains = [r.h_samples_ for r, share in zip(replicas, shares) if share > 0] or [
+        replicas[0].h_samples_
+    ]
+    merged.h_samples_ = np.stack([chains[i % len(chains)][i] for i in range(chains[0].shape[0])])
     return merged
 
 

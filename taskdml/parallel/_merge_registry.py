@@ -20,6 +20,8 @@ import dataclasses
 from collections.abc import Callable
 
 import numpy as np
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.validation import check_is_fitted
 
 _START_ATTR = "_taskdml_round_start"
 
@@ -201,7 +203,7 @@ def get_merge_rule(estimator):
     """
     cls = estimator if isinstance(estimator, type) else type(estimator)
     rule, _ = _lookup(cls)
-    if rule is None:
+    if rule is None or not hasattr(estimator, "partial_fit"):
         return None
     inner = _inner_estimator(estimator) if rule.family == "meta" else None
     if inner is not None:
@@ -344,6 +346,10 @@ def _check_replicas(replicas, weights):
             f"merge_replicas got replicas of different classes "
             f"{sorted(k.__name__ for k in kinds)!r}; all replicas must be copies of one estimator."
         )
+    return replicas, weights.tolist()
+
+
+def _check_agreement(replicas):
     first = replicas[0]
     for attr in ("classes_", "n_features_in_", "feature_names_in_"):
         if not hasattr(first, attr):
@@ -356,12 +362,28 @@ def _check_replicas(replicas, weights):
                     f"columns, and classifiers need the same classes= on their first "
                     f"partial_fit."
                 )
-    return replicas, weights.tolist()
+
+
+def _is_fitted(estimator):
+    try:
+        check_is_fitted(estimator)
+    except NotFittedError:
+        return False
+    return True
 
 
 def _merge_with(rule, replicas, weights):
     """Validate, merge with ``rule`` and record the next round's start on the result."""
     replicas, weights = _check_replicas(replicas, weights)
+    # A replica of an unfitted start that saw no rows is still unfitted (one-vs-one leaves a
+    # pair's estimator untouched when a chunk has neither class): it carries nothing.
+    fitted = [i for i, replica in enumerate(replicas) if _is_fitted(replica)]
+    if not fitted:
+        merged = copy.deepcopy(replicas[0])
+        _record_start(merged, rule)
+        return merged
+    replicas, weights = [replicas[i] for i in fitted], [weights[i] for i in fitted]
+    _check_agreement(replicas)
     if rule.start_state:
         starts = [getattr(r, _START_ATTR, None) or {} for r in replicas]
         for i, other in enumerate(starts[1:], start=1):
@@ -415,7 +437,8 @@ def merge_replicas(replicas, weights):
         Copies of the global estimator (from :func:`prepare_start` or the last
         ``merge_replicas``), each ``partial_fit`` on different chunks.
     weights : list of float
-        Rows each replica saw this round; 0 for a replica that saw none.
+        Rows each replica saw this round; 0 for a replica that saw none. Replicas that are
+        still unfitted (a round that started unfitted, and no rows) are left out.
 
     Returns
     -------

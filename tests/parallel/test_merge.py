@@ -1,0 +1,606 @@
+"""Merge rules: exact rules equal one pass over all the data, the others keep training sound."""
+
+import copy
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sklearn.cluster import Birch, MiniBatchKMeans
+from sklearn.datasets import make_blobs, make_classification
+from sklearn.decomposition import (
+    IncrementalPCA,
+    LatentDirichletAllocation,
+    MiniBatchDictionaryLearning,
+    MiniBatchNMF,
+)
+from sklearn.feature_extraction.text import HashingVectorizer
+from sklearn.feature_selection import SelectFromModel
+from sklearn.linear_model import (
+    PassiveAggressiveClassifier,
+    Perceptron,
+    SGDClassifier,
+    SGDOneClassSVM,
+    SGDRegressor,
+)
+from sklearn.multiclass import OneVsOneClassifier, OneVsRestClassifier
+from sklearn.multioutput import MultiOutputClassifier, MultiOutputRegressor
+from sklearn.naive_bayes import (
+    BernoulliNB,
+    CategoricalNB,
+    ComplementNB,
+    GaussianNB,
+    MultinomialNB,
+)
+from sklearn.neural_network import BernoulliRBM, MLPClassifier, MLPRegressor
+from sklearn.preprocessing import MaxAbsScaler, MinMaxScaler, StandardScaler
+from sklearn.utils import all_estimators
+
+from taskdml.parallel.merge import (
+    MergeRule,
+    get_merge_rule,
+    merge_replicas,
+    prepare_start,
+    register_merge,
+    register_unmergeable,
+    round_start,
+    unmergeable_reason,
+)
+from taskdml.testing import check_merge
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::FutureWarning",  # PassiveAggressive* are deprecated in scikit-learn 1.8
+    "ignore::sklearn.exceptions.ConvergenceWarning",
+)
+
+# -- data ---------------------------------------------------------------------------------
+
+_rng = np.random.default_rng(0)
+X_DENSE = _rng.normal(size=(240, 4)) * [1.0, 2.0, 0.5, 3.0] + [0.0, 1.0, -2.0, 5.0]
+Y_BINARY = (X_DENSE[:, 0] + _rng.normal(size=240) > 0).astype(int)
+Y_THREE = np.digitize(X_DENSE[:, 0] + 0.3 * _rng.normal(size=240), [-0.5, 0.5])
+Y_REAL = X_DENSE @ [1.0, 2.0, 0.0, 1.0] + _rng.normal(size=240)
+X_COUNTS = _rng.poisson(3.0, size=(240, 5))
+X_POSITIVE = np.abs(X_DENSE)
+X_UNIT = X_POSITIVE / X_POSITIVE.max()
+X_NAN = X_DENSE.copy()
+# NaNs, never two in a row in a column, so no chunk has a column with no values.
+X_NAN[np.arange(3, 240, 7), 1] = np.nan
+X_NAN[np.arange(5, 240, 11), 3] = np.nan
+TEXTS = np.array(["the cat sat", "a dog ran far", "cats and dogs", "x y z"] * 60)
+
+
+
+def _deprecated_passive_aggressive():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return PassiveAggressiveClassifier(random_state=0)
+
+
+# (id, estimator, X, y, classes)
+EXACT_CASES = [
+    ("GaussianNB", GaussianNB(), X_DENSE, Y_THREE, [0, 1, 2]),
+    ("GaussianNB-priors", GaussianNB(priors=[0.2, 0.3, 0.5]), X_DENSE, Y_THREE, [0, 1, 2]),
+    ("MultinomialNB", MultinomialNB(), X_COUNTS, Y_THREE, [0, 1, 2]),
+    ("ComplementNB", ComplementNB(norm=True), X_COUNTS, Y_BINARY, [0, 1]),
+    ("BernoulliNB", BernoulliNB(), X_DENSE, Y_THREE, [0, 1, 2]),
+    ("CategoricalNB", CategoricalNB(), X_COUNTS, Y_THREE, [0, 1, 2]),
+    ("StandardScaler", StandardScaler(), X_DENSE, None, None),
+    ("StandardScaler-nan", StandardScaler(), X_NAN, None, None),
+    ("StandardScaler-no-std", StandardScaler(with_std=False), X_DENSE, None, None),
+    ("MinMaxScaler", MinMaxScaler(feature_range=(-1, 2)), X_DENSE, None, None),
+    ("MaxAbsScaler", MaxAbsScaler(), X_NAN, None, None),
+    ("IncrementalPCA", IncrementalPCA(n_components=4), X_DENSE, None, None),
+    ("HashingVectorizer", HashingVectorizer(n_features=32), TEXTS, None, None),
+    ("OneVsRest-MultinomialNB", OneVsRestClassifier(MultinomialNB()), X_COUNTS, Y_THREE, [0, 1, 2]),
+    ("OneVsOne-GaussianNB", OneVsOneClassifier(GaussianNB()), X_DENSE, Y_THREE, [0, 1, 2]),
+]
+
+APPROXIMATE_CASES = [
+    ("SGDClassifier", SGDClassifier(random_state=0), X_DENSE, Y_THREE, [0, 1, 2]),
+    ("SGDClassifier-average", SGDClassifier(average=True, random_state=0), X_DENSE, Y_THREE, [0, 1, 2]),
+    ("SGDClassifier-average-late", SGDClassifier(average=100, random_state=0), X_DENSE, Y_BINARY, [0, 1]),
+    ("SGDClassifier-l1", SGDClassifier(penalty="l1", random_state=0), X_DENSE, Y_BINARY, [0, 1]),
+    ("Perceptron", Perceptron(random_state=0), X_DENSE, Y_THREE, [0, 1, 2]),
+    ("PassiveAggressiveClassifier", _deprecated_passive_aggressive(), X_DENSE, Y_BINARY, [0, 1]),
+    ("SGDRegressor", SGDRegressor(random_state=0), X_DENSE, Y_REAL, None),
+    ("SGDRegressor-average", SGDRegressor(average=True, random_state=0), X_DENSE, Y_REAL, None),
+    ("SGDOneClassSVM", SGDOneClassSVM(random_state=0), X_DENSE, None, None),
+    ("SGDOneClassSVM-average", SGDOneClassSVM(average=True, random_state=0), X_DENSE, None, None),
+    ("MLPClassifier-adam", MLPClassifier(hidden_layer_sizes=(5,)), X_DENSE, Y_THREE, [0, 1, 2]),
+    (
+        "MLPRegressor-sgd-adaptive",
+        MLPRegressor(hidden_layer_sizes=(5,), solver="sgd", learning_rate="adaptive"),
+        X_DENSE,
+        Y_REAL,
+        None,
+    ),
+    (
+        "MLPRegressor-sgd-invscaling",
+        MLPRegressor(hidden_layer_sizes=(4,), solver="sgd", learning_rate="invscaling"),
+        X_DENSE,
+        Y_REAL,
+        None,
+    ),
+    ("BernoulliRBM", BernoulliRBM(n_components=3, batch_size=7), X_UNIT, None, None),
+    ("MiniBatchKMeans", MiniBatchKMeans(n_clusters=3, n_init=1), X_DENSE, None, None),
+    ("MiniBatchKMeans-no-labels", MiniBatchKMeans(n_clusters=3, n_init=1, compute_labels=False), X_DENSE, None, None),
+    ("LatentDirichletAllocation", LatentDirichletAllocation(n_components=2), X_COUNTS, None, None),
+    ("MiniBatchNMF", MiniBatchNMF(n_components=2), X_POSITIVE, None, None),
+    ("MiniBatchNMF-kl", MiniBatchNMF(n_components=2, beta_loss="kullback-leibler"), X_POSITIVE, None, None),
+    ("MiniBatchDictionaryLearning", MiniBatchDictionaryLearning(n_components=3), X_DENSE, None, None),
+    ("OneVsRest-SGD", OneVsRestClassifier(SGDClassifier()), X_DENSE, Y_THREE, [0, 1, 2]),
+    ("OneVsRest-MLP", OneVsRestClassifier(MLPClassifier(hidden_layer_sizes=(3,))), X_DENSE, Y_THREE, [0, 1, 2]),
+    ("OneVsOne-MLP", OneVsOneClassifier(MLPClassifier(hidden_layer_sizes=(3,))), X_DENSE, Y_THREE, [0, 1, 2]),
+    ("MultiOutputRegressor", MultiOutputRegressor(SGDRegressor()), X_DENSE, np.c_[Y_REAL, -Y_REAL], None),
+    (
+        "MultiOutputClassifier-MLP",
+        MultiOutputClassifier(MLPClassifier(hidden_layer_sizes=(3,))),
+        X_DENSE,
+        np.c_[Y_BINARY, Y_THREE],
+        [[0, 1], [0, 1, 2]],
+    ),
+    ("SelectFromModel", SelectFromModel(SGDClassifier()), X_DENSE, Y_BINARY, [0, 1]),
+]
+
+
+def _ids(cases):
+    return [case[0] for case in cases]
+
+
+def _train_rounds(estimator, X, y, classes, splits):
+    """Run the engine's rounds by hand: ``splits`` is a list of rounds of row-index arrays."""
+    first = splits[0][0]
+    global_ = prepare_start(estimator, X[first], None if y is None else y[first], classes)
+    for round_ in splits:
+        replicas = []
+        for rows in round_:
+            replica = copy.deepcopy(global_)
+            if y is None:
+                replica.partial_fit(X[rows])
+            elif classes is None:
+                replica.partial_fit(X[rows], y[rows])
+            else:
+                replica.partial_fit(X[rows], y[rows], classes=classes)
+            replicas.append(replica)
+        global_ = merge_replicas(replicas, [len(rows) for rows in round_])
+    return global_
+
+
+def _serial(estimator, X, y, classes, splits):
+    """partial_fit over the same chunks in order, from the same prepared start."""
+    first = splits[0][0]
+    model = prepare_start(estimator, X[first], None if y is None else y[first], classes)
+    for round_ in splits:
+        for rows in round_:
+            if y is None:
+                model.partial_fit(X[rows])
+            elif classes is None:
+                model.partial_fit(X[rows], y[rows])
+            else:
+                model.partial_fit(X[rows], y[rows], classes=classes)
+    return model
+
+
+# -- coverage -----------------------------------------------------------------------------
+
+
+def _partial_fit_estimators():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return [(name, cls) for name, cls in all_estimators() if hasattr(cls, "partial_fit")]
+
+
+@pytest.mark.parametrize("name, cls", _partial_fit_estimators(), ids=lambda v: getattr(v, "__name__", v))
+def test_every_partial_fit_estimator_has_a_rule_or_a_reason(name, cls):
+    """Every scikit-learn estimator with partial_fit has a rule or an explicit unmergeable reason."""
+    rule = get_merge_rule(cls)
+    reason = unmergeable_reason(cls)
+    assert (rule is None) != (reason is None)
+    if rule is None:
+        assert reason.startswith(f"{name} cannot be merged: ")
+    else:
+        assert isinstance(rule, MergeRule) and rule.family and rule.notes
+
+
+def test_coverage_matches_the_research_notes():
+    """scikit-learn 1.9 has the 29 partial_fit estimators the research notes list."""
+    assert len(_partial_fit_estimators()) == 29
+
+
+def test_birch_is_unmergeable_and_says_why():
+    """Birch falls back to a sequential pass, and the reason names the CF-tree."""
+    assert get_merge_rule(Birch()) is None
+    assert "CF-tree" in unmergeable_reason(Birch())
+
+
+@pytest.mark.parametrize(
+    "estimator, expected",
+    [
+        (OneVsRestClassifier(Birch()), "wraps Birch: Birch cannot be merged"),
+        (MLPClassifier(solver="lbfgs"), "has no partial_fit"),
+    ],
+    ids=["meta-wrapping-unmergeable", "no-partial-fit"],
+)
+def test_unmergeable_reasons(estimator, expected):
+    """Meta-estimators inherit their inner estimator's reason; no partial_fit is a reason."""
+    assert get_merge_rule(estimator) is None
+    assert expected in unmergeable_reason(estimator)
+
+
+def test_subclasses_inherit_rules_and_can_override():
+    """get_merge_rule follows the MRO; a registration on the subclass wins."""
+
+    class MySGD(SGDClassifier):
+        pass
+
+    assert get_merge_rule(MySGD()).family == "linear-sgd"
+    register_merge(MySGD, lambda replicas, weights: copy.deepcopy(replicas[0]), family="mine")
+    assert get_merge_rule(MySGD()).family == "mine"
+    register_unmergeable(MySGD, "not today")
+    assert get_merge_rule(MySGD()) is None
+    assert unmergeable_reason(MySGD()) == "MySGD cannot be merged: not today"
+
+
+def test_meta_rule_takes_exactness_from_the_wrapped_estimator():
+    """OneVsRest(MultinomialNB) is exact, OneVsRest(SGDClassifier) is not."""
+    assert get_merge_rule(OneVsRestClassifier(MultinomialNB())).exact
+    assert not get_merge_rule(OneVsRestClassifier(SGDClassifier())).exact
+
+
+# -- the laws, for every rule -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", EXACT_CASES + APPROXIMATE_CASES, ids=_ids(EXACT_CASES + APPROXIMATE_CASES))
+def test_check_merge_passes_for_every_builtin_rule(case):
+    """check_merge's laws hold for every registered rule (and (d)/(e) for the exact ones)."""
+    _, estimator, X, y, classes = case
+    check_merge(estimator, X, y, classes=classes, n_replicas=3)
+
+
+@pytest.mark.parametrize("case", EXACT_CASES, ids=_ids(EXACT_CASES))
+def test_exact_rules_equal_one_pass_over_three_rounds(case):
+    """Three rounds of 1-4 replicas equal one partial_fit pass over all chunks, to 1e-10."""
+    _, estimator, X, y, classes = case
+    rule = get_merge_rule(estimator)
+    assert rule.exact
+    splits = [
+        [np.arange(0, 30), np.arange(30, 70), np.arange(70, 90), np.arange(90, 120)],
+        [np.arange(120, 160)],
+        [np.arange(160, 205), np.arange(205, 240)],
+    ]
+    merged = _train_rounds(estimator, X, y, classes, splits)
+    if rule.reference == "one_call":
+        reference = _serial(estimator, X, y, classes, [[np.arange(240)]])
+    else:
+        reference = _serial(estimator, X, y, classes, splits)
+    _assert_fitted_close(merged, reference, rtol=1e-10, atol=1e-12)
+
+
+def _assert_fitted_close(got, expected, rtol, atol, path="estimator"):
+    """Every fitted attribute of ``expected`` (recursing into sub-estimators) is in ``got``."""
+    if hasattr(expected, "get_params"):
+        names = [k for k in vars(expected) if k.endswith("_") and not k.startswith("__")]
+        for name in names:
+            _assert_fitted_close(getattr(got, name), getattr(expected, name), rtol, atol, f"{path}.{name}")
+    elif isinstance(expected, list):
+        assert len(got) == len(expected), path
+        for i, (g, e) in enumerate(zip(got, expected)):
+            _assert_fitted_close(g, e, rtol, atol, f"{path}[{i}]")
+    elif expected is None or isinstance(expected, (str, bool)):
+        assert got == expected, path
+    elif np.asarray(expected).dtype.kind in "fiu":
+        np.testing.assert_allclose(
+            np.asarray(got, dtype=float), np.asarray(expected, dtype=float), rtol=rtol, atol=atol, err_msg=path
+        )
+    elif isinstance(expected, np.ndarray):
+        np.testing.assert_array_equal(got, expected, err_msg=path)
+
+
+@st.composite
+def _splits(draw, n_rows=120, min_rows=4):
+    """Rows 0..n_rows cut in order into 1-3 rounds of 1-4 chunks of at least min_rows."""
+    n_rounds = draw(st.integers(1, 3))
+    per_round = [draw(st.integers(1, 4)) for _ in range(n_rounds)]
+    n_chunks = sum(per_round)
+    cuts = sorted(
+        draw(
+            st.lists(
+                st.integers(min_rows, n_rows - min_rows),
+                min_size=n_chunks - 1,
+                max_size=n_chunks - 1,
+                unique=True,
+            )
+        )
+    )
+    bounds = [0, *cuts, n_rows]
+    if any(b - a < min_rows for a, b in zip(bounds[:-1], bounds[1:])):
+        bounds = list(np.linspace(0, n_rows, n_chunks + 1).astype(int))
+    chunks = [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+    rounds, at = [], 0
+    for count in per_round:
+        rounds.append(chunks[at : at + count])
+        at += count
+    return rounds
+
+
+_PROPERTY_CASES = [case for case in EXACT_CASES if case[0] != "HashingVectorizer"]
+
+
+@pytest.mark.parametrize("case", _PROPERTY_CASES, ids=_ids(_PROPERTY_CASES))
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(splits=_splits())
+def test_exact_merges_do_not_depend_on_the_split(case, splits):
+    """However the rows are cut into rounds and replicas, an exact merge is the one-call model."""
+    _, estimator, X, y, classes = case
+    X, y = X[:120], None if y is None else y[:120]
+    merged = _train_rounds(estimator, X, y, classes, splits)
+    one_call = _serial(estimator, X, y, classes, [[np.arange(120)]])
+    _assert_fitted_close(merged, one_call, rtol=1e-9, atol=1e-10)
+
+
+# -- a wrong user rule is caught ----------------------------------------------------------
+
+
+def _sum_coefficients(replicas, weights):
+    merged = copy.deepcopy(replicas[0])
+    merged.coef_ = sum(r.coef_ for r in replicas)
+    merged.intercept_ = sum(r.intercept_ for r in replicas)
+    return merged
+
+
+def _sum_counts_twice(replicas, weights):
+    # Sums the replicas' counts without subtracting the start they all hold.
+    merged = copy.deepcopy(replicas[0])
+    merged.class_count_ = sum(r.class_count_ for r in replicas)
+    merged.feature_count_ = sum(r.feature_count_ for r in replicas)
+    merged._update_feature_log_prob(merged.alpha)
+    merged._update_class_log_prior()
+    return merged
+
+
+def _mutates_input(replicas, weights):
+    replicas[0].coef_ *= 1.0 + 1e-3
+    return copy.deepcopy(replicas[0])
+
+
+def _returns_shared_arrays(replicas, weights):
+    merged = copy.copy(replicas[0])
+    return merged
+
+
+@pytest.mark.parametrize(
+    "estimator, X, y, classes, fn, exact, message",
+    [
+        (SGDClassifier(random_state=0), X_DENSE, Y_BINARY, [0, 1], _sum_coefficients, False,
+         "adding a replica that saw no rows: attribute 'coef_'"),
+        (MultinomialNB(), X_COUNTS, Y_THREE, [0, 1, 2], _sum_counts_twice, True,
+         "attribute 'class_count_'"),
+        (SGDClassifier(random_state=0), X_DENSE, Y_BINARY, [0, 1], _mutates_input, False,
+         "the merge mutated its input"),
+        (SGDClassifier(random_state=0), X_DENSE, Y_BINARY, [0, 1], _returns_shared_arrays, False,
+         "shares an array"),
+    ],
+    ids=["sums-coef", "counts-start-twice", "mutates-input", "shares-memory"],
+)
+def test_check_merge_rejects_wrong_rules(estimator, X, y, classes, fn, exact, message):
+    """check_merge raises AssertionError naming the law and the attribute a wrong rule breaks."""
+    rule = MergeRule(fn=fn, exact=exact, family="wrong")
+    with pytest.raises(AssertionError, match=message):
+        check_merge(estimator, X, y, classes=classes, rule=rule)
+
+
+def test_check_merge_rejects_an_estimator_without_rule():
+    """check_merge on an unmergeable estimator says why."""
+    with pytest.raises(AssertionError, match="CF-tree"):
+        check_merge(Birch(), X_DENSE)
+
+
+# -- linear SGD ---------------------------------------------------------------------------
+
+_SGD_SPLITS = [
+    [np.arange(0, 50), np.arange(50, 90), np.arange(90, 120)],
+    [np.arange(120, 170), np.arange(170, 240)],
+]
+
+
+@pytest.mark.parametrize("average", [False, True, 10**6], ids=["plain", "asgd", "asgd-not-started"])
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_sgd_one_replica_per_round_is_serial_sgd(average, n_classes):
+    """With one replica per round the merge is the identity: the run equals serial SGD exactly."""
+    y = Y_BINARY if n_classes == 2 else Y_THREE
+    classes = list(range(n_classes))
+    splits = [[rows] for rows in np.array_split(np.arange(240), 5)]
+    estimator = SGDClassifier(average=average, random_state=0)
+    merged = _train_rounds(estimator, X_DENSE, y, classes, splits)
+    serial = _serial(estimator, X_DENSE, y, classes, splits)
+    for name in ("coef_", "intercept_", "t_", "_standard_coef", "_standard_intercept",
+                 "_average_coef", "_average_intercept"):
+        if hasattr(serial, name):
+            np.testing.assert_array_equal(getattr(merged, name), getattr(serial, name), err_msg=name)
+
+
+@pytest.mark.parametrize(
+    "estimator, y",
+    [(SGDClassifier(), Y_THREE), (SGDRegressor(average=True), Y_REAL), (SGDOneClassSVM(), None)],
+    ids=["classifier", "regressor-asgd", "one-class"],
+)
+def test_sgd_t_is_the_global_row_count(estimator, y):
+    """t_ is 1 + every row seen by every replica, as after one serial pass."""
+    classes = [0, 1, 2] if y is Y_THREE else None
+    merged = _train_rounds(estimator, X_DENSE, y, classes, _SGD_SPLITS)
+    assert merged.t_ == 1 + 240
+    assert merged.n_iter_ == 1
+
+
+def test_sgd_weights_follow_rows_seen():
+    """Coefficients are averaged in proportion to the rows each replica saw."""
+    start = prepare_start(SGDRegressor(random_state=0), X_DENSE[:10], Y_REAL[:10])
+    a = copy.deepcopy(start).partial_fit(X_DENSE[:30], Y_REAL[:30])
+    b = copy.deepcopy(start).partial_fit(X_DENSE[30:120], Y_REAL[30:120])
+    merged = merge_replicas([a, b], [30, 90])
+    np.testing.assert_allclose(merged.coef_, 0.25 * a.coef_ + 0.75 * b.coef_)
+    np.testing.assert_allclose(merged.intercept_, 0.25 * a.intercept_ + 0.75 * b.intercept_)
+
+
+@pytest.mark.parametrize("y, classes", [(Y_BINARY, [0, 1]), (Y_THREE, [0, 1, 2])], ids=["binary", "multiclass"])
+def test_averaged_sgd_buffers(y, classes):
+    """ASGD: _standard_* are averaged, _average_* pooled, coef_ points at the averaged buffer."""
+    start = prepare_start(SGDClassifier(average=True, random_state=0), X_DENSE[:10], y[:10], classes)
+    first = [copy.deepcopy(start).partial_fit(X_DENSE[rows], y[rows], classes=classes) for rows in _SGD_SPLITS[0]]
+    global_ = merge_replicas(first, [len(r) for r in _SGD_SPLITS[0]])
+    replicas = [copy.deepcopy(global_).partial_fit(X_DENSE[rows], y[rows], classes=classes) for rows in _SGD_SPLITS[1]]
+    merged = merge_replicas(replicas, [len(r) for r in _SGD_SPLITS[1]])
+
+    shares = np.array([50.0, 70.0]) / 120.0
+    np.testing.assert_allclose(
+        merged._standard_coef, shares[0] * replicas[0]._standard_coef + shares[1] * replicas[1]._standard_coef
+    )
+    # Pooled running means: 120 start iterates (t_ - average at the start), 50 and 70 new.
+    m0, m = 120.0, np.array([170.0, 190.0])
+    a0 = round_start(replicas)["_average_coef"]
+    pooled = (m[0] * replicas[0]._average_coef + m[1] * replicas[1]._average_coef - m0 * a0) / 240.0
+    np.testing.assert_allclose(merged._average_coef, pooled)
+    np.testing.assert_array_equal(np.ravel(merged.coef_), np.ravel(merged._average_coef))
+    assert np.ravel(merged.coef_).base is merged._average_coef or merged.coef_ is merged._average_coef
+    np.testing.assert_array_equal(merged.intercept_, merged._average_intercept)
+    # And training continues from it.
+    merged.partial_fit(X_DENSE[:20], y[:20])
+    assert merged.t_ == 1 + 240 + 20
+
+
+def test_sgd_merge_rejects_replicas_from_different_starts():
+    """Replicas that did not start from the same global estimator are refused."""
+    a = SGDClassifier().partial_fit(X_DENSE[:50], Y_BINARY[:50], classes=[0, 1])
+    start = prepare_start(a, X_DENSE, Y_BINARY)
+    b = copy.deepcopy(start).partial_fit(X_DENSE[50:], Y_BINARY[50:])
+    with pytest.raises(ValueError, match="did not start this round from the same global"):
+        merge_replicas([a.partial_fit(X_DENSE[:10], Y_BINARY[:10]), b], [10, 190])
+
+
+@pytest.mark.parametrize(
+    "replicas_fn, weights, error, message",
+    [
+        (lambda: [], [], ValueError, "got no replicas"),
+        (lambda: [StandardScaler().fit(X_DENSE)], [1, 2], ValueError, "1 replicas but 2 weights"),
+        (lambda: [StandardScaler().fit(X_DENSE)], [-1], ValueError, "finite and non-negative"),
+        (lambda: [StandardScaler().fit(X_DENSE), MinMaxScaler().fit(X_DENSE)], [1, 1], TypeError,
+         "different classes"),
+        (lambda: [StandardScaler().fit(X_DENSE), StandardScaler().fit(X_DENSE[:, :3])], [1, 1],
+         ValueError, "disagree on n_features_in_"),
+        (lambda: [SGDClassifier().partial_fit(X_DENSE, Y_THREE, classes=[0, 1, 2]),
+                  SGDClassifier().partial_fit(X_DENSE, Y_THREE, classes=[0, 1, 2, 3])], [1, 1],
+         ValueError, "disagree on classes_"),
+        (lambda: [Birch().fit(X_DENSE)], [1], ValueError, "Cannot merge replicas of Birch"),
+    ],
+    ids=["empty", "weights-length", "negative-weight", "mixed-classes", "features", "classes", "birch"],
+)
+def test_merge_replicas_validates_its_inputs(replicas_fn, weights, error, message):
+    """merge_replicas says what is wrong with the replicas or weights it was given."""
+    with pytest.raises(error, match=message):
+        merge_replicas(replicas_fn(), weights)
+
+
+# -- MLP and MiniBatchKMeans: a working model, close to serial ----------------------------
+
+
+def _epochs(n_rows, n_replicas, n_epochs):
+    """Per epoch, one round in which each replica takes a contiguous share of the rows."""
+    return [list(np.array_split(np.arange(n_rows), n_replicas)) for _ in range(n_epochs)]
+
+
+def test_mlp_replicas_share_one_initialisation():
+    """prepare draws the weights once; an unseeded MLP would otherwise differ per replica."""
+    start = prepare_start(MLPClassifier(hidden_layer_sizes=(4,)), X_DENSE[:20], Y_BINARY[:20], [0, 1])
+    assert start.t_ == 0 and start.loss_curve_ == [] and not hasattr(start, "_optimizer")
+    a = copy.deepcopy(start).partial_fit(X_DENSE[:20], Y_BINARY[:20])
+    b = copy.deepcopy(start).partial_fit(X_DENSE[:20], Y_BINARY[:20])
+    np.testing.assert_array_equal(a.coefs_[0], b.coefs_[0])  # same start, same data, same step
+
+
+def test_mlp_merge_trains_close_to_serial():
+    """Three MLP replicas averaged every epoch score close to serial partial_fit."""
+    X, y = make_classification(n_samples=900, n_features=10, n_informative=6, class_sep=1.5, random_state=0)
+    X_test, y_test = X[600:], y[600:]
+    estimator = MLPClassifier(hidden_layer_sizes=(16,), random_state=0, learning_rate_init=0.01)
+    splits = _epochs(600, 3, 8)
+    merged = _train_rounds(estimator, X, y, [0, 1], splits)
+    serial = _serial(estimator, X, y, [0, 1], [[np.arange(600)] for _ in range(8)])
+    assert merged.t_ == 8 * 600
+    assert merged._optimizer.t == sum(np.ceil(len(rows) / 200) for round_ in splits for rows in round_)
+    assert len(merged.loss_curve_) == 8
+    assert merged.best_loss_ == min(merged.loss_curve_)
+    assert merged.score(X_test, y_test) > 0.8
+    assert merged.score(X_test, y_test) > serial.score(X_test, y_test) - 0.08
+
+
+def test_mlp_one_replica_per_round_is_serial():
+    """With one replica per round an MLP run equals serial partial_fit (all state carried)."""
+    estimator = MLPRegressor(hidden_layer_sizes=(5,), random_state=0)
+    splits = [[rows] for rows in np.array_split(np.arange(240), 4)]
+    merged = _train_rounds(estimator, X_DENSE, Y_REAL, None, splits)
+    serial = _serial(estimator, X_DENSE, Y_REAL, None, splits)
+    for got, expected in zip(merged.coefs_ + merged._optimizer.ms, serial.coefs_ + serial._optimizer.ms):
+        np.testing.assert_array_equal(got, expected)
+    assert merged.loss_curve_ == serial.loss_curve_
+    assert (merged.t_, merged._optimizer.t) == (serial.t_, serial._optimizer.t)
+
+
+def test_minibatch_kmeans_merge_clusters_close_to_serial():
+    """MiniBatchKMeans replicas from shared centres find the blobs about as well as serial."""
+    X, _ = make_blobs(n_samples=1200, centers=4, cluster_std=0.8, random_state=0)
+    estimator = MiniBatchKMeans(n_clusters=4, n_init=1, random_state=0)
+    merged = _train_rounds(estimator, X, None, None, _epochs(1200, 3, 3))
+    serial = _serial(estimator, X, None, None, [list(np.array_split(np.arange(1200), 3)) for _ in range(3)])
+    assert merged.n_steps_ == serial.n_steps_ == 9
+    assert merged._counts.sum() == pytest.approx(serial._counts.sum())
+    assert -merged.score(X) < 1.2 * -serial.score(X)
+    assert len(np.unique(merged.predict(X))) == 4
+
+
+def test_minibatch_kmeans_one_replica_per_round_is_serial():
+    """With one replica per round MiniBatchKMeans equals serial partial_fit."""
+    estimator = MiniBatchKMeans(n_clusters=3, n_init=1, random_state=0)
+    splits = [[rows] for rows in np.array_split(np.arange(240), 4)]
+    merged = _train_rounds(estimator, X_DENSE, None, None, splits)
+    serial = _serial(estimator, X_DENSE, None, None, splits)
+    np.testing.assert_allclose(merged.cluster_centers_, serial.cluster_centers_, rtol=1e-12)
+    np.testing.assert_allclose(merged._counts, serial._counts, rtol=1e-12)
+
+
+# -- the engine contract ------------------------------------------------------------------
+
+
+def test_prepare_start_keeps_a_fitted_estimator():
+    """A fitted estimator is the start as it is (warm start), with its state recorded."""
+    fitted = MultinomialNB().partial_fit(X_COUNTS[:100], Y_THREE[:100], classes=[0, 1, 2])
+    start = prepare_start(fitted, X_COUNTS[100:110], Y_THREE[100:110], [0, 1, 2])
+    assert start is not fitted
+    np.testing.assert_array_equal(round_start([start])["class_count_"], fitted.class_count_)
+    replicas = [copy.deepcopy(start).partial_fit(X_COUNTS[rows], Y_THREE[rows]) for rows in (slice(100, 170), slice(170, 240))]
+    merged = merge_replicas(replicas, [70, 70])
+    reference = MultinomialNB().fit(X_COUNTS, Y_THREE)
+    np.testing.assert_allclose(merged.feature_log_prob_, reference.feature_log_prob_, rtol=1e-12)
+
+
+def test_merge_does_not_mutate_and_returns_new_arrays():
+    """merge_replicas returns a new estimator sharing no arrays with its inputs."""
+    start = prepare_start(StandardScaler(), X_DENSE[:10])
+    replicas = [copy.deepcopy(start).partial_fit(X_DENSE[:120]), copy.deepcopy(start).partial_fit(X_DENSE[120:])]
+    before = [r.mean_.copy() for r in replicas]
+    merged = merge_replicas(replicas, [120, 120])
+    for r, b in zip(replicas, before):
+        np.testing.assert_array_equal(r.mean_, b)
+        assert not np.shares_memory(r.mean_, merged.mean_)
+
+
+def test_unfitted_replicas_are_left_out():
+    """A replica of an unfitted start that saw no rows does not take part in the merge."""
+    start = prepare_start(GaussianNB(), X_DENSE[:10], Y_BINARY[:10], [0, 1])
+    trained = copy.deepcopy(start).partial_fit(X_DENSE, Y_BINARY, classes=[0, 1])
+    merged = merge_replicas([copy.deepcopy(start), trained], [0, 240])
+    np.testing.assert_allclose(merged.theta_, trained.theta_, rtol=1e-12)
+    np.testing.assert_allclose(merged.var_, trained.var_, rtol=1e-12)
+    untouched = merge_replicas([copy.deepcopy(start), copy.deepcopy(start)], [0, 0])
+    assert not hasattr(untouched, "theta_")
