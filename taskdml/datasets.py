@@ -134,6 +134,14 @@ def _resolve_seed(function, random_state):
     )
 
 
+def _suggest(word, choices):
+    """``did_you_mean``, which also catches a name that differs only in case (``x``/``X``)."""
+    same_but_case = [c for c in choices if str(c).lower() == str(word).lower()]
+    if same_but_case:
+        return f" Did you mean {same_but_case[0]!r}?"
+    return did_you_mean(word, choices)
+
+
 def _row_chunks(n_samples, chunk_size):
     full, rest = divmod(n_samples, chunk_size)
     return (chunk_size,) * full + ((rest,) if rest else ())
@@ -732,7 +740,7 @@ def load_sklearn(name, *, chunk_size=None):
     if name not in _SKLEARN_DATASETS:
         raise DataError(
             f"load_sklearn: unknown data set name={name!r}; expected one of "
-            f"{sorted(_SKLEARN_DATASETS)}.{did_you_mean(name, _SKLEARN_DATASETS)}"
+            f"{sorted(_SKLEARN_DATASETS)}.{_suggest(name, _SKLEARN_DATASETS)}"
         )
     X, y, feature_names, target_name = _sklearn_arrays(name)
     n_samples, n_features = X.shape
@@ -770,12 +778,12 @@ def _mtime(path):
 def _from_xarray(function, path, ds, x, y, chunk_size):
     """Select, rename and chunk ``x``/``y`` of a lazily opened file into the convention."""
     where = f"{function}: {path!r}"
-    names = list(ds.data_vars)
+    names = sorted(ds.data_vars)
     for param, var in (("x", x), ("y", y)):
         if var is not None and var not in ds.data_vars:
             raise DataError(
                 f"{where} has no variable {param}={var!r}; its variables are {names}."
-                f"{did_you_mean(var, names)}"
+                f"{_suggest(var, names)}"
                 + (" Pass y=None for data without labels." if param == "y" else "")
             )
     X = ds[x]
@@ -1008,7 +1016,7 @@ def _from_dataframe(function, path, frame, target, features):
         if column not in columns:
             raise DataError(
                 f"{where} has no column {param}={column!r}; its columns are {columns}."
-                f"{did_you_mean(column, columns)}"
+                f"{_suggest(column, columns)}"
             )
 
     if target is not None:
@@ -1272,7 +1280,7 @@ def train_test_split(data, *, test_size=0.25, random_state=None):
     if "sample" not in data.dims:
         raise DataError(
             f"{fn}: data must have a 'sample' dim; found dims {list(data.dims)}."
-            f"{did_you_mean('sample', list(data.dims))}"
+            f"{_suggest('sample', list(data.dims))}"
         )
     n_samples = data.sizes["sample"]
     n_test = _n_test(test_size, n_samples)

@@ -1,0 +1,577 @@
+"""Tests of taskdml.datasets: generators, loaders, readers/writers and train_test_split."""
+
+import math
+
+import dask
+import dask.array as da
+import numpy as np
+import pandas as pd
+import pytest
+import sklearn.datasets
+import xarray as xr
+from dask.utils import key_split
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from taskdml import datasets
+from taskdml._keys import step_scope
+from taskdml.exceptions import DataError, TaskdmlError
+
+GENERATORS = {
+    "make_classification": lambda **kw: datasets.make_classification(
+        n_features=7, n_informative=3, n_redundant=2, n_repeated=1, n_classes=3, **kw
+    ),
+    "make_regression": lambda **kw: datasets.make_regression(
+        n_features=6, n_informative=3, noise=0.5, **kw
+    ),
+    "make_blobs": lambda **kw: datasets.make_blobs(n_features=3, centers=4, **kw),
+}
+
+
+def _local(array):
+    """Compute on the synchronous local scheduler, whatever client is the default."""
+    return np.asarray(array.compute(scheduler="sync"))
+
+
+def _check_convention(data, n_samples, n_features, chunks):
+    assert isinstance(data, xr.Dataset)
+    assert data.X.dims == ("sample", "feature")
+    assert data.X.dtype == np.float64
+    assert isinstance(data.X.data, da.Array)
+    assert data.X.shape == (n_samples, n_features)
+    assert data.X.chunks == (chunks, (n_features,))
+    if "y" in data:
+        assert data.y.dims == ("sample",)
+        assert data.y.chunks == (chunks,)
+    assert not any(math.isnan(c) for c in data.X.chunks[0])
+
+
+# --------------------------------------------------------------------------------------------
+# Generators
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(GENERATORS))
+def test_generator_convention(name, seed):
+    """Generated data has the convention's dims, dtypes, chunks and feature names."""
+    data = GENERATORS[name](n_samples=1_000, chunk_size=300, random_state=seed)
+    n_features = data.sizes["feature"]
+    _check_convention(data, 1_000, n_features, (300, 300, 300, 100))
+    assert data.feature.values.tolist() == [f"x{i}" for i in range(n_features)]
+    expected_y = np.float64 if name == "make_regression" else np.int64
+    assert data.y.dtype == expected_y
+    assert np.isfinite(_local(data.X)).all()
+
+
+@pytest.mark.parametrize("name", sorted(GENERATORS))
+def test_generator_keys_are_named_after_the_function(name, seed):
+    """Output keys split to the function's name; inside a step, to the step's name."""
+    data = GENERATORS[name](n_samples=500, chunk_size=100, random_state=seed)
+    for var in ("X", "y"):
+        assert {key_split(k) for k in dask.core.flatten(data[var].data.__dask_keys__())} == {name}
+    graph_groups = {key_split(k) for k in dict(data.X.data.__dask_graph__())}
+    assert graph_groups <= {name, f"{name}-generate", f"{name}-model"}
+    with step_scope("data"):
+        scoped = GENERATORS[name](n_samples=500, chunk_size=100, random_state=seed)
+    assert key_split(scoped.X.data.name) == "data"
+
+
+@pytest.mark.parametrize("name", sorted(GENERATORS))
+def test_generator_seed_determines_values(name):
+    """Same seed, same data and same keys; another seed or None gives other data."""
+    a = GENERATORS[name](n_samples=2_000, chunk_size=500, random_state=1)
+    b = GENERATORS[name](n_samples=2_000, chunk_size=500, random_state=1)
+    c = GENERATORS[name](n_samples=2_000, chunk_size=500, random_state=2)
+    assert a.X.data.name == b.X.data.name
+    np.testing.assert_array_equal(_local(a.X), _local(b.X))
+    assert not np.array_equal(_local(a.X), _local(c.X))
+    fresh = [GENERATORS[name](n_samples=100, chunk_size=50) for _ in range(2)]
+    assert not np.array_equal(_local(fresh[0].X), _local(fresh[1].X))
+    rs = GENERATORS[name](n_samples=100, random_state=np.random.RandomState(0))
+    assert rs.sizes["sample"] == 100
+
+
+@pytest.mark.parametrize("name", sorted(GENERATORS))
+@settings(max_examples=25, deadline=None)
+@given(
+    n_samples=st.integers(1, 20_000),
+    chunk_a=st.integers(1, 20_000),
+    chunk_b=st.integers(500, 20_000),
+    random_state=st.integers(0, 2**32),
+)
+def test_generator_values_do_not_depend_on_chunking(name, n_samples, chunk_a, chunk_b,
+                                                    random_state):
+    """Property: for a seed the arrays are identical whatever chunk_size."""
+    chunk_a = max(chunk_a, n_samples // 50 + 1)  # keep the number of tasks small
+    a = GENERATORS[name](n_samples=n_samples, chunk_size=chunk_a, random_state=random_state)
+    b = GENERATORS[name](n_samples=n_samples, chunk_size=chunk_b, random_state=random_state)
+    np.testing.assert_array_equal(_local(a.X), _local(b.X))
+    np.testing.assert_array_equal(_local(a.y), _local(b.y))
+
+
+@pytest.mark.parametrize("name", sorted(GENERATORS))
+def test_generator_same_on_cluster_and_local_scheduler(name, client, seed):
+    """A 2-worker cluster computes exactly what the local scheduler computes."""
+    data = GENERATORS[name](n_samples=10_000, chunk_size=1_500, random_state=seed)
+    on_cluster = client.compute([data.X.data, data.y.data], sync=True)
+    np.testing.assert_array_equal(on_cluster[0], _local(data.X))
+    np.testing.assert_array_equal(on_cluster[1], _local(data.y))
+    other = GENERATORS[name](n_samples=10_000, chunk_size=4_096, random_state=seed)
+    np.testing.assert_array_equal(other.X.data.compute(), on_cluster[0])
+
+
+def test_make_classification_weights_give_class_balance(seed):
+    """Class proportions follow weights (exactly up to a few rows when flip_y=0)."""
+    data = datasets.make_classification(
+        60_000, 6, n_informative=3, n_classes=3, weights=[0.2, 0.3], flip_y=0.0,
+        chunk_size=7_000, random_state=seed,
+    )
+    counts = np.bincount(_local(data.y), minlength=3)
+    np.testing.assert_allclose(counts / 60_000, [0.2, 0.3, 0.5], atol=2e-4)
+    for block in data.y.data.blocks:
+        assert set(np.unique(_local(block))) == {0, 1, 2}, "every chunk holds every class"
+
+
+def test_make_classification_flip_y_moves_labels_toward_uniform(seed):
+    """flip_y replaces that fraction of labels by uniform ones."""
+    data = datasets.make_classification(
+        40_000, 5, weights=[0.9], flip_y=0.5, chunk_size=10_000, random_state=seed
+    )
+    fraction = np.bincount(_local(data.y)) / 40_000
+    np.testing.assert_allclose(fraction, [0.5 * 0.9 + 0.25, 0.5 * 0.1 + 0.25], atol=0.01)
+
+
+def test_make_classification_feature_structure(seed):
+    """Redundant features are linear in the informative ones; repeated ones are copies."""
+    data = datasets.make_classification(
+        3_000, 9, n_informative=3, n_redundant=2, n_repeated=2, flip_y=0.0,
+        chunk_size=1_000, random_state=seed,
+    )
+    X = _local(data.X)
+    assert np.linalg.matrix_rank(X[:, :5], tol=1e-8) == 3
+    for column in (5, 6):
+        assert any(np.array_equal(X[:, column], X[:, j]) for j in range(5))
+    noise = X[:, 7:]
+    np.testing.assert_allclose(noise.mean(0), 0, atol=0.1)
+    np.testing.assert_allclose(noise.std(0), 1, atol=0.1)
+
+
+def test_make_classification_classes_sit_on_hypercube_vertices(seed):
+    """Each class's informative mean is a distinct vertex of the (+-class_sep) hypercube."""
+    data = datasets.make_classification(
+        40_000, 5, n_informative=3, n_redundant=0, n_classes=4, n_clusters_per_class=1,
+        class_sep=2.0, flip_y=0.0, chunk_size=9_000, random_state=seed,
+    )
+    X, y = _local(data.X), _local(data.y)
+    means = np.array([X[y == c, :3].mean(0) for c in range(4)])
+    np.testing.assert_allclose(np.abs(means), 2.0, atol=0.05)
+    assert len({tuple(np.sign(m)) for m in means}) == 4
+
+
+def test_make_classification_shift_and_scale(seed):
+    """X is (X + shift) * scale, applied after generation."""
+    plain = datasets.make_classification(1_000, 4, chunk_size=400, random_state=seed)
+    moved = datasets.make_classification(
+        1_000, 4, shift=2.0, scale=[1.0, 2.0, 3.0, 4.0], chunk_size=400, random_state=seed
+    )
+    np.testing.assert_allclose(_local(moved.X), (_local(plain.X) + 2.0) * [1, 2, 3, 4])
+    random = datasets.make_classification(100, 4, shift=None, scale=None, random_state=seed)
+    assert np.isfinite(_local(random.X)).all()
+
+
+def test_make_regression_is_linear_when_noise_free(seed):
+    """y = X @ coef + bias exactly with noise=0; n_informative non-zero coefficients."""
+    data, coef = datasets.make_regression(
+        5_000, 8, n_informative=3, bias=4.0, chunk_size=999, random_state=seed, coef=True
+    )
+    np.testing.assert_allclose(_local(data.X) @ coef + 4.0, _local(data.y))
+    assert np.count_nonzero(coef) == 3 and (coef[:3] > 0).all() and (coef < 100).all()
+
+
+def test_make_regression_noise_has_its_standard_deviation(seed):
+    """The residual of the true model has standard deviation `noise`."""
+    data, coef = datasets.make_regression(
+        20_000, 5, noise=3.0, chunk_size=6_000, random_state=seed, coef=True
+    )
+    residual = _local(data.y) - _local(data.X) @ coef
+    assert residual.std() == pytest.approx(3.0, rel=0.03)
+    assert _local(data.X).std() == pytest.approx(1.0, rel=0.02)
+
+
+def test_make_blobs_clusters_around_centers(seed):
+    """Rows split evenly over the centers, each cluster centred with its own std."""
+    centers = np.array([[0.0, 0.0], [20.0, 0.0], [0.0, 20.0]])
+    data, returned = datasets.make_blobs(
+        9_000, centers=centers, cluster_std=[0.5, 1.0, 2.0], chunk_size=2_500,
+        random_state=seed, return_centers=True,
+    )
+    np.testing.assert_array_equal(returned, centers)
+    X, y = _local(data.X), _local(data.y)
+    np.testing.assert_allclose(np.bincount(y), 3_000, atol=3)
+    for k, std in enumerate([0.5, 1.0, 2.0]):
+        np.testing.assert_allclose(X[y == k].mean(0), centers[k], atol=0.1)
+        np.testing.assert_allclose(X[y == k].std(0), std, rtol=0.06)
+    _, drawn = datasets.make_blobs(100, 5, centers=4, random_state=seed, return_centers=True)
+    assert drawn.shape == (4, 5) and (np.abs(drawn) <= 10).all()
+
+
+def test_generators_build_no_large_client_objects():
+    """100 million rows cost only a graph: nothing of size n_samples is made."""
+    data = datasets.make_classification(100_000_000, 20, chunk_size=1_000_000, random_state=0)
+    assert data.X.shape == (100_000_000, 20)
+    assert len(data.X.chunks[0]) == 100
+    first = data.X.data.blocks[0]
+    assert first.shape == (1_000_000, 20)
+
+
+@pytest.mark.parametrize(
+    "func, kwargs, message",
+    [
+        (datasets.make_classification, {"n_samples": 0}, r"n_samples must be an integer >= 1, got 0"),
+        (datasets.make_classification, {"n_samples": 10.5}, r"n_samples must be an integer"),
+        (datasets.make_classification, {"chunk_size": True}, r"chunk_size must be an integer >= 1, got True"),
+        (datasets.make_classification, {"n_features": 3}, r"n_informative \+ n_redundant \+ n_repeated must be <= n_features=3, got 2 \+ 2 \+ 0 = 4"),
+        (datasets.make_classification, {"n_classes": 3}, r"n_classes \* n_clusters_per_class must be <= 2 \*\* n_informative.*Raise n_informative to at least 3"),
+        (datasets.make_classification, {"weights": [0.1, 0.2, 0.7]}, r"weights must hold n_classes=2"),
+        (datasets.make_classification, {"flip_y": 1.5}, r"flip_y must be a finite number >= 0.0 and <= 1.0, got 1.5"),
+        (datasets.make_classification, {"random_state": -1}, r"random_state must be None, a non-negative integer.*got -1"),
+        (datasets.make_classification, {"random_state": "seed"}, r"random_state must be .*got 'seed'"),
+        (datasets.make_regression, {"noise": -1.0}, r"make_regression: noise must be a finite number >= 0.0, got -1.0"),
+        (datasets.make_regression, {"n_features": 0}, r"make_regression: n_features must be an integer >= 1"),
+        (datasets.make_blobs, {"centers": [1.0, 2.0]}, r"make_blobs: centers must be an integer or a finite 2-D array"),
+        (datasets.make_blobs, {"cluster_std": -1.0}, r"make_blobs: cluster_std must be finite and >= 0"),
+    ],
+)
+def test_generator_argument_errors(func, kwargs, message):
+    """Bad arguments raise DataError (a ValueError) naming the parameter and the value."""
+    with pytest.raises(DataError, match=message) as info:
+        func(**{"n_samples": 100, **kwargs})
+    assert isinstance(info.value, ValueError) and isinstance(info.value, TaskdmlError)
+
+
+# --------------------------------------------------------------------------------------------
+# scikit-learn's bundled data sets
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, loader, y_dtype",
+    [
+        ("iris", sklearn.datasets.load_iris, np.int64),
+        ("digits", sklearn.datasets.load_digits, np.int64),
+        ("wine", sklearn.datasets.load_wine, np.int64),
+        ("breast_cancer", sklearn.datasets.load_breast_cancer, np.int64),
+        ("diabetes", sklearn.datasets.load_diabetes, np.float64),
+        ("linnerud", sklearn.datasets.load_linnerud, np.float64),
+    ],
+)
+def test_load_sklearn_matches_scikit_learn(name, loader, y_dtype):
+    """Values, feature names and about four chunks, as scikit-learn loads them."""
+    bunch = loader()
+    data = datasets.load_sklearn(name)
+    n_samples, n_features = bunch.data.shape
+    chunk = math.ceil(n_samples / 4)
+    _check_convention(data, n_samples, n_features, datasets._row_chunks(n_samples, chunk))
+    assert data.feature.values.tolist() == list(bunch.feature_names)
+    assert data.y.dtype == y_dtype
+    np.testing.assert_array_equal(_local(data.X), bunch.data)
+    expected_y = bunch.target[:, 0] if name == "linnerud" else bunch.target
+    np.testing.assert_array_equal(_local(data.y), expected_y)
+    assert key_split(data.X.data.name) == "load_sklearn"
+    assert data.attrs["source"] == f"sklearn.datasets.{loader.__name__}"
+
+
+def test_load_sklearn_chunk_size_and_cluster(client):
+    """An explicit chunk_size is honoured, and the chunks load on the workers."""
+    data = datasets.load_sklearn("iris", chunk_size=50)
+    assert data.X.chunks[0] == (50, 50, 50)
+    np.testing.assert_array_equal(data.X.data.compute(), sklearn.datasets.load_iris().data)
+
+
+def test_load_sklearn_unknown_name():
+    """An unknown name lists the names and suggests the closest."""
+    with pytest.raises(DataError, match=r"unknown data set name='irsi'; expected one of \['breast_cancer'.*Did you mean 'iris'\?"):
+        datasets.load_sklearn("irsi")
+
+
+# --------------------------------------------------------------------------------------------
+# Readers and writers
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["zarr", "netcdf"])
+def test_xarray_round_trip(fmt, tmp_path, seed):
+    """write_* then read_* gives back the values, names and (zarr) the chunking."""
+    data = datasets.make_classification(1_000, 5, chunk_size=300, random_state=seed)
+    path = tmp_path / f"data.{fmt}"
+    write = getattr(datasets, f"write_{fmt}")
+    read = getattr(datasets, f"read_{fmt}")
+    assert write(data, path) == str(path)
+    back = read(path) if fmt == "zarr" else read(path, chunk_size=300)
+    _check_convention(back, 1_000, 5, (300, 300, 300, 100))
+    np.testing.assert_array_equal(_local(back.X), _local(data.X))
+    np.testing.assert_array_equal(_local(back.y), _local(data.y))
+    assert back.feature.values.tolist() == data.feature.values.tolist()
+    assert key_split(back.X.data.name) == f"read_{fmt}"
+    again = read(path, chunk_size=450)
+    assert again.X.chunks[0] == (450, 450, 100) and again.y.chunks[0] == (450, 450, 100)
+    with pytest.raises(DataError, match=r"already exists\. Pass overwrite=True"):
+        write(data, path)
+    write(data, path, overwrite=True)
+
+
+@pytest.mark.parametrize("fmt", ["zarr", "netcdf"])
+def test_xarray_readers_rename_dims_and_convert_dtype(fmt, tmp_path):
+    """Any 2-D X (first dim = samples) and its labels are renamed and cast to float64."""
+    raw = xr.Dataset(
+        {
+            "pixels": (("image", "pixel"), np.arange(24, dtype=np.float32).reshape(8, 3)),
+            "label": (("image",), np.arange(8) % 2),
+            "other": (("pixel",), np.ones(3)),
+        },
+        coords={"pixel": ["r", "g", "b"]},
+    )
+    path = tmp_path / f"raw.{fmt}"
+    getattr(datasets, f"write_{fmt}")(raw, path)
+    data = getattr(datasets, f"read_{fmt}")(path, x="pixels", y="label", chunk_size=3)
+    _check_convention(data, 8, 3, (3, 3, 2))
+    assert set(data.data_vars) == {"X", "y"}
+    assert data.feature.values.tolist() == ["r", "g", "b"]
+    np.testing.assert_array_equal(_local(data.X), raw.pixels.values.astype(np.float64))
+    np.testing.assert_array_equal(_local(data.y), raw.label.values)
+    unlabelled = getattr(datasets, f"read_{fmt}")(path, x="pixels", y=None)
+    assert set(unlabelled.data_vars) == {"X"}
+
+
+def test_read_zarr_errors(tmp_path):
+    """Missing variables, wrong shapes and missing paths say what and how to fix."""
+    raw = xr.Dataset({"X": (("a", "b"), np.ones((4, 2))), "lab": (("b",), np.ones(2))})
+    path = tmp_path / "bad.zarr"
+    datasets.write_zarr(raw, path)
+    with pytest.raises(DataError, match=r"read_zarr: '.*bad\.zarr' has no variable y='y'; its variables are \['X', 'lab'\]\. Pass y=None"):
+        datasets.read_zarr(path)
+    with pytest.raises(DataError, match=r"has no variable x='x'.*Did you mean 'X'\?"):
+        datasets.read_zarr(path, x="x", y=None)
+    with pytest.raises(DataError, match=r"variable 'lab' must be 1-D along 'X''s first dim 'a', found dims \('b',\)"):
+        datasets.read_zarr(path, y="lab")
+    with pytest.raises(DataError, match=r"variable 'lab' must be 2-D"):
+        datasets.read_zarr(path, x="lab", y=None)
+    with pytest.raises(DataError, match=r"read_zarr: no file or directory at path='.*nowhere\.zarr'"):
+        datasets.read_zarr(tmp_path / "nowhere.zarr")
+
+
+@pytest.fixture
+def table():
+    """A small table with numeric features, a text column and an integer label."""
+    rng = np.random.default_rng(0)
+    return pd.DataFrame(
+        {
+            "height": rng.normal(size=500),
+            "weight": rng.integers(0, 100, size=500),
+            "smoker": rng.integers(0, 2, size=500).astype(bool),
+            "label": rng.integers(0, 3, size=500),
+        }
+    )
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_table_round_trip(fmt, table, tmp_path):
+    """CSV and Parquet give float64 X from the features and y from the target."""
+    path = tmp_path / f"table.{fmt}"
+    if fmt == "csv":
+        table.to_csv(path, index=False)
+        data = datasets.read_csv(path, target="label", blocksize=4_000)
+        assert len(data.X.chunks[0]) > 1, "blocksize splits the file"
+    else:
+        table.to_parquet(path)
+        data = datasets.read_parquet(path, target="label")
+    _check_convention(data, 500, 3, data.X.chunks[0])
+    assert data.feature.values.tolist() == ["height", "weight", "smoker"]
+    np.testing.assert_allclose(_local(data.X), table[["height", "weight", "smoker"]].to_numpy(float))
+    np.testing.assert_array_equal(_local(data.y), table.label.to_numpy())
+    assert key_split(data.X.data.name) == f"read_{fmt}"
+    chosen = getattr(datasets, f"read_{fmt}")(path, features=["weight"])
+    assert chosen.feature.values.tolist() == ["weight"] and "y" not in chosen
+
+
+def test_read_csv_on_cluster(table, tmp_path, client):
+    """Row counts and chunks are computed on the workers."""
+    path = tmp_path / "table.csv"
+    table.to_csv(path, index=False)
+    data = datasets.read_csv(path, target="label", blocksize=5_000)
+    np.testing.assert_array_equal(data.y.data.compute(), table.label.to_numpy())
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"target": "lable"}, r"has no column target='lable'; its columns are \['height', 'weight', 'smoker', 'label'\]\. Did you mean 'label'\?"),
+        ({"features": ["height", "wieght"]}, r"has no column features='wieght'.*Did you mean 'weight'\?"),
+        ({"target": "label", "features": ["label"]}, r"target='label' is also listed in features"),
+    ],
+)
+def test_table_column_errors(fmt, kwargs, message, table, tmp_path):
+    """A missing column names the file, the column, the columns and the closest match."""
+    path = tmp_path / f"table.{fmt}"
+    table.to_csv(path, index=False) if fmt == "csv" else table.to_parquet(path)
+    with pytest.raises(DataError, match=rf"read_{fmt}: '.*table\.{fmt}' {message}" if "has no" in message else message):
+        getattr(datasets, f"read_{fmt}")(path, **kwargs)
+
+
+def test_read_csv_rejects_text_features(tmp_path):
+    """Text feature columns are refused up front, with the fix."""
+    path = tmp_path / "text.csv"
+    pd.DataFrame({"a": [1.0, 2.0], "city": ["Oslo", "Lima"]}).to_csv(path, index=False)
+    with pytest.raises(DataError, match=r"feature columns must be numeric .* found \{'city': .*Leave them out with features="):
+        datasets.read_csv(path)
+
+
+# --------------------------------------------------------------------------------------------
+# train_test_split
+# --------------------------------------------------------------------------------------------
+
+
+def _indexed(n_samples, chunk_size):
+    """Data whose X holds each row's global index, to see where rows go."""
+    rows = da.arange(n_samples, chunks=chunk_size, dtype=np.float64)
+    X = da.stack([rows, -rows], axis=1).rechunk({1: -1})
+    return xr.Dataset(
+        {"X": (("sample", "feature"), X), "y": (("sample",), rows.astype(np.int64))},
+        coords={"feature": ["i", "minus_i"]},
+    )
+
+
+def _rows(part):
+    return _local(part.X)[:, 0].astype(np.int64)
+
+
+@pytest.mark.parametrize("test_size, n_test", [(0.25, 250), (0.3333, 334), (1, 1), (999, 999)])
+def test_split_is_an_exact_partition(test_size, n_test, seed):
+    """Train and test are disjoint, cover every row in order, and test has the sklearn size."""
+    data = _indexed(1_000, 128)
+    train, test = datasets.train_test_split(data, test_size=test_size, random_state=seed)
+    train_rows, test_rows = _rows(train), _rows(test)
+    assert len(test_rows) == n_test and test.sizes["sample"] == n_test
+    assert np.intersect1d(train_rows, test_rows).size == 0
+    np.testing.assert_array_equal(np.sort(np.concatenate([train_rows, test_rows])), np.arange(1_000))
+    assert (np.diff(train_rows) > 0).all() and (np.diff(test_rows) > 0).all()
+    np.testing.assert_array_equal(_local(train.y), train_rows)
+    assert train.feature.values.tolist() == ["i", "minus_i"]
+    for part in (train, test):
+        assert all(c > 0 for c in part.X.chunks[0]), "no empty chunk"
+        assert part.X.chunks[0] == part.y.chunks[0]
+        assert part.X.chunks[1] == (2,)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n_samples=st.integers(2, 5_000),
+    chunk_a=st.integers(1, 5_000),
+    chunk_b=st.integers(1, 5_000),
+    test_size=st.floats(0.01, 0.99),
+    random_state=st.integers(0, 2**32),
+)
+def test_split_does_not_depend_on_chunking(n_samples, chunk_a, chunk_b, test_size, random_state):
+    """Property: for a seed the same rows go to test whatever the input chunking."""
+    chunk_a = max(chunk_a, n_samples // 40 + 1)
+    chunk_b = max(chunk_b, n_samples // 40 + 1)
+    n_test = math.ceil(test_size * n_samples)
+    if n_test >= n_samples:
+        return
+    parts_a = datasets.train_test_split(_indexed(n_samples, chunk_a), test_size=test_size,
+                                        random_state=random_state)
+    parts_b = datasets.train_test_split(_indexed(n_samples, chunk_b), test_size=test_size,
+                                        random_state=random_state)
+    for a, b in zip(parts_a, parts_b):
+        np.testing.assert_array_equal(_rows(a), _rows(b))
+        assert all(c > 0 for c in a.X.chunks[0])
+
+
+def test_split_seed_determines_rows():
+    """Same seed, same split; another seed, another split; the fraction is right."""
+    data = _indexed(20_000, 3_000)
+    a = _rows(datasets.train_test_split(data, random_state=5)[1])
+    b = _rows(datasets.train_test_split(data, random_state=5)[1])
+    c = _rows(datasets.train_test_split(data, random_state=6)[1])
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    assert len(a) == 5_000
+    # the test rows are spread evenly, not bunched: about a quarter of every chunk
+    per_chunk = np.bincount(a // 3_000)
+    np.testing.assert_allclose(per_chunk[:-1] / 3_000, 0.25, atol=0.04)
+
+
+def test_split_keeps_chunks_in_place_and_names_keys(seed):
+    """Each output chunk is one task on one input chunk: no rechunk, no gather, named keys."""
+    data = datasets.make_classification(10_000, 4, chunk_size=1_000, random_state=seed)
+    train, test = datasets.train_test_split(data, random_state=seed)
+    for part, side in ((train, "train"), (test, "test")):
+        assert {key_split(k) for k in dask.core.flatten(part.X.data.__dask_keys__())} == {
+            f"train_test_split-{side}"
+        }
+        graph = part.X.data.__dask_graph__()
+        layer = graph.layers[part.X.data.name]
+        assert len(layer) == len(part.X.chunks[0])
+        for key in layer:
+            assert graph.dependencies[part.X.data.name] == {data.X.data.name}
+        assert not any(key_split(k).startswith("rechunk") for k in dict(graph))
+
+
+def test_split_drops_chunks_left_empty(seed):
+    """With one-row chunks the empty outputs are dropped, not kept as 0-row chunks."""
+    data = _indexed(60, 1)
+    train, test = datasets.train_test_split(data, test_size=10, random_state=seed)
+    assert test.X.chunks[0] == (1,) * 10 and train.X.chunks[0] == (1,) * 50
+
+
+def test_split_on_cluster_equals_local(client, seed):
+    """The 2-worker cluster computes the same split as the local scheduler."""
+    data = datasets.make_regression(8_000, 5, chunk_size=1_100, random_state=seed)
+    train, test = datasets.train_test_split(data, test_size=0.3, random_state=seed)
+    computed = client.compute([train.X.data, test.y.data], sync=True)
+    np.testing.assert_array_equal(computed[0], _local(train.X))
+    np.testing.assert_array_equal(computed[1], _local(test.y))
+
+
+def test_split_in_memory_variables_and_coordinates(seed):
+    """Variables and coordinates along sample that are not dask arrays are split alike."""
+    data = _indexed(300, 70).assign_coords(sample=np.arange(300) * 10)
+    data["weight"] = (("sample",), np.arange(300.0))
+    data["scale"] = (("feature",), np.array([1.0, 2.0]))
+    train, test = datasets.train_test_split(data, random_state=seed)
+    for part in (train, test):
+        rows = _rows(part)
+        np.testing.assert_array_equal(part.sample.values, rows * 10)
+        np.testing.assert_array_equal(part.weight.values, rows)
+        np.testing.assert_array_equal(part.scale.values, [1.0, 2.0])
+
+
+def test_split_output_writes_to_zarr(tmp_path, seed):
+    """Irregular split chunks are rechunked by write_zarr and read back intact."""
+    data = datasets.make_blobs(3_000, chunk_size=700, random_state=seed)
+    train, _ = datasets.train_test_split(data, random_state=seed)
+    datasets.write_zarr(train, tmp_path / "train.zarr")
+    back = datasets.read_zarr(tmp_path / "train.zarr")
+    np.testing.assert_array_equal(_local(back.X), _local(train.X))
+
+
+@pytest.mark.parametrize(
+    "data, kwargs, message",
+    [
+        ("ok", {"test_size": 0.0}, r"test_size must be a float in \(0, 1\) or an integer number of rows, got 0\.0"),
+        ("ok", {"test_size": 1.0}, r"test_size must be a float in \(0, 1\).*got 1\.0"),
+        ("ok", {"test_size": True}, r"got True"),
+        ("ok", {"test_size": 100}, r"an integer test_size must be between 1 and n_samples - 1 = 99, got 100"),
+        ("ok", {"test_size": 0.999}, r"test_size=0\.999 of 100 samples leaves no training rows"),
+        ("no_sample", {}, r"data must have a 'sample' dim; found dims \['samples', 'feature'\]\. Did you mean 'samples'\?"),
+        ("array", {}, r"data must be an xarray\.Dataset, got Array"),
+    ],
+)
+def test_split_errors(data, kwargs, message):
+    """Bad arguments name the parameter, the expected and the found value."""
+    ok = _indexed(100, 30)
+    data = {"ok": ok, "no_sample": ok.rename(sample="samples"), "array": ok.X.data}[data]
+    with pytest.raises(DataError, match=message) as info:
+        datasets.train_test_split(data, **kwargs)
+    assert str(info.value).startswith("train_test_split: ")
