@@ -77,6 +77,13 @@ class StepContext:
             artifact = self.record.directory.save_model(name, model)
             self.record.add_artifact(self.step.name, name, artifact)
 
+    def record_training(self, result, item=None):
+        """Note the engine's strategy, history and facts of a fit in the manifest."""
+        entry = {"strategy": result.strategy, "history": result.history,
+                 "stats": {k: v for k, v in result.stats.items()}}
+        self.record.step(self.step.name, training=entry if item is None else {
+            **self.record.steps.get(self.step.name, {}).get("training", {}), item: entry})
+
     def record_metrics(self, values):
         self.record.metrics[self.step.name] = values
         if self.record.directory is not None:

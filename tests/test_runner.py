@@ -62,7 +62,7 @@ def test_keys_and_spans_are_named_after_steps(client, tmp_path):
     """Dashboard prefixes start with the step name; each step has its own span."""
     run_pipeline(loads_pipeline(TRAIN), client, run_root=tmp_path)
     prefixes = _prefixes(client)
-    assert {"data-generate", "split-train", "split-test", "scale-fit", "model-fit",
+    assert {"data-generate", "split-train", "split-test", "scale-inspect", "scale-replica", "model-replica",
             "report-statistics"} <= prefixes
     spans = client.run_on_scheduler(
         lambda dask_scheduler: [s.name for s in dask_scheduler.extensions["spans"].spans.values()])

@@ -1,71 +1,337 @@
-"""The training engine: one estimator trained over the chunks of a dask array.
+"""The training engine: one estimator trained over the chunks of dask arrays.
 
-Every entry point — a pipeline's ``fit`` step, ``taskdml.DataParallel``, a search trial —
-calls :func:`train`. The data is a dask array chunked along samples; chunk tasks read the
-chunks where they live. The ``sequential`` strategy chains ``partial_fit`` through the
-chunks, one replica walking all of them (dask-ml's ``Incremental``); an estimator without
-``partial_fit`` is fitted in one task on the concatenated chunks.
+Every entry point — a pipeline's ``fit`` step, :class:`taskdml.DataParallel`, a search
+trial — calls :func:`train`. Strategies:
+
+``sync``
+    Chunk ``i`` belongs to replica ``i mod R`` (``R`` = workers, by default), whatever the
+    placement, so results depend only on the seed and ``R``. Each replica is one
+    long-running task pinned to the worker that already holds most of its chunks (the
+    others are copied there once and stay). The replicas start from one shared
+    initialisation (:func:`~taskdml.parallel.merge.prepare_start`); every round each
+    ``partial_fit``\\s ``sync_every`` chunks and they all-reduce through an actor with
+    :func:`~taskdml.parallel.merge.merge_replicas`, worker to worker: the client and the
+    scheduler are not in the loop, so no worker waits for them between rounds.
+``async``
+    The same replicas pull the global estimator from a parameter-server actor, train one
+    chunk, and push; a worker more than ``staleness`` chunks ahead of the slowest waits
+    (stale-synchronous parallel; ``0`` is lock-step, ``None`` never waits). Not
+    deterministic: the order of pushes depends on timing.
+``sequential``
+    One replica walks all chunks, a chain of tasks that follows the data (dask-ml's
+    ``Incremental``): for estimators that cannot be merged, and the reference in tests.
+
+Without a distributed client, replicas run as threads of this process on the computed
+chunks (small data), with the same arithmetic. An estimator without ``partial_fit`` is fitted
+once on all chunks concatenated, in one task.
 """
+
+import concurrent.futures
+import copy
+import dataclasses
+import time
+import warnings
 
 import numpy as np
 
 from taskdml import _keys
-from taskdml.parallel import _tasks
+from taskdml.exceptions import DataError
+from taskdml.parallel import _chunks, _collective, _replica, _tasks
+from taskdml.parallel.merge import prepare_start, unmergeable_reason
+
+STRATEGIES = ("sync", "async", "sequential")
 
 
-def train(estimator, X, y=None, *, preprocess=(), classes=None, epochs=1, client=None):
-    """Fit a clone of *estimator* on dask arrays *X* (and *y*); return the fitted estimator.
+@dataclasses.dataclass
+class TrainResult:
+    """What :func:`train` returns: the estimator, its per-epoch history, and run facts."""
+
+    estimator: object
+    history: list
+    strategy: str
+    stats: dict
+
+
+class SequentialFallbackWarning(UserWarning):
+    """An estimator asked to train data-parallel was trained sequentially; the message says why."""
+
+
+def train(estimator, X, y=None, *, sample_weight=None, classes=None, preprocess=(), strategy=None,
+          epochs=1, sync_every=1, staleness=None, shuffle=True, shuffle_rows=False,
+          random_state=None, validation=None, scoring=None, tol=1e-4, n_iter_no_change=None,
+          n_replicas=None, client=None):
+    """Train a copy of *estimator* on chunked data; return a :class:`TrainResult`.
 
     Parameters
     ----------
     estimator : scikit-learn estimator
-    X : dask.array.Array, shape (n_samples, n_features), chunked along samples
-    y : dask.array.Array, shape (n_samples,), optional
-    preprocess : sequence of fitted transformers, applied to every chunk first
+        Trained as given (a fitted one continues from its state); it is not modified.
+    X : dask.array.Array, shape (n_samples, n_features)
+        Chunked along samples.
+    y, sample_weight : dask.array.Array, shape (n_samples,), optional
     classes : array-like, optional
-        All labels, for classifiers trained with ``partial_fit``; found from *y* if omitted.
-    epochs : int
-        Passes over the data (``partial_fit`` estimators only).
+        All labels of a classifier; found chunk-wise when omitted.
+    preprocess : sequence of fitted transformers
+        Applied to each chunk before training.
+    strategy : {"sync", "async", "sequential"}, optional
+        Default ``"sync"`` when the estimator has a merge rule, else ``"sequential"``.
+    epochs, sync_every, staleness, shuffle, shuffle_rows, random_state
+        See the module docstring; ``shuffle`` reorders each replica's chunks per epoch,
+        ``shuffle_rows`` the rows inside each chunk, both seeded by ``random_state``.
+    validation : (X_val, y_val), optional
+        Scored after every epoch (``scoring``: a scorer name or callable; default
+        ``estimator.score``).
+    tol, n_iter_no_change
+        Early stopping on the validation score, as in scikit-learn.
+    n_replicas : int, optional
+        Replicas for sync/async; default the number of workers (1 without a client).
     client : distributed.Client, optional
-        Defaults to the current client, or dask's local scheduler without one.
+        Default: the current client if there is one, else threads in this process.
     """
-    import dask
-    from sklearn.base import clone, is_classifier
+    from sklearn.base import is_classifier
+    from sklearn.utils import check_random_state
 
-    estimator = clone(estimator)
-    X_chunks = X.to_delayed().ravel()
-    y_chunks = None if y is None else y.to_delayed().ravel()
-    transformers = dask.delayed(list(preprocess), pure=True)
+    if strategy is not None and strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}.")
+    client = client if client is not None else current_client()
+    X, y, sample_weight = _align(X, y, sample_weight)
+    arrays = [a for a in (X, y, sample_weight) if a is not None]
+    if client is not None:
+        arrays = client.persist(arrays)
+    chunks = _chunk_lists(arrays, X, y, sample_weight)
+    facts = _gather(client, [_delayed(_chunks.inspect_chunk, "inspect", i, chunk[0], chunk[1], chunk[2],
+                                      is_classifier(estimator)) for i, chunk in enumerate(chunks)])
+    classes = _chunks.check(facts, X.shape[1], classes, is_classifier(estimator) and y is not None)
+    seed = int(check_random_state(random_state).randint(2**31 - 1))
+    plan = {"epochs": int(epochs), "sync_every": int(sync_every), "shuffle": shuffle,
+            "shuffle_rows": shuffle_rows, "seed": seed, "transformers": list(preprocess),
+            "fit_kwargs": {"classes": classes} if classes is not None else {},
+            "validation": validation, "scorer": _scorer(scoring), "tol": tol,
+            "n_iter_no_change": n_iter_no_change}
+    strategy = _choose(estimator, strategy)
+    started = time.perf_counter()
+    if strategy == "fit":
+        result = _fit_once(estimator, chunks, plan, client)
+    elif strategy == "sequential":
+        result = _sequential(estimator, chunks, plan, client)
+    else:
+        result = _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas)
+    rows = sum(fact["rows"] for fact in facts)
+    result.stats.update(wall_s=time.perf_counter() - started, n_samples=rows, n_chunks=len(chunks))
+    for number, entry in enumerate(result.history, start=1):
+        entry["samples_seen"] = rows * number
+    return result
+
+
+def current_client():
+    """The distributed client of this context, or ``None`` (then replicas are threads)."""
+    try:
+        from distributed import default_client
+    except ImportError:
+        return None
+    try:
+        return default_client()
+    except ValueError:
+        return None
+
+
+def _choose(estimator, strategy):
     if not hasattr(estimator, "partial_fit"):
-        key = _keys.key_name("train", estimator, X.name, None if y is None else y.name, phase="fit")
-        result = dask.delayed(_tasks.fit_all, pure=True)(
-            estimator, list(X_chunks), None if y is None else list(y_chunks), transformers,
-            dask_key_name=key)
-        return _compute(result, client)
-    fit_kwargs = {}
-    if is_classifier(estimator) and y is not None:
-        fit_kwargs["classes"] = np.asarray(classes) if classes is not None else _classes(y_chunks, client)
-    key = _keys.key_name("train", estimator, X.name, None if y is None else y.name, epochs, phase="fit")
-    state = estimator
-    for step, index in enumerate(i for _ in range(epochs) for i in range(len(X_chunks))):
-        state = dask.delayed(_tasks.partial_fit_chunk, pure=True)(
-            state, X_chunks[index], None if y is None else y_chunks[index], transformers,
-            fit_kwargs, dask_key_name=(key, step))
-    return _compute(state, client)
+        if strategy not in (None, "sequential"):
+            warnings.warn(f"{type(estimator).__name__} has no partial_fit: fitting it once on all "
+                          "the data instead of data-parallel.", SequentialFallbackWarning, stacklevel=3)
+        return "fit"
+    reason = unmergeable_reason(estimator)
+    if reason is None:
+        return strategy or "sync"
+    if strategy in ("sync", "async"):
+        warnings.warn(f"training {type(estimator).__name__} sequentially instead of {strategy!r}: "
+                      f"{reason}", SequentialFallbackWarning, stacklevel=3)
+    return "sequential"
 
 
-def _classes(y_chunks, client):
+def _align(X, y, sample_weight):
+    """One chunk per row block for X, y and weights; all features in one chunk."""
+    import dask.array as da
+
+    X = da.asarray(X)
+    if X.ndim != 2:
+        raise DataError(f"X must be 2-D (samples, features), got shape {X.shape}.")
+    if len(X.chunks[1]) > 1:
+        X = X.rechunk({1: -1})
+    rows = X.chunks[0]
+    aligned = []
+    for name, array in (("y", y), ("sample_weight", sample_weight)):
+        if array is None:
+            aligned.append(None)
+            continue
+        array = da.asarray(array)
+        if array.shape[0] != X.shape[0]:
+            raise DataError(f"X has {X.shape[0]:,} rows but {name} has {array.shape[0]:,}.")
+        aligned.append(array if array.chunks[0] == rows else array.rechunk({0: rows}))
+    return (X, *aligned)
+
+
+def _chunk_lists(arrays, X, y, sample_weight):
+    """``[(X_i, y_i, w_i, i)]``: per chunk, the futures (persisted) or delayed objects."""
+    parts = iter(arrays)
+    columns = [_blocks(next(parts))]
+    for array in (y, sample_weight):
+        columns.append(_blocks(next(parts)) if array is not None else [None] * len(columns[0]))
+    return [(x, y_i, w_i, i) for i, (x, y_i, w_i) in enumerate(zip(*columns))]
+
+
+def _blocks(array):
+    """The row blocks of *array*, in order: its futures if it is persisted, else delayed."""
+    from dask.core import flatten
+    from distributed import futures_of
+
+    futures = {future.key: future for future in futures_of(array)}
+    keys = list(flatten(array.__dask_keys__()))
+    if futures and all(key in futures for key in keys):
+        return [futures[key] for key in keys]
+    return list(array.to_delayed().ravel())
+
+
+def _delayed(function, phase, index, *args):
     import dask
 
-    key = _keys.key_name("train", [c.key for c in y_chunks], phase="classes")
-    labels = [dask.delayed(_tasks.chunk_labels, pure=True)(chunk, dask_key_name=(key, i))
-              for i, chunk in enumerate(y_chunks)]
-    return np.unique(np.concatenate(_compute(labels, client)))
+    name = _keys.key_name("train", function.__name__, [getattr(a, "key", a) for a in args[:3]],
+                          phase=phase)
+    return dask.delayed(function, pure=True)(*args, dask_key_name=(name, index))
 
 
-def _compute(value, client):
+def _gather(client, values):
     import dask
 
     if client is not None:
-        return client.compute(value, sync=True)
-    return dask.compute(value)[0]
+        return client.gather(client.compute(values))
+    return list(dask.compute(*values))
+
+
+def _scorer(scoring):
+    if scoring is None or callable(scoring):
+        return scoring
+    from sklearn.metrics import get_scorer
+
+    return get_scorer(scoring)
+
+
+def _fit_once(estimator, chunks, plan, client):
+    import dask
+
+    name = _keys.key_name("train", type(estimator).__name__, [c[0].key for c in chunks], phase="fit")
+    task = dask.delayed(_tasks.fit_all, pure=True)(
+        estimator, [c[0] for c in chunks], None if chunks[0][1] is None else [c[1] for c in chunks],
+        plan["transformers"], dask_key_name=name)
+    return TrainResult(_gather(client, [task])[0], [], "fit", {})
+
+
+def _sequential(estimator, chunks, plan, client):
+    """One replica through every chunk, epoch by epoch, scored between epochs."""
+    import dask
+
+    name = _keys.key_name("train", type(estimator).__name__, [c[0].key for c in chunks],
+                          plan["seed"], phase="fit")
+    state, history, step = copy.deepcopy(estimator), [], 0
+    for epoch in range(plan["epochs"]):
+        began = time.perf_counter()
+        for position in _replica.epoch_order(len(chunks), epoch, 0, plan["shuffle"], plan["seed"]):
+            state = dask.delayed(_tasks.partial_fit_chunk, pure=True)(
+                state, chunks[position][0], chunks[position][1], plan["transformers"],
+                dict(plan["fit_kwargs"], **_weight_kwarg(chunks[position][2])), dask_key_name=(name, step))
+            step += 1
+        state = _gather(client, [state])[0]
+        entry = {"epoch": epoch + 1, "duration_s": time.perf_counter() - began,
+                 **_replica.epoch_scores(state, plan["validation"], plan)}
+        history.append(entry)
+        if _replica.should_stop(history, plan):
+            break
+    return TrainResult(state, history, "sequential", {"replicas": 1})
+
+
+def _weight_kwarg(weight):
+    return {} if weight is None else {"sample_weight": weight}
+
+
+def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas):
+    """Sync or async replicas, as pinned long-running tasks or as local threads."""
+    if client is None:
+        return _replicated_locally(estimator, chunks, plan, strategy, staleness, n_replicas or 1)
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    n_replicas = min(n_replicas or len(workers), len(chunks))
+    owned = [[c for c in chunks if c[3] % n_replicas == rank] for rank in range(n_replicas)]
+    placement = _place(client, owned, workers)
+    first = chunks[0]
+    name = _keys.key_name("train", type(estimator).__name__, [c[0].key for c in chunks], plan["seed"],
+                          strategy, phase="replica")
+    start = client.submit(prepare_start, estimator, first[0], first[1], plan["fit_kwargs"].get("classes"),
+                          key=_keys.key_name("train", name, phase="prepare"))
+    plan = dict(plan, rounds_per_epoch=-(-max(len(o) for o in owned) // plan["sync_every"]))
+    if strategy == "sync":
+        service = client.submit(_collective.AllReduceActor, n_replicas, actor=True,
+                                workers=[placement[0]], key=_keys.key_name("train", name, phase="allreduce"))
+    else:
+        service = client.submit(_collective.ParameterServerActor, start, n_replicas, staleness, actor=True,
+                                workers=[placement[0]], key=_keys.key_name("train", name, phase="server"))
+    service = service.result()
+    tasks = [client.submit(_replica.sync_replica if strategy == "sync" else _replica.async_replica, rank,
+                           *((start,) if strategy == "sync" else ()), owned[rank], service, plan,
+                           workers=[placement[rank]], allow_other_workers=False, pure=False,
+                           key=(name, rank))
+             for rank in range(n_replicas)]
+    outcomes = client.gather(tasks)
+    return _result(strategy, outcomes, service, plan, n_replicas)
+
+
+def _result(strategy, outcomes, service, plan, n_replicas):
+    if strategy == "sync":
+        state, history, _ = outcomes[0]
+        stats = [outcome[2] for outcome in outcomes]
+        rounds = plan["rounds_per_epoch"] * len(history)
+        return TrainResult(state, history, "sync", {
+            "replicas": n_replicas, "rounds": rounds,
+            "busy_s": [s["busy_s"] for s in stats],
+            "reduce_wait_s": [s["reduce_wait_s"] for s in stats]})
+    state, version, waited = _collective.call(service, "result")
+    history = [{"epoch": plan["epochs"], **_replica.epoch_scores(state, plan["validation"], plan)}]
+    return TrainResult(state, history, "async", {
+        "replicas": n_replicas, "updates": version, "busy_s": [o["busy_s"] for o in outcomes],
+        "held_back_s": [waited[rank] for rank in sorted(waited)]})
+
+
+def _place(client, owned, workers):
+    """Pin each replica to the free worker holding most of its rows (copies the rest once)."""
+    who_has = client.who_has([c[0] for chunks in owned for c in chunks])
+    local = []
+    for rank, chunks in enumerate(owned):
+        for worker in workers:
+            held = sum(1 for c in chunks if worker in who_has.get(c[0].key, ()))
+            local.append((-held, rank, worker))
+    placement, used = {}, {}
+    capacity = -(-len(owned) // len(workers))
+    for _, rank, worker in sorted(local):
+        if rank not in placement and used.get(worker, 0) < capacity:
+            placement[rank] = worker
+            used[worker] = used.get(worker, 0) + 1
+    return placement
+
+
+def _replicated_locally(estimator, chunks, plan, strategy, staleness, n_replicas):
+    """The same replicas as threads of this process, on computed chunks."""
+    import dask
+
+    chunks = [tuple(part for part in dask.compute(*chunk[:3])) + (chunk[3],) for chunk in chunks]
+    n_replicas = min(n_replicas, len(chunks))
+    owned = [[c for c in chunks if c[3] % n_replicas == rank] for rank in range(n_replicas)]
+    start = prepare_start(estimator, chunks[0][0], chunks[0][1], plan["fit_kwargs"].get("classes"))
+    plan = dict(plan, rounds_per_epoch=-(-max(len(o) for o in owned) // plan["sync_every"]))
+    if strategy == "sync":
+        service = _collective.AllReduceLocal(n_replicas)
+        jobs = [(_replica.sync_replica, rank, start, owned[rank], service, plan) for rank in range(n_replicas)]
+    else:
+        service = _collective.ParameterServerLocal(start, n_replicas, staleness)
+        jobs = [(_replica.async_replica, rank, owned[rank], service, plan) for rank in range(n_replicas)]
+    with concurrent.futures.ThreadPoolExecutor(n_replicas) as pool:
+        outcomes = [future.result() for future in [pool.submit(*job) for job in jobs]]
+    return _result(strategy, outcomes, service, plan, n_replicas)

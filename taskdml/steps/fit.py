@@ -1,8 +1,9 @@
 """``fit:`` steps: an estimator trained on a dataset by the training engine.
 
-With ``foreach``, every item is its own estimator (item values are estimator parameters),
-trained side by side: each item's training runs in its own client thread, in the step's
-context (client, span and key names), so their tasks interleave on the cluster.
+``parallel:`` carries the engine's options (``strategy``, ``sync_every``, ``staleness``,
+``epochs``, ``shuffle``, ``random_state``). With ``foreach``, every item is its own estimator
+(item values are estimator parameters), trained side by side: each item's training runs in
+its own client thread, in the step's context (client, span and key names).
 """
 
 import concurrent.futures
@@ -22,11 +23,11 @@ def run(step, inputs, context):
 
     def fit_item(label, params):
         estimator = estimator_class(**thaw(step.with_ or {}), **params)
-        model = train(estimator, data["X"].data, data["y"].data if "y" in data else None,
-                      preprocess=preprocess, classes=step.classes,
-                      epochs=options.get("epochs", 1), client=context.client)
-        context.save_model(model, item=label)
-        return model
+        result = train(estimator, data["X"].data, data["y"].data if "y" in data else None,
+                       preprocess=preprocess, classes=step.classes, client=context.client, **options)
+        context.save_model(result.estimator, item=label)
+        context.record_training(result, item=label)
+        return result.estimator
 
     items = step.items()
     if items[0][0] is None:
