@@ -118,8 +118,9 @@ def train(estimator, X, y=None, *, sample_weight=None, classes=None, preprocess=
         result = _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas)
     rows = sum(fact["rows"] for fact in facts)
     result.stats.update(wall_s=time.perf_counter() - started, n_samples=rows, n_chunks=len(chunks))
-    for number, entry in enumerate(result.history, start=1):
-        entry["samples_seen"] = rows * number
+    for entry in result.history:
+        entry.pop("stop", None)
+        entry["samples_seen"] = rows * entry["epoch"]
     return result
 
 
