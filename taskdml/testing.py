@@ -83,9 +83,7 @@ def _compare(a, b, path, rtol, atol, strict=False):
 
 
 def _learned_attributes(estimator, rule):
-    public = [
-        k for k in vars(estimator) if k.endswith("_") and not k.startswith("__")
-    ]
+    public = [k for k in vars(estimator) if k.endswith("_") and not k.startswith("__")]
     private = [k for k in rule.private_state if hasattr(estimator, k)]
     return sorted(set(public) | set(private))
 
@@ -100,7 +98,9 @@ def _assert_same_state(got, expected, rule, what, rtol, atol):
             f"{sorted(set(expected_names) - set(got_names))}"
         )
     for name in got_names:
-        _compare(getattr(got, name), getattr(expected, name), f"{what}: attribute {name!r}", rtol, atol)
+        _compare(
+            getattr(got, name), getattr(expected, name), f"{what}: attribute {name!r}", rtol, atol
+        )
 
 
 def _arrays(value, seen=None):
@@ -224,6 +224,13 @@ def _check_round(
     return merged
 
 
+def _exact_for(rule, fitted):
+    """The rule's exactness for this configuration, once a fitted replica tells."""
+    if rule.exact and rule.exact_when is not None:
+        return rule.exact_when(fitted) is not False
+    return rule.exact
+
+
 def check_merge(
     estimator,
     X,
@@ -270,7 +277,8 @@ def check_merge(
     classes : array-like, optional
         All classes, passed to every ``partial_fit`` that accepts them.
     exact : bool, optional
-        Check the exact laws (d) and (e); defaults to the rule's ``exact``.
+        Check the exact laws (d) and (e); defaults to the rule's ``exact`` (narrowed by its
+        ``exact_when`` on a fitted replica).
     rtol, atol : float
         Tolerances for floating-point state.
     random_state : int, default=0
@@ -304,7 +312,6 @@ def check_merge(
         raise AssertionError(f"No merge rule to check: {unmergeable_reason(estimator)}")
     if not isinstance(rule, MergeRule):
         raise TypeError(f"check_merge: rule must be a MergeRule, got {rule!r}.")
-    exact = rule.exact if exact is None else exact
     name = f"{type(estimator).__name__} ({rule.family} rule)"
     rng = np.random.default_rng(random_state)
     bounds = _chunk_bounds(_num_samples(X), 2 * n_replicas, rng)
@@ -316,13 +323,26 @@ def check_merge(
     for round_ in range(2):
         round_chunks = chunks[round_ * n_replicas : (round_ + 1) * n_replicas]
         replicas = [_partial_fit(copy.deepcopy(global_), *chunk, classes) for chunk in round_chunks]
+        if exact is None:
+            exact = _exact_for(rule, replicas[0])
         weights = [float(_num_samples(chunk[0])) for chunk in round_chunks]
         global_ = _check_round(
-            rule, replicas, weights, exact, rule.reference, None if round_ == 0 else global_, X_probe, round_chunks[0],
-            classes, rtol, atol, f"{name}, round {round_ + 1}",
+            rule,
+            replicas,
+            weights,
+            exact,
+            rule.reference,
+            None if round_ == 0 else global_,
+            X_probe,
+            round_chunks[0],
+            classes,
+            rtol,
+            atol,
+            f"{name}, round {round_ + 1}",
         )
 
     if exact:
+        pass_name = "one partial_fit" if rule.reference == "one_call" else "a serial pass"
         serial = copy.deepcopy(start)
         if rule.reference == "one_call":
             _partial_fit(serial, X, y, classes)
@@ -330,8 +350,11 @@ def check_merge(
             for chunk in chunks:
                 _partial_fit(serial, *chunk, classes)
         _assert_same_state(
-            global_, serial, rule,
-            f"{name}: two merged rounds vs one {'call' if rule.reference == 'one_call' else 'serial pass'} over all rows",
-            rtol, atol,
+            global_,
+            serial,
+            rule,
+            f"{name}: two merged rounds vs {pass_name} over all rows",
+            rtol,
+            atol,
         )
     return global_

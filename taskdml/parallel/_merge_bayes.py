@@ -40,7 +40,9 @@ def merge_discrete_nb(replicas, weights):
     """Sum the class and feature counts of Multinomial/Complement/BernoulliNB replicas."""
     start = round_start(replicas)
     merged = copy.deepcopy(replicas[0])
-    merged.class_count_ = sum_of_deltas([r.class_count_ for r in replicas], start.get("class_count_"))
+    merged.class_count_ = sum_of_deltas(
+        [r.class_count_ for r in replicas], start.get("class_count_")
+    )
     merged.feature_count_ = sum_of_deltas(
         [r.feature_count_ for r in replicas], start.get("feature_count_")
     )
@@ -58,7 +60,9 @@ def merge_categorical_nb(replicas, weights):
     """Sum CategoricalNB's per-feature category counts, padded to the widest."""
     start = round_start(replicas)
     merged = copy.deepcopy(replicas[0])
-    merged.class_count_ = sum_of_deltas([r.class_count_ for r in replicas], start.get("class_count_"))
+    merged.class_count_ = sum_of_deltas(
+        [r.class_count_ for r in replicas], start.get("class_count_")
+    )
     start_counts = start.get("category_count_")
     category_count = []
     for i in range(len(replicas[0].category_count_)):

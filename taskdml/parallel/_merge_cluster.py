@@ -82,7 +82,9 @@ def merge_minibatch_kmeans(replicas, weights):
         merged_centres = np.where(total[:, None] > 0, mass / total[:, None], centres[0])
 
     merged = copy.deepcopy(first)
-    merged.cluster_centers_ = np.ascontiguousarray(merged_centres, dtype=first.cluster_centers_.dtype)
+    merged.cluster_centers_ = np.ascontiguousarray(
+        merged_centres, dtype=first.cluster_centers_.dtype
+    )
     merged._counts = total.astype(first._counts.dtype)
     steps0 = start.get("n_steps_", 0)
     merged.n_steps_ = steps0 + sum(r.n_steps_ - steps0 for r in replicas)

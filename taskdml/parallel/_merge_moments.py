@@ -24,7 +24,7 @@ from scipy import linalg
 from sklearn.preprocessing._data import _handle_zeros_in_scale, _is_constant_feature
 
 from taskdml.parallel._merge_registry import round_start
-from taskdml.parallel._merge_util import sum_of_deltas
+from taskdml.parallel._merge_util import proportions, sum_of_deltas
 
 
 def pooled_moments(counts, means, variances, n0, mean0, var0):
@@ -145,6 +145,18 @@ def _scatter_rows(singular_values, components, count, mean, global_mean):
     )
 
 
+def ipca_keeps_every_component(estimator):
+    """Whether IncrementalPCA keeps all components (its merge is then exact); None if unknown."""
+    n_features = getattr(estimator, "n_features_in_", None)
+    if estimator.n_components is None:
+        n_components = getattr(estimator, "n_components_", None)
+    else:
+        n_components = estimator.n_components
+    if n_features is None or n_components is None:
+        return None
+    return n_components >= n_features
+
+
 def merge_incremental_pca(replicas, weights):
     """Merge IncrementalPCA replicas through their scatter matrices."""
     start = round_start(replicas)
@@ -198,8 +210,11 @@ def merge_incremental_pca(replicas, weights):
     merged.explained_variance_ratio_ = (
         singular_values[:n_components] ** 2 / np.sum(variance * n_total)
     ).astype(dtype)
-    rest = explained_variance[n_components:]
-    merged.noise_variance_ = float(rest.mean()) if n_components < d and rest.size else 0.0
+    # The variance each replica discarded is gone from the factors, so the merged noise is
+    # the replicas' estimates weighted by the rows they saw this round (exact with one
+    # replica, 0 without truncation).
+    shares = proportions(counts[:, 0] - n0)
+    merged.noise_variance_ = float(sum(s * r.noise_variance_ for s, r in zip(shares, replicas)))
     return merged
 
 
@@ -213,5 +228,5 @@ IPCA_NOTES = (
     "Exact when n_components = n_features (up to floating point; later rounds diagonalise "
     "a Gram matrix, which squares the condition number of small singular values). With "
     "fewer components each replica's truncation error remains, as in chunked partial_fit. "
-    "noise_variance_ is the mean of the discarded eigenvalues of the merged scatter."
+    "noise_variance_ is the replicas' estimates weighted by rows."
 )

@@ -44,6 +44,10 @@ class MergeRule:
     exact : bool
         Whether the merge equals one pass of ``partial_fit`` over all the data (see
         ``reference``), up to floating-point rounding.
+    exact_when : callable or None
+        ``exact_when(estimator) -> bool | None`` narrows ``exact`` for one configuration
+        (IncrementalPCA is exact only without truncation); None means it cannot tell yet
+        (an unfitted estimator), and ``exact`` stands.
     prepare : callable or None
         ``prepare(estimator, X_first_chunk, y_first_chunk, classes) -> estimator``: a new,
         initialised but untrained estimator, so that every replica starts from the same
@@ -66,6 +70,7 @@ class MergeRule:
 
     fn: Callable
     exact: bool = False
+    exact_when: Callable | None = None
     prepare: Callable | None = None
     family: str = ""
     notes: str = ""
@@ -89,6 +94,7 @@ def register_merge(
     merge_fn,
     *,
     exact=False,
+    exact_when=None,
     prepare=None,
     family=None,
     notes="",
@@ -104,7 +110,7 @@ def register_merge(
         The estimator class; subclasses inherit the rule unless they register their own.
     merge_fn : callable
         ``merge_fn(replicas, weights) -> estimator``; see :class:`MergeRule`.
-    exact, prepare, family, notes, reference, private_state, start_state
+    exact, exact_when, prepare, family, notes, reference, private_state, start_state
         See :class:`MergeRule`. ``family`` defaults to the class name.
 
     Returns
@@ -133,6 +139,7 @@ def register_merge(
     rule = MergeRule(
         fn=merge_fn,
         exact=bool(exact),
+        exact_when=exact_when,
         prepare=prepare,
         family=family or estimator_class.__name__,
         notes=notes,
@@ -192,6 +199,7 @@ def get_merge_rule(estimator):
     Looks the class up along its MRO. For a meta-estimator instance
     (``OneVsRestClassifier(SGDClassifier())`` and the like) the rule is specialised to the
     wrapped estimator: None when that one cannot be merged, and exact only when its rule is.
+    A rule's ``exact_when`` narrows ``exact`` for the instance's configuration.
 
     Examples
     --------
@@ -205,6 +213,9 @@ def get_merge_rule(estimator):
     rule, _ = _lookup(cls)
     if rule is None or not hasattr(estimator, "partial_fit"):
         return None
+    if rule.exact and rule.exact_when is not None and not isinstance(estimator, type):
+        if rule.exact_when(estimator) is False:
+            rule = dataclasses.replace(rule, exact=False)
     inner = _inner_estimator(estimator) if rule.family == "meta" else None
     if inner is not None:
         inner_rule = get_merge_rule(inner)
@@ -259,7 +270,9 @@ def unmergeable_reason(estimator):
 def _require_rule(estimator, what):
     rule = get_merge_rule(estimator)
     if rule is None:
-        raise ValueError(f"Cannot {what} {type(estimator).__name__}: {unmergeable_reason(estimator)}")
+        raise ValueError(
+            f"Cannot {what} {type(estimator).__name__}: {unmergeable_reason(estimator)}"
+        )
     return rule
 
 
@@ -415,8 +428,7 @@ def _prepare_with(rule, estimator, X, y=None, classes=None):
         start = rule.prepare(estimator, X, y, classes)
         if start is estimator:
             raise ValueError(
-                f"The {rule.family!r} prepare returned its input; it must return a new "
-                f"estimator."
+                f"The {rule.family!r} prepare returned its input; it must return a new estimator."
             )
     else:
         start = copy.deepcopy(estimator)

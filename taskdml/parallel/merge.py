@@ -194,6 +194,7 @@ def _register_builtin_rules():
         IncrementalPCA,
         _merge_moments.merge_incremental_pca,
         exact=True,
+        exact_when=_merge_moments.ipca_keeps_every_component,
         family="incremental-pca",
         notes=_merge_moments.IPCA_NOTES,
         start_state=("n_samples_seen_", "mean_", "var_", "components_", "singular_values_"),

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scipy import sparse
 from sklearn.cluster import Birch, MiniBatchKMeans
 from sklearn.datasets import make_blobs, make_classification
 from sklearn.decomposition import (
@@ -68,8 +69,8 @@ X_NAN = X_DENSE.copy()
 # NaNs, never two in a row in a column, so no chunk has a column with no values.
 X_NAN[np.arange(3, 240, 7), 1] = np.nan
 X_NAN[np.arange(5, 240, 11), 3] = np.nan
+X_SPARSE = sparse.csr_matrix(np.where(np.abs(X_DENSE) > 1.5, X_DENSE, 0.0))
 TEXTS = np.array(["the cat sat", "a dog ran far", "cats and dogs", "x y z"] * 60)
-
 
 
 def _deprecated_passive_aggressive():
@@ -89,6 +90,8 @@ EXACT_CASES = [
     ("StandardScaler", StandardScaler(), X_DENSE, None, None),
     ("StandardScaler-nan", StandardScaler(), X_NAN, None, None),
     ("StandardScaler-no-std", StandardScaler(with_std=False), X_DENSE, None, None),
+    ("StandardScaler-sparse", StandardScaler(with_mean=False), X_SPARSE, None, None),
+    ("StandardScaler-float32", StandardScaler(), X_DENSE.astype(np.float32), None, None),
     ("MinMaxScaler", MinMaxScaler(feature_range=(-1, 2)), X_DENSE, None, None),
     ("MaxAbsScaler", MaxAbsScaler(), X_NAN, None, None),
     ("IncrementalPCA", IncrementalPCA(n_components=4), X_DENSE, None, None),
@@ -99,12 +102,32 @@ EXACT_CASES = [
 
 APPROXIMATE_CASES = [
     ("SGDClassifier", SGDClassifier(random_state=0), X_DENSE, Y_THREE, [0, 1, 2]),
-    ("SGDClassifier-average", SGDClassifier(average=True, random_state=0), X_DENSE, Y_THREE, [0, 1, 2]),
-    ("SGDClassifier-average-late", SGDClassifier(average=100, random_state=0), X_DENSE, Y_BINARY, [0, 1]),
+    (
+        "SGDClassifier-average",
+        SGDClassifier(average=True, random_state=0),
+        X_DENSE,
+        Y_THREE,
+        [0, 1, 2],
+    ),
+    (
+        "SGDClassifier-average-late",
+        SGDClassifier(average=100, random_state=0),
+        X_DENSE,
+        Y_BINARY,
+        [0, 1],
+    ),
     ("SGDClassifier-l1", SGDClassifier(penalty="l1", random_state=0), X_DENSE, Y_BINARY, [0, 1]),
     ("Perceptron", Perceptron(random_state=0), X_DENSE, Y_THREE, [0, 1, 2]),
     ("PassiveAggressiveClassifier", _deprecated_passive_aggressive(), X_DENSE, Y_BINARY, [0, 1]),
     ("SGDRegressor", SGDRegressor(random_state=0), X_DENSE, Y_REAL, None),
+    (
+        "SGDRegressor-float32",
+        SGDRegressor(random_state=0),
+        X_DENSE.astype(np.float32),
+        Y_REAL,
+        None,
+    ),
+    ("IncrementalPCA-truncated", IncrementalPCA(n_components=2), X_DENSE, None, None),
     ("SGDRegressor-average", SGDRegressor(average=True, random_state=0), X_DENSE, Y_REAL, None),
     ("SGDOneClassSVM", SGDOneClassSVM(random_state=0), X_DENSE, None, None),
     ("SGDOneClassSVM-average", SGDOneClassSVM(average=True, random_state=0), X_DENSE, None, None),
@@ -125,15 +148,51 @@ APPROXIMATE_CASES = [
     ),
     ("BernoulliRBM", BernoulliRBM(n_components=3, batch_size=7), X_UNIT, None, None),
     ("MiniBatchKMeans", MiniBatchKMeans(n_clusters=3, n_init=1), X_DENSE, None, None),
-    ("MiniBatchKMeans-no-labels", MiniBatchKMeans(n_clusters=3, n_init=1, compute_labels=False), X_DENSE, None, None),
+    (
+        "MiniBatchKMeans-no-labels",
+        MiniBatchKMeans(n_clusters=3, n_init=1, compute_labels=False),
+        X_DENSE,
+        None,
+        None,
+    ),
     ("LatentDirichletAllocation", LatentDirichletAllocation(n_components=2), X_COUNTS, None, None),
     ("MiniBatchNMF", MiniBatchNMF(n_components=2), X_POSITIVE, None, None),
-    ("MiniBatchNMF-kl", MiniBatchNMF(n_components=2, beta_loss="kullback-leibler"), X_POSITIVE, None, None),
-    ("MiniBatchDictionaryLearning", MiniBatchDictionaryLearning(n_components=3), X_DENSE, None, None),
+    (
+        "MiniBatchNMF-kl",
+        MiniBatchNMF(n_components=2, beta_loss="kullback-leibler"),
+        X_POSITIVE,
+        None,
+        None,
+    ),
+    (
+        "MiniBatchDictionaryLearning",
+        MiniBatchDictionaryLearning(n_components=3),
+        X_DENSE,
+        None,
+        None,
+    ),
     ("OneVsRest-SGD", OneVsRestClassifier(SGDClassifier()), X_DENSE, Y_THREE, [0, 1, 2]),
-    ("OneVsRest-MLP", OneVsRestClassifier(MLPClassifier(hidden_layer_sizes=(3,))), X_DENSE, Y_THREE, [0, 1, 2]),
-    ("OneVsOne-MLP", OneVsOneClassifier(MLPClassifier(hidden_layer_sizes=(3,))), X_DENSE, Y_THREE, [0, 1, 2]),
-    ("MultiOutputRegressor", MultiOutputRegressor(SGDRegressor()), X_DENSE, np.c_[Y_REAL, -Y_REAL], None),
+    (
+        "OneVsRest-MLP",
+        OneVsRestClassifier(MLPClassifier(hidden_layer_sizes=(3,))),
+        X_DENSE,
+        Y_THREE,
+        [0, 1, 2],
+    ),
+    (
+        "OneVsOne-MLP",
+        OneVsOneClassifier(MLPClassifier(hidden_layer_sizes=(3,))),
+        X_DENSE,
+        Y_THREE,
+        [0, 1, 2],
+    ),
+    (
+        "MultiOutputRegressor",
+        MultiOutputRegressor(SGDRegressor()),
+        X_DENSE,
+        np.c_[Y_REAL, -Y_REAL],
+        None,
+    ),
     (
         "MultiOutputClassifier-MLP",
         MultiOutputClassifier(MLPClassifier(hidden_layer_sizes=(3,))),
@@ -192,9 +251,11 @@ def _partial_fit_estimators():
         return [(name, cls) for name, cls in all_estimators() if hasattr(cls, "partial_fit")]
 
 
-@pytest.mark.parametrize("name, cls", _partial_fit_estimators(), ids=lambda v: getattr(v, "__name__", v))
+@pytest.mark.parametrize(
+    "name, cls", _partial_fit_estimators(), ids=lambda v: getattr(v, "__name__", v)
+)
 def test_every_partial_fit_estimator_has_a_rule_or_a_reason(name, cls):
-    """Every scikit-learn estimator with partial_fit has a rule or an explicit unmergeable reason."""
+    """Every scikit-learn partial_fit estimator has a rule or an explicit unmergeable reason."""
     rule = get_merge_rule(cls)
     reason = unmergeable_reason(cls)
     assert (rule is None) != (reason is None)
@@ -252,7 +313,9 @@ def test_meta_rule_takes_exactness_from_the_wrapped_estimator():
 # -- the laws, for every rule -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", EXACT_CASES + APPROXIMATE_CASES, ids=_ids(EXACT_CASES + APPROXIMATE_CASES))
+@pytest.mark.parametrize(
+    "case", EXACT_CASES + APPROXIMATE_CASES, ids=_ids(EXACT_CASES + APPROXIMATE_CASES)
+)
 def test_check_merge_passes_for_every_builtin_rule(case):
     """check_merge's laws hold for every registered rule (and (d)/(e) for the exact ones)."""
     _, estimator, X, y, classes = case
@@ -283,7 +346,9 @@ def _assert_fitted_close(got, expected, rtol, atol, path="estimator"):
     if hasattr(expected, "get_params"):
         names = [k for k in vars(expected) if k.endswith("_") and not k.startswith("__")]
         for name in names:
-            _assert_fitted_close(getattr(got, name), getattr(expected, name), rtol, atol, f"{path}.{name}")
+            _assert_fitted_close(
+                getattr(got, name), getattr(expected, name), rtol, atol, f"{path}.{name}"
+            )
     elif isinstance(expected, list):
         assert len(got) == len(expected), path
         for i, (g, e) in enumerate(zip(got, expected)):
@@ -292,7 +357,11 @@ def _assert_fitted_close(got, expected, rtol, atol, path="estimator"):
         assert got == expected, path
     elif np.asarray(expected).dtype.kind in "fiu":
         np.testing.assert_allclose(
-            np.asarray(got, dtype=float), np.asarray(expected, dtype=float), rtol=rtol, atol=atol, err_msg=path
+            np.asarray(got, dtype=float),
+            np.asarray(expected, dtype=float),
+            rtol=rtol,
+            atol=atol,
+            err_msg=path,
         )
     elif isinstance(expected, np.ndarray):
         np.testing.assert_array_equal(got, expected, err_msg=path)
@@ -329,7 +398,9 @@ _PROPERTY_CASES = [case for case in EXACT_CASES if case[0] != "HashingVectorizer
 
 
 @pytest.mark.parametrize("case", _PROPERTY_CASES, ids=_ids(_PROPERTY_CASES))
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(splits=_splits())
 def test_exact_merges_do_not_depend_on_the_split(case, splits):
     """However the rows are cut into rounds and replicas, an exact merge is the one-call model."""
@@ -373,14 +444,42 @@ def _returns_shared_arrays(replicas, weights):
 @pytest.mark.parametrize(
     "estimator, X, y, classes, fn, exact, message",
     [
-        (SGDClassifier(random_state=0), X_DENSE, Y_BINARY, [0, 1], _sum_coefficients, False,
-         "adding a replica that saw no rows: attribute 'coef_'"),
-        (MultinomialNB(), X_COUNTS, Y_THREE, [0, 1, 2], _sum_counts_twice, True,
-         "attribute 'class_count_'"),
-        (SGDClassifier(random_state=0), X_DENSE, Y_BINARY, [0, 1], _mutates_input, False,
-         "the merge mutated its input"),
-        (SGDClassifier(random_state=0), X_DENSE, Y_BINARY, [0, 1], _returns_shared_arrays, False,
-         "shares an array"),
+        (
+            SGDClassifier(random_state=0),
+            X_DENSE,
+            Y_BINARY,
+            [0, 1],
+            _sum_coefficients,
+            False,
+            "adding a replica that saw no rows: attribute 'coef_'",
+        ),
+        (
+            MultinomialNB(),
+            X_COUNTS,
+            Y_THREE,
+            [0, 1, 2],
+            _sum_counts_twice,
+            True,
+            "attribute 'class_count_'",
+        ),
+        (
+            SGDClassifier(random_state=0),
+            X_DENSE,
+            Y_BINARY,
+            [0, 1],
+            _mutates_input,
+            False,
+            "the merge mutated its input",
+        ),
+        (
+            SGDClassifier(random_state=0),
+            X_DENSE,
+            Y_BINARY,
+            [0, 1],
+            _returns_shared_arrays,
+            False,
+            "shares an array",
+        ),
     ],
     ids=["sums-coef", "counts-start-twice", "mutates-input", "shares-memory"],
 )
@@ -415,10 +514,19 @@ def test_sgd_one_replica_per_round_is_serial_sgd(average, n_classes):
     estimator = SGDClassifier(average=average, random_state=0)
     merged = _train_rounds(estimator, X_DENSE, y, classes, splits)
     serial = _serial(estimator, X_DENSE, y, classes, splits)
-    for name in ("coef_", "intercept_", "t_", "_standard_coef", "_standard_intercept",
-                 "_average_coef", "_average_intercept"):
+    for name in (
+        "coef_",
+        "intercept_",
+        "t_",
+        "_standard_coef",
+        "_standard_intercept",
+        "_average_coef",
+        "_average_intercept",
+    ):
         if hasattr(serial, name):
-            np.testing.assert_array_equal(getattr(merged, name), getattr(serial, name), err_msg=name)
+            np.testing.assert_array_equal(
+                getattr(merged, name), getattr(serial, name), err_msg=name
+            )
 
 
 @pytest.mark.parametrize(
@@ -444,18 +552,29 @@ def test_sgd_weights_follow_rows_seen():
     np.testing.assert_allclose(merged.intercept_, 0.25 * a.intercept_ + 0.75 * b.intercept_)
 
 
-@pytest.mark.parametrize("y, classes", [(Y_BINARY, [0, 1]), (Y_THREE, [0, 1, 2])], ids=["binary", "multiclass"])
+@pytest.mark.parametrize(
+    "y, classes", [(Y_BINARY, [0, 1]), (Y_THREE, [0, 1, 2])], ids=["binary", "multiclass"]
+)
 def test_averaged_sgd_buffers(y, classes):
     """ASGD: _standard_* are averaged, _average_* pooled, coef_ points at the averaged buffer."""
-    start = prepare_start(SGDClassifier(average=True, random_state=0), X_DENSE[:10], y[:10], classes)
-    first = [copy.deepcopy(start).partial_fit(X_DENSE[rows], y[rows], classes=classes) for rows in _SGD_SPLITS[0]]
+    start = prepare_start(
+        SGDClassifier(average=True, random_state=0), X_DENSE[:10], y[:10], classes
+    )
+    first = [
+        copy.deepcopy(start).partial_fit(X_DENSE[rows], y[rows], classes=classes)
+        for rows in _SGD_SPLITS[0]
+    ]
     global_ = merge_replicas(first, [len(r) for r in _SGD_SPLITS[0]])
-    replicas = [copy.deepcopy(global_).partial_fit(X_DENSE[rows], y[rows], classes=classes) for rows in _SGD_SPLITS[1]]
+    replicas = [
+        copy.deepcopy(global_).partial_fit(X_DENSE[rows], y[rows], classes=classes)
+        for rows in _SGD_SPLITS[1]
+    ]
     merged = merge_replicas(replicas, [len(r) for r in _SGD_SPLITS[1]])
 
     shares = np.array([50.0, 70.0]) / 120.0
     np.testing.assert_allclose(
-        merged._standard_coef, shares[0] * replicas[0]._standard_coef + shares[1] * replicas[1]._standard_coef
+        merged._standard_coef,
+        shares[0] * replicas[0]._standard_coef + shares[1] * replicas[1]._standard_coef,
     )
     # Pooled running means: 120 start iterates (t_ - average at the start), 50 and 70 new.
     m0, m = 120.0, np.array([170.0, 190.0])
@@ -463,7 +582,9 @@ def test_averaged_sgd_buffers(y, classes):
     pooled = (m[0] * replicas[0]._average_coef + m[1] * replicas[1]._average_coef - m0 * a0) / 240.0
     np.testing.assert_allclose(merged._average_coef, pooled)
     np.testing.assert_array_equal(np.ravel(merged.coef_), np.ravel(merged._average_coef))
-    assert np.ravel(merged.coef_).base is merged._average_coef or merged.coef_ is merged._average_coef
+    assert (
+        np.ravel(merged.coef_).base is merged._average_coef or merged.coef_ is merged._average_coef
+    )
     np.testing.assert_array_equal(merged.intercept_, merged._average_intercept)
     # And training continues from it.
     merged.partial_fit(X_DENSE[:20], y[:20])
@@ -485,16 +606,38 @@ def test_sgd_merge_rejects_replicas_from_different_starts():
         (lambda: [], [], ValueError, "got no replicas"),
         (lambda: [StandardScaler().fit(X_DENSE)], [1, 2], ValueError, "1 replicas but 2 weights"),
         (lambda: [StandardScaler().fit(X_DENSE)], [-1], ValueError, "finite and non-negative"),
-        (lambda: [StandardScaler().fit(X_DENSE), MinMaxScaler().fit(X_DENSE)], [1, 1], TypeError,
-         "different classes"),
-        (lambda: [StandardScaler().fit(X_DENSE), StandardScaler().fit(X_DENSE[:, :3])], [1, 1],
-         ValueError, "disagree on n_features_in_"),
-        (lambda: [SGDClassifier().partial_fit(X_DENSE, Y_THREE, classes=[0, 1, 2]),
-                  SGDClassifier().partial_fit(X_DENSE, Y_THREE, classes=[0, 1, 2, 3])], [1, 1],
-         ValueError, "disagree on classes_"),
+        (
+            lambda: [StandardScaler().fit(X_DENSE), MinMaxScaler().fit(X_DENSE)],
+            [1, 1],
+            TypeError,
+            "different classes",
+        ),
+        (
+            lambda: [StandardScaler().fit(X_DENSE), StandardScaler().fit(X_DENSE[:, :3])],
+            [1, 1],
+            ValueError,
+            "disagree on n_features_in_",
+        ),
+        (
+            lambda: [
+                SGDClassifier().partial_fit(X_DENSE, Y_THREE, classes=[0, 1, 2]),
+                SGDClassifier().partial_fit(X_DENSE, Y_THREE, classes=[0, 1, 2, 3]),
+            ],
+            [1, 1],
+            ValueError,
+            "disagree on classes_",
+        ),
         (lambda: [Birch().fit(X_DENSE)], [1], ValueError, "Cannot merge replicas of Birch"),
     ],
-    ids=["empty", "weights-length", "negative-weight", "mixed-classes", "features", "classes", "birch"],
+    ids=[
+        "empty",
+        "weights-length",
+        "negative-weight",
+        "mixed-classes",
+        "features",
+        "classes",
+        "birch",
+    ],
 )
 def test_merge_replicas_validates_its_inputs(replicas_fn, weights, error, message):
     """merge_replicas says what is wrong with the replicas or weights it was given."""
@@ -512,7 +655,9 @@ def _epochs(n_rows, n_replicas, n_epochs):
 
 def test_mlp_replicas_share_one_initialisation():
     """prepare draws the weights once; an unseeded MLP would otherwise differ per replica."""
-    start = prepare_start(MLPClassifier(hidden_layer_sizes=(4,)), X_DENSE[:20], Y_BINARY[:20], [0, 1])
+    start = prepare_start(
+        MLPClassifier(hidden_layer_sizes=(4,)), X_DENSE[:20], Y_BINARY[:20], [0, 1]
+    )
     assert start.t_ == 0 and start.loss_curve_ == [] and not hasattr(start, "_optimizer")
     a = copy.deepcopy(start).partial_fit(X_DENSE[:20], Y_BINARY[:20])
     b = copy.deepcopy(start).partial_fit(X_DENSE[:20], Y_BINARY[:20])
@@ -521,14 +666,18 @@ def test_mlp_replicas_share_one_initialisation():
 
 def test_mlp_merge_trains_close_to_serial():
     """Three MLP replicas averaged every epoch score close to serial partial_fit."""
-    X, y = make_classification(n_samples=900, n_features=10, n_informative=6, class_sep=1.5, random_state=0)
+    X, y = make_classification(
+        n_samples=900, n_features=10, n_informative=6, class_sep=1.5, random_state=0
+    )
     X_test, y_test = X[600:], y[600:]
     estimator = MLPClassifier(hidden_layer_sizes=(16,), random_state=0, learning_rate_init=0.01)
     splits = _epochs(600, 3, 8)
     merged = _train_rounds(estimator, X, y, [0, 1], splits)
     serial = _serial(estimator, X, y, [0, 1], [[np.arange(600)] for _ in range(8)])
     assert merged.t_ == 8 * 600
-    assert merged._optimizer.t == sum(np.ceil(len(rows) / 200) for round_ in splits for rows in round_)
+    assert merged._optimizer.t == sum(
+        np.ceil(len(rows) / 200) for round_ in splits for rows in round_
+    )
     assert len(merged.loss_curve_) == 8
     assert merged.best_loss_ == min(merged.loss_curve_)
     assert merged.score(X_test, y_test) > 0.8
@@ -541,7 +690,9 @@ def test_mlp_one_replica_per_round_is_serial():
     splits = [[rows] for rows in np.array_split(np.arange(240), 4)]
     merged = _train_rounds(estimator, X_DENSE, Y_REAL, None, splits)
     serial = _serial(estimator, X_DENSE, Y_REAL, None, splits)
-    for got, expected in zip(merged.coefs_ + merged._optimizer.ms, serial.coefs_ + serial._optimizer.ms):
+    for got, expected in zip(
+        merged.coefs_ + merged._optimizer.ms, serial.coefs_ + serial._optimizer.ms
+    ):
         np.testing.assert_array_equal(got, expected)
     assert merged.loss_curve_ == serial.loss_curve_
     assert (merged.t_, merged._optimizer.t) == (serial.t_, serial._optimizer.t)
@@ -552,7 +703,9 @@ def test_minibatch_kmeans_merge_clusters_close_to_serial():
     X, _ = make_blobs(n_samples=1200, centers=4, cluster_std=0.8, random_state=0)
     estimator = MiniBatchKMeans(n_clusters=4, n_init=1, random_state=0)
     merged = _train_rounds(estimator, X, None, None, _epochs(1200, 3, 3))
-    serial = _serial(estimator, X, None, None, [list(np.array_split(np.arange(1200), 3)) for _ in range(3)])
+    serial = _serial(
+        estimator, X, None, None, [list(np.array_split(np.arange(1200), 3)) for _ in range(3)]
+    )
     assert merged.n_steps_ == serial.n_steps_ == 9
     assert merged._counts.sum() == pytest.approx(serial._counts.sum())
     assert -merged.score(X) < 1.2 * -serial.score(X)
@@ -578,7 +731,10 @@ def test_prepare_start_keeps_a_fitted_estimator():
     start = prepare_start(fitted, X_COUNTS[100:110], Y_THREE[100:110], [0, 1, 2])
     assert start is not fitted
     np.testing.assert_array_equal(round_start([start])["class_count_"], fitted.class_count_)
-    replicas = [copy.deepcopy(start).partial_fit(X_COUNTS[rows], Y_THREE[rows]) for rows in (slice(100, 170), slice(170, 240))]
+    replicas = [
+        copy.deepcopy(start).partial_fit(X_COUNTS[rows], Y_THREE[rows])
+        for rows in (slice(100, 170), slice(170, 240))
+    ]
     merged = merge_replicas(replicas, [70, 70])
     reference = MultinomialNB().fit(X_COUNTS, Y_THREE)
     np.testing.assert_allclose(merged.feature_log_prob_, reference.feature_log_prob_, rtol=1e-12)
@@ -587,7 +743,10 @@ def test_prepare_start_keeps_a_fitted_estimator():
 def test_merge_does_not_mutate_and_returns_new_arrays():
     """merge_replicas returns a new estimator sharing no arrays with its inputs."""
     start = prepare_start(StandardScaler(), X_DENSE[:10])
-    replicas = [copy.deepcopy(start).partial_fit(X_DENSE[:120]), copy.deepcopy(start).partial_fit(X_DENSE[120:])]
+    replicas = [
+        copy.deepcopy(start).partial_fit(X_DENSE[:120]),
+        copy.deepcopy(start).partial_fit(X_DENSE[120:]),
+    ]
     before = [r.mean_.copy() for r in replicas]
     merged = merge_replicas(replicas, [120, 120])
     for r, b in zip(replicas, before):
@@ -604,3 +763,43 @@ def test_unfitted_replicas_are_left_out():
     np.testing.assert_allclose(merged.var_, trained.var_, rtol=1e-12)
     untouched = merge_replicas([copy.deepcopy(start), copy.deepcopy(start)], [0, 0])
     assert not hasattr(untouched, "theta_")
+
+
+@pytest.mark.parametrize(
+    "estimator, X, y, classes, atol",
+    [
+        (StandardScaler(), X_DENSE, None, None, 1e-12),
+        (MultinomialNB(), X_COUNTS, Y_THREE, [0, 1, 2], 1e-12),
+        # GaussianNB's epsilon_ uses the unweighted column variance; the merge can only pool
+        # the weighted class moments, so var_ is off by a var_smoothing-sized amount.
+        (GaussianNB(), X_DENSE, Y_THREE, [0, 1, 2], 1e-9),
+    ],
+    ids=["StandardScaler", "MultinomialNB", "GaussianNB"],
+)
+def test_exact_merges_with_sample_weight(estimator, X, y, classes, atol):
+    """With sample weights the exact merges still equal one weighted partial_fit."""
+    weights = np.random.default_rng(1).uniform(0.5, 2.0, size=len(X))
+    kwargs = {} if classes is None else {"classes": classes}
+    start = prepare_start(estimator, X[:10], None if y is None else y[:10], classes)
+    replicas = []
+    for rows in np.array_split(np.arange(len(X)), 4):
+        replica = copy.deepcopy(start)
+        if y is None:
+            replica.partial_fit(X[rows], sample_weight=weights[rows])
+        else:
+            replica.partial_fit(X[rows], y[rows], sample_weight=weights[rows], **kwargs)
+        replicas.append(replica)
+    merged = merge_replicas(replicas, [60] * 4)
+    reference = copy.deepcopy(start)
+    if y is None:
+        reference.partial_fit(X, sample_weight=weights)
+    else:
+        reference.partial_fit(X, y, sample_weight=weights, **kwargs)
+    _assert_fitted_close(merged, reference, rtol=1e-10, atol=atol)
+
+
+def test_incremental_pca_is_exact_only_without_truncation():
+    """IncrementalPCA's rule is exact when every component is kept, approximate otherwise."""
+    assert get_merge_rule(IncrementalPCA(n_components=4).partial_fit(X_DENSE)).exact
+    assert not get_merge_rule(IncrementalPCA(n_components=2).partial_fit(X_DENSE)).exact
+    assert get_merge_rule(IncrementalPCA(n_components=2)).exact  # cannot tell before fitting
