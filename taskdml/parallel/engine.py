@@ -85,15 +85,16 @@ def train(estimator, X, y=None, *, sample_weight=None, classes=None, preprocess=
         Early stopping on the validation score, as in scikit-learn.
     n_replicas : int, optional
         Replicas for sync/async; default the number of workers (1 without a client).
-    client : distributed.Client, optional
-        Default: the current client if there is one, else threads in this process.
+    client : distributed.Client or False, optional
+        Default: the current client if there is one, else threads in this process;
+        ``False`` forces threads in this process even when a client exists.
     """
     from sklearn.base import is_classifier
     from sklearn.utils import check_random_state
 
     if strategy is not None and strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}.")
-    client = client if client is not None else current_client()
+    client = None if client is False else client if client is not None else current_client()
     X, y, sample_weight = _align(X, y, sample_weight)
     arrays = [a for a in (X, y, sample_weight) if a is not None]
     if client is not None:

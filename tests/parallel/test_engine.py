@@ -1,0 +1,184 @@
+"""The training engine: sync, async and sequential on a real cluster and on threads."""
+
+import copy
+import re
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.cluster import Birch
+from sklearn.linear_model import SGDClassifier
+from sklearn.naive_bayes import GaussianNB, MultinomialNB
+from sklearn.preprocessing import StandardScaler
+
+from taskdml import DataError
+from taskdml.datasets import make_classification
+from taskdml.parallel.engine import SequentialFallbackWarning, train
+
+
+def _data(n_samples=40_000, chunk_size=4_000, n_features=10, seed=0):
+    data = make_classification(n_samples, n_features, n_informative=4, chunk_size=chunk_size,
+                               random_state=seed)
+    return data.X.data, data.y.data
+
+
+def _serial(estimator, X, y, **fit_kwargs):
+    """The reference: one partial_fit per chunk, in order, in this process."""
+    estimator = copy.deepcopy(estimator)
+    for X_chunk, y_chunk in zip(X.to_delayed().ravel(), y.to_delayed().ravel()):
+        estimator.partial_fit(X_chunk.compute(), y_chunk.compute(), **fit_kwargs)
+    return estimator
+
+
+def test_sync_with_one_replica_is_the_serial_loop(client):
+    """SGD trained sync with one replica equals the serial partial_fit loop bit for bit."""
+    X, y = _data()
+    reference = _serial(SGDClassifier(random_state=0), X, y, classes=[0, 1])
+    result = train(SGDClassifier(random_state=0), X, y, strategy="sync", n_replicas=1, shuffle=False)
+    np.testing.assert_array_equal(result.estimator.coef_, reference.coef_)
+    assert result.estimator.t_ == reference.t_
+
+
+def test_sequential_is_the_serial_loop(client):
+    """The sequential strategy is the reference chain."""
+    X, y = _data()
+    reference = _serial(SGDClassifier(random_state=0), X, y, classes=[0, 1])
+    result = train(SGDClassifier(random_state=0), X, y, strategy="sequential", shuffle=False)
+    np.testing.assert_array_equal(result.estimator.coef_, reference.coef_)
+
+
+@pytest.mark.parametrize("estimator", [MultinomialNB(), GaussianNB(), StandardScaler()],
+                         ids=lambda e: type(e).__name__)
+def test_exact_rules_equal_one_serial_pass_on_the_cluster(client, estimator):
+    """Naive Bayes and scalers trained sync on 2 workers equal one serial pass (1e-10)."""
+    X, y = _data()
+    if isinstance(estimator, MultinomialNB):
+        X = abs(X)
+    kwargs = {} if isinstance(estimator, StandardScaler) else {"classes": [0, 1]}
+    reference = _serial(estimator, X, y, **kwargs)
+    result = train(estimator, X, None if isinstance(estimator, StandardScaler) else y, strategy="sync",
+                   sync_every=2)
+    assert result.stats["replicas"] == 2
+    for name in ("mean_", "var_", "feature_count_", "class_count_", "theta_"):
+        if hasattr(reference, name):
+            np.testing.assert_allclose(getattr(result.estimator, name), getattr(reference, name),
+                                       rtol=1e-10, atol=1e-10)
+
+
+def test_sync_is_deterministic_and_equals_the_thread_path(client):
+    """Two sync runs with one seed agree exactly, and so do 2 replicas as threads."""
+    X, y = _data()
+    runs = [train(SGDClassifier(random_state=0), X, y, epochs=2, random_state=3).estimator
+            for _ in range(2)]
+    threads = train(SGDClassifier(random_state=0), X, y, epochs=2, random_state=3, n_replicas=2,
+                    client=False).estimator
+    np.testing.assert_array_equal(runs[0].coef_, runs[1].coef_)
+    np.testing.assert_array_equal(runs[0].coef_, threads.coef_)
+
+
+def test_async_reaches_sync_accuracy(client):
+    """The parameter server converges to within 1 pp of sync's holdout accuracy."""
+    from taskdml.datasets import train_test_split
+
+    data = make_classification(140_000, 10, n_informative=6, class_sep=1.5, chunk_size=10_000,
+                               random_state=0)
+    train_set, test_set = train_test_split(data, test_size=20_000, random_state=0)
+    X_test, y_test = test_set.X.values, test_set.y.values
+    scores = {}
+    for strategy, staleness in (("sync", None), ("async", None), ("async", 0)):
+        result = train(SGDClassifier(loss="log_loss", alpha=1e-2, random_state=0), train_set.X.data,
+                       train_set.y.data, strategy=strategy, staleness=staleness, epochs=3, random_state=0)
+        scores[strategy, staleness] = result.estimator.score(X_test, y_test)
+    assert abs(scores["async", None] - scores["sync", None]) <= 0.01, scores
+    assert abs(scores["async", 0] - scores["sync", None]) <= 0.01, scores
+
+
+def test_history_and_early_stopping(client):
+    """Each epoch is recorded with samples seen and validation score; patience stops training."""
+    X, y = _data()
+    validation = tuple(a.compute() for a in _data(n_samples=4_000, chunk_size=4_000, seed=1))
+    result = train(SGDClassifier(random_state=0), X, y, epochs=30, validation=validation,
+                   n_iter_no_change=2, tol=0.5, random_state=0)
+    assert 3 <= len(result.history) < 30
+    assert [entry["samples_seen"] for entry in result.history[:2]] == [40_000, 80_000]
+    assert all(0 <= entry["validation_score"] <= 1 for entry in result.history)
+
+
+@pytest.mark.parametrize("fault,message", [
+    ("nan", "chunk 2 (rows 8,000–11,999) of X holds 1 NaN"),
+    ("label", "chunk 1 (rows 4,000–7,999) of y holds labels [7]"),
+])
+def test_bad_chunks_are_named_before_training(fault, message):
+    """A NaN or an unseen label is reported with its chunk and rows, before any replica runs."""
+    rng = np.random.default_rng(0)
+    X_np, y_np = rng.normal(size=(20_000, 3)), rng.integers(0, 2, size=20_000)
+    if fault == "nan":
+        X_np[9_000, 1] = np.nan
+    else:
+        y_np[5_000] = 7
+    X, y = da.from_array(X_np, chunks=(4_000, 3)), da.from_array(y_np, chunks=4_000)
+    with pytest.raises(DataError, match=re.escape(message)):
+        train(SGDClassifier(), X, y, classes=[0, 1], client=False)
+
+
+def test_empty_chunk_is_refused():
+    """An empty chunk is an error naming it."""
+    X = da.from_array(np.ones((10, 2)), chunks=((5, 0, 5), 2))
+    with pytest.raises(DataError, match="chunk 1 is empty"):
+        train(StandardScaler(), X, client=False)
+
+
+def test_unmergeable_estimator_falls_back_with_the_reason(client):
+    """Asking sync for an estimator without a merge rule trains it sequentially, with a warning."""
+    X, _ = _data(n_samples=8_000, chunk_size=2_000, n_features=6)
+    with pytest.warns(SequentialFallbackWarning, match="Birch cannot be merged"):
+        result = train(Birch(n_clusters=3), X, strategy="sync")
+    assert result.strategy == "sequential" and hasattr(result.estimator, "subcluster_centers_")
+
+
+def test_estimator_without_partial_fit_is_fitted_once(client):
+    """LogisticRegression has no partial_fit: one fit on all chunks."""
+    from sklearn.linear_model import LogisticRegression
+
+    X, y = _data(n_samples=8_000, chunk_size=2_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = train(LogisticRegression(), X, y)
+    assert result.strategy == "fit" and result.estimator.coef_.shape == (1, 10)
+
+
+class FailsOnLargeChunks(SGDClassifier):
+    """partial_fit raises on the chunk with the most rows: a replica that fails mid-training."""
+
+    def partial_fit(self, X, y, classes=None, sample_weight=None):
+        if len(X) > 4_000:
+            raise RuntimeError("chunk too large for this test estimator")
+        return super().partial_fit(X, y, classes=classes, sample_weight=sample_weight)
+
+
+def test_a_failing_replica_stops_the_others(client):
+    """One replica's error reaches the caller; the other replica does not wait forever."""
+    X = da.from_array(np.random.default_rng(0).normal(size=(20_000, 3)), chunks=((4_000,) * 3 + (8_000,), 3))
+    y = (X[:, 0] > 0).astype(int)
+    with pytest.raises(RuntimeError, match="chunk too large"):
+        train(FailsOnLargeChunks(), X, y, strategy="sync", shuffle=False)
+
+
+@settings(max_examples=15, deadline=None)
+@given(cuts=st.lists(st.integers(50, 600), min_size=1, max_size=6), replicas=st.integers(1, 3))
+def test_exact_merges_do_not_depend_on_chunking(cuts, replicas):
+    """GaussianNB and StandardScaler trained sync equal one pass, whatever the chunks and replicas."""
+    rng = np.random.default_rng(len(cuts))
+    total = sum(cuts)
+    X_np, y_np = rng.normal(size=(total, 4)), rng.integers(0, 3, size=total)
+    X, y = da.from_array(X_np, chunks=(tuple(cuts), 4)), da.from_array(y_np, chunks=(tuple(cuts),))
+    scaler = train(StandardScaler(), X, n_replicas=replicas, client=False).estimator
+    np.testing.assert_allclose(scaler.mean_, X_np.mean(axis=0), rtol=1e-10)
+    np.testing.assert_allclose(scaler.var_, X_np.var(axis=0), rtol=1e-10)
+    nb = train(GaussianNB(), X, y, classes=[0, 1, 2], n_replicas=replicas, client=False).estimator
+    reference = GaussianNB().partial_fit(X_np, y_np, classes=[0, 1, 2])
+    np.testing.assert_allclose(nb.theta_, reference.theta_, rtol=1e-10)
+    np.testing.assert_allclose(nb.var_, reference.var_, rtol=1e-9)
