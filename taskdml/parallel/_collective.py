@@ -26,8 +26,8 @@ from taskdml.parallel.merge import merge_replicas
 class _Rounds:
     """Rounds of an all-reduce: replicas contribute, the merge is computed once per round."""
 
-    def __init__(self, n_replicas):
-        self.n_replicas = n_replicas
+    def __init__(self, n_replicas, rule):
+        self.n_replicas, self.rule = n_replicas, rule
         self.pending = {}
         self.results = {}
         self.served = {}
@@ -38,7 +38,7 @@ class _Rounds:
         entries = self.pending.setdefault(round_id, {})
         entries[rank] = (replica, rows)
         if len(entries) == self.n_replicas:
-            self.results[round_id] = _merge_ranked(self.pending.pop(round_id))
+            self.results[round_id] = _merge_ranked(self.pending.pop(round_id), self.rule)
             return True
         return False
 
@@ -50,13 +50,13 @@ class _Rounds:
         return result
 
 
-def _merge_ranked(entries):
+def _merge_ranked(entries, rule):
     """Merge one round's replicas in rank order, leaving out replicas that saw no rows."""
     ranked = [entries[rank] for rank in sorted(entries)]
     trained = [(replica, rows) for replica, rows in ranked if rows > 0]
     if not trained:
         return ranked[0][0]
-    return merge_replicas([replica for replica, _ in trained], [rows for _, rows in trained])
+    return merge_replicas([replica for replica, _ in trained], [rows for _, rows in trained], rule=rule)
 
 
 class _AsyncService:
@@ -112,8 +112,8 @@ def _late(timeout):
 class AllReduceActor(_AsyncService):
     """The all-reduce as a Dask actor (``client.submit(AllReduceActor, n, actor=True)``)."""
 
-    def __init__(self, n_replicas, timeout=600.0):
-        self.rounds, self.timeout, self.condition = _Rounds(n_replicas), timeout, None
+    def __init__(self, n_replicas, rule, timeout=600.0):
+        self.rounds, self.timeout, self.condition = _Rounds(n_replicas, rule), timeout, None
 
     @property
     def failed(self):
@@ -144,8 +144,9 @@ class AllReduceActor(_AsyncService):
 class AllReduceLocal(_LocalService):
     """The all-reduce for replicas running as threads of one process."""
 
-    def __init__(self, n_replicas, timeout=600.0):
-        self.rounds, self.timeout, self.condition = _Rounds(n_replicas), timeout, threading.Condition()
+    def __init__(self, n_replicas, rule, timeout=600.0):
+        self.rounds, self.timeout = _Rounds(n_replicas, rule), timeout
+        self.condition = threading.Condition()
 
     failed = AllReduceActor.failed
 
@@ -176,7 +177,8 @@ class _Server:
     since) simply becomes the global estimator.
     """
 
-    def __init__(self, start, n_workers, staleness):
+    def __init__(self, start, n_workers, staleness, rule):
+        self.rule = rule
         self.state, self.version, self.rows = start, 0, 0
         self.rows_at = {0: 0}
         self.clocks = dict.fromkeys(range(n_workers), 0)
@@ -197,10 +199,10 @@ class _Server:
     def push(self, rank, replica, version, rows):
         absorbed = self.rows - self.rows_at[version]
         if absorbed == 0:
-            self.state = merge_replicas([replica], [rows])
+            self.state = merge_replicas([replica], [rows], rule=self.rule)
         else:
             ahead = _restart_from(self.state, replica)
-            self.state = merge_replicas([ahead, replica], [absorbed, rows])
+            self.state = merge_replicas([ahead, replica], [absorbed, rows], rule=self.rule)
         self.version += 1
         self.rows += rows
         self.clocks[rank] += 1
@@ -219,8 +221,9 @@ class _Server:
 class ParameterServerActor(_AsyncService):
     """The parameter server as a Dask actor."""
 
-    def __init__(self, start, n_workers, staleness, timeout=600.0):
-        self.server, self.timeout, self.condition = _Server(start, n_workers, staleness), timeout, None
+    def __init__(self, start, n_workers, staleness, rule, timeout=600.0):
+        self.server, self.timeout = _Server(start, n_workers, staleness, rule), timeout
+        self.condition = None
         self.failed = None
 
     async def pull(self, rank):
@@ -249,8 +252,8 @@ class ParameterServerActor(_AsyncService):
 class ParameterServerLocal(_LocalService):
     """The parameter server for workers running as threads of one process."""
 
-    def __init__(self, start, n_workers, staleness, timeout=600.0):
-        self.server, self.timeout = _Server(start, n_workers, staleness), timeout
+    def __init__(self, start, n_workers, staleness, rule, timeout=600.0):
+        self.server, self.timeout = _Server(start, n_workers, staleness, rule), timeout
         self.condition, self.failed = threading.Condition(), None
 
     def pull(self, rank):

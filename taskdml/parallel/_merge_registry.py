@@ -436,7 +436,7 @@ def _prepare_with(rule, estimator, X, y=None, classes=None):
     return start
 
 
-def merge_replicas(replicas, weights):
+def merge_replicas(replicas, weights, *, rule=None):
     """Merge the replicas of one round into the next global estimator.
 
     Checks that the replicas are of one class, agree on ``classes_`` and the features,
@@ -474,10 +474,11 @@ def merge_replicas(replicas, weights):
     replicas = list(replicas)
     if not replicas:
         raise ValueError("merge_replicas got no replicas; pass at least one fitted estimator.")
-    return _merge_with(_require_rule(replicas[0], "merge replicas of"), replicas, weights)
+    rule = rule or _require_rule(replicas[0], "merge replicas of")
+    return _merge_with(rule, replicas, weights)
 
 
-def prepare_start(estimator, X, y=None, classes=None):
+def prepare_start(estimator, X, y=None, classes=None, *, rule=None):
     """The global estimator to broadcast before round 1.
 
     Runs the rule's ``prepare`` (so replicas share one random initialisation: MLP weights,
@@ -498,6 +499,8 @@ def prepare_start(estimator, X, y=None, classes=None):
         The first chunk (used only to initialise, never trained on).
     classes : array-like, optional
         All classes, for classifiers.
+    rule : MergeRule, optional
+        As in :func:`merge_replicas`.
 
     Returns
     -------
@@ -514,4 +517,4 @@ def prepare_start(estimator, X, y=None, classes=None):
     >>> [w.shape for w in start.coefs_], start.t_
     ([(2, 3), (3, 1)], 0)
     """
-    return _prepare_with(_require_rule(estimator, "prepare"), estimator, X, y, classes)
+    return _prepare_with(rule or _require_rule(estimator, "prepare"), estimator, X, y, classes)

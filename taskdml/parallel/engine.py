@@ -37,7 +37,7 @@ import numpy as np
 from taskdml import _keys
 from taskdml.exceptions import DataError
 from taskdml.parallel import _chunks, _collective, _replica, _tasks
-from taskdml.parallel.merge import prepare_start, unmergeable_reason
+from taskdml.parallel.merge import get_merge_rule, prepare_start, unmergeable_reason
 
 STRATEGIES = ("sync", "async", "sequential")
 
@@ -264,17 +264,17 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
     n_replicas = min(n_replicas or len(workers), len(chunks))
     owned = [[c for c in chunks if c[3] % n_replicas == rank] for rank in range(n_replicas)]
     placement = _place(client, owned, workers)
-    first = chunks[0]
+    first, rule = chunks[0], get_merge_rule(estimator)
     name = _keys.key_name("train", type(estimator).__name__, [c[0].key for c in chunks], plan["seed"],
                           strategy, phase="replica")
     start = client.submit(prepare_start, estimator, first[0], first[1], plan["fit_kwargs"].get("classes"),
-                          key=_keys.key_name("train", name, phase="prepare"))
+                          rule=rule, key=_keys.key_name("train", name, phase="prepare"))
     plan = dict(plan, rounds_per_epoch=-(-max(len(o) for o in owned) // plan["sync_every"]))
     if strategy == "sync":
-        service = client.submit(_collective.AllReduceActor, n_replicas, actor=True,
+        service = client.submit(_collective.AllReduceActor, n_replicas, rule, actor=True,
                                 workers=[placement[0]], key=_keys.key_name("train", name, phase="allreduce"))
     else:
-        service = client.submit(_collective.ParameterServerActor, start, n_replicas, staleness, actor=True,
+        service = client.submit(_collective.ParameterServerActor, start, n_replicas, staleness, rule, actor=True,
                                 workers=[placement[0]], key=_keys.key_name("train", name, phase="server"))
     service = service.result()
     tasks = [client.submit(_replica.sync_replica if strategy == "sync" else _replica.async_replica, rank,
@@ -326,13 +326,14 @@ def _replicated_locally(estimator, chunks, plan, strategy, staleness, n_replicas
     chunks = [tuple(part for part in dask.compute(*chunk[:3])) + (chunk[3],) for chunk in chunks]
     n_replicas = min(n_replicas, len(chunks))
     owned = [[c for c in chunks if c[3] % n_replicas == rank] for rank in range(n_replicas)]
-    start = prepare_start(estimator, chunks[0][0], chunks[0][1], plan["fit_kwargs"].get("classes"))
+    rule = get_merge_rule(estimator)
+    start = prepare_start(estimator, chunks[0][0], chunks[0][1], plan["fit_kwargs"].get("classes"), rule=rule)
     plan = dict(plan, rounds_per_epoch=-(-max(len(o) for o in owned) // plan["sync_every"]))
     if strategy == "sync":
-        service = _collective.AllReduceLocal(n_replicas)
+        service = _collective.AllReduceLocal(n_replicas, rule)
         jobs = [(_replica.sync_replica, rank, start, owned[rank], service, plan) for rank in range(n_replicas)]
     else:
-        service = _collective.ParameterServerLocal(start, n_replicas, staleness)
+        service = _collective.ParameterServerLocal(start, n_replicas, staleness, rule)
         jobs = [(_replica.async_replica, rank, owned[rank], service, plan) for rank in range(n_replicas)]
     with concurrent.futures.ThreadPoolExecutor(n_replicas) as pool:
         outcomes = [future.result() for future in [pool.submit(*job) for job in jobs]]

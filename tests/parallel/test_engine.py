@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sklearn.base import BaseEstimator
 from sklearn.cluster import Birch
 from sklearn.linear_model import SGDClassifier
 from sklearn.naive_bayes import GaussianNB, MultinomialNB
@@ -182,3 +183,39 @@ def test_exact_merges_do_not_depend_on_chunking(cuts, replicas):
     reference = GaussianNB().partial_fit(X_np, y_np, classes=[0, 1, 2])
     np.testing.assert_allclose(nb.theta_, reference.theta_, rtol=1e-10)
     np.testing.assert_allclose(nb.var_, reference.var_, rtol=1e-9)
+
+
+class ColumnSum(BaseEstimator):
+    """A user's own incremental estimator: column sums and row count."""
+
+    def fit(self, X, y=None):
+        for name in ("sum_", "n_"):
+            self.__dict__.pop(name, None)
+        return self.partial_fit(X)
+
+    def partial_fit(self, X, y=None):
+        self.sum_ = getattr(self, "sum_", 0) + np.asarray(X).sum(axis=0)
+        self.n_ = getattr(self, "n_", 0) + len(X)
+        return self
+
+
+def _merge_column_sums(replicas, weights):
+    from taskdml.parallel.merge import round_start
+
+    start = round_start(replicas)
+    merged = copy.deepcopy(replicas[0])
+    merged.sum_ = start.get("sum_", 0) + sum(r.sum_ - start.get("sum_", 0) for r in replicas)
+    merged.n_ = start.get("n_", 0) + sum(r.n_ - start.get("n_", 0) for r in replicas)
+    return merged
+
+
+def test_rules_registered_in_the_client_apply_on_the_workers(client):
+    """register_merge in this process is enough: the engine ships the rule to the workers."""
+    from taskdml.parallel.merge import register_merge
+
+    register_merge(ColumnSum, _merge_column_sums, exact=True, start_state=("sum_", "n_"))
+    X_np = np.random.default_rng(0).normal(size=(9_000, 3))
+    result = train(ColumnSum(), da.from_array(X_np, chunks=(1_000, 3)), epochs=2, strategy="sync")
+    assert result.strategy == "sync" and result.stats["replicas"] == 2
+    assert result.estimator.n_ == 18_000
+    np.testing.assert_allclose(result.estimator.sum_, 2 * X_np.sum(axis=0), rtol=1e-12)
