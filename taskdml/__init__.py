@@ -1,4 +1,8 @@
-"""taskdml: machine-learning pipelines on Dask.
+"""taskdml: machine-learning pipelines on Dask, with data-parallel training.
+
+Three ways in: ``taskdml run PIPELINE.yaml`` (the CLI over pipeline files),
+:func:`load_pipeline` / :func:`run_pipeline` (the same from Python), and the scikit-learn
+estimators (:class:`DataParallel`) that drop into existing code.
 
 Examples
 --------
@@ -9,6 +13,10 @@ Examples
 
 from taskdml.exceptions import (ClusterUnavailable, DataError, PipelineError, ResumeImpossible,
                                 StepFailed, TaskdmlError)
+from taskdml.metrics import available_metrics, evaluate
+from taskdml.parallel.engine import SequentialFallbackWarning, TrainResult, train
+from taskdml.parallel.merge import (MergeRule, get_merge_rule, register_merge, register_unmergeable,
+                                    unmergeable_reason)
 from taskdml.pipeline import Pipeline, Step
 from taskdml.runner import Run, run_pipeline
 from taskdml.spec import dump_pipeline, load_pipeline, loads_pipeline
@@ -19,17 +27,27 @@ __version__ = "0.1.0"
 __all__ = [
     "ClusterUnavailable",
     "DataError",
+    "MergeRule",
     "Pipeline",
     "PipelineError",
     "ResumeImpossible",
     "Run",
+    "SequentialFallbackWarning",
     "Step",
     "StepFailed",
     "TaskdmlError",
+    "TrainResult",
     "__version__",
+    "available_metrics",
     "builds_graph",
     "dump_pipeline",
+    "evaluate",
+    "get_merge_rule",
     "load_pipeline",
     "loads_pipeline",
+    "register_merge",
+    "register_unmergeable",
     "run_pipeline",
+    "train",
+    "unmergeable_reason",
 ]

@@ -101,13 +101,12 @@ def _client(target, what):
 
 def describe(client):
     """What the run ran on, for the manifest: scheduler, dashboard, workers, threads."""
-    info = client.scheduler_info(n_workers=-1)
-    workers = info.get("workers", {})
+    threads = client.nthreads()
     return {
         "scheduler": client.scheduler.address,
         "dashboard": client.dashboard_link,
-        "workers": len(workers),
-        "threads": sum(w.get("nthreads", 0) for w in workers.values()),
+        "workers": len(threads),
+        "threads": sum(threads.values()),
         "cluster": type(client.cluster).__name__ if client.cluster is not None else "address",
     }
 

@@ -134,14 +134,6 @@ def _resolve_seed(function, random_state):
     )
 
 
-def _suggest(word, choices):
-    """``did_you_mean``, which also catches a name that differs only in case (``x``/``X``)."""
-    same_but_case = [c for c in choices if str(c).lower() == str(word).lower()]
-    if same_but_case:
-        return f" Did you mean {same_but_case[0]!r}?"
-    return did_you_mean(word, choices)
-
-
 def _row_chunks(n_samples, chunk_size):
     full, rest = divmod(n_samples, chunk_size)
     return (chunk_size,) * full + ((rest,) if rest else ())
@@ -740,7 +732,7 @@ def load_sklearn(name, *, chunk_size=None):
     if name not in _SKLEARN_DATASETS:
         raise DataError(
             f"load_sklearn: unknown data set name={name!r}; expected one of "
-            f"{sorted(_SKLEARN_DATASETS)}.{_suggest(name, _SKLEARN_DATASETS)}"
+            f"{sorted(_SKLEARN_DATASETS)}.{did_you_mean(name, _SKLEARN_DATASETS)}"
         )
     X, y, feature_names, target_name = _sklearn_arrays(name)
     n_samples, n_features = X.shape
@@ -783,7 +775,7 @@ def _from_xarray(function, path, ds, x, y, chunk_size):
         if var is not None and var not in ds.data_vars:
             raise DataError(
                 f"{where} has no variable {param}={var!r}; its variables are {names}."
-                f"{_suggest(var, names)}"
+                f"{did_you_mean(var, names)}"
                 + (" Pass y=None for data without labels." if param == "y" else "")
             )
     X = ds[x]
@@ -1016,7 +1008,7 @@ def _from_dataframe(function, path, frame, target, features):
         if column not in columns:
             raise DataError(
                 f"{where} has no column {param}={column!r}; its columns are {columns}."
-                f"{_suggest(column, columns)}"
+                f"{did_you_mean(column, columns)}"
             )
 
     if target is not None:
@@ -1280,7 +1272,7 @@ def train_test_split(data, *, test_size=0.25, random_state=None):
     if "sample" not in data.dims:
         raise DataError(
             f"{fn}: data must have a 'sample' dim; found dims {list(data.dims)}."
-            f"{_suggest('sample', list(data.dims))}"
+            f"{did_you_mean('sample', list(data.dims))}"
         )
     n_samples = data.sizes["sample"]
     n_test = _n_test(test_size, n_samples)

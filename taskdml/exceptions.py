@@ -60,8 +60,13 @@ class ResumeImpossible(TaskdmlError, LookupError):
 
 
 def did_you_mean(word, choices):
-    """Return ``" Did you mean 'x'?"`` for the closest of *choices*, or ``""``."""
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    """Return ``" Did you mean 'x'?"`` for the closest of *choices*, or ``""``.
+
+    A choice that differs only in case (``x`` for ``X``) wins over every other.
+    """
+    choices = [str(choice) for choice in choices]
+    same_but_case = [choice for choice in choices if choice.lower() == str(word).lower()]
+    close = same_but_case or difflib.get_close_matches(str(word), choices, n=1, cutoff=0.6)
     return f" Did you mean {close[0]!r}?" if close else ""
 
 

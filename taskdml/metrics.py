@@ -734,10 +734,8 @@ def _check_data(data):
         )
     for name, dims in (("X", ("sample", "feature")), ("y", ("sample",))):
         if name not in data.data_vars:
-            same_but_case = [v for v in data.data_vars if str(v).lower() == name.lower()]
-            hint = f" Did you mean {same_but_case[0]!r}?" if same_but_case else ""
             raise DataError(
-                f"data has no variable {name!r}.{hint or did_you_mean(name, data.data_vars)} "
+                f"data has no variable {name!r}.{did_you_mean(name, data.data_vars)} "
                 f"Its variables are {sorted(map(str, data.data_vars))}; expected 'X' "
                 f"(dims sample, feature) and 'y' (dims sample)"
             )

@@ -260,7 +260,7 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
     """Sync or async replicas, as pinned long-running tasks or as local threads."""
     if client is None:
         return _replicated_locally(estimator, chunks, plan, strategy, staleness, n_replicas or 1)
-    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    workers = sorted(client.nthreads())
     n_replicas = min(n_replicas or len(workers), len(chunks))
     owned = [[c for c in chunks if c[3] % n_replicas == rank] for rank in range(n_replicas)]
     placement = _place(client, owned, workers)
@@ -277,13 +277,30 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
         service = client.submit(_collective.ParameterServerActor, start, n_replicas, staleness, rule, actor=True,
                                 workers=[placement[0]], key=_keys.key_name("train", name, phase="server"))
     service = service.result()
-    tasks = [client.submit(_replica.sync_replica if strategy == "sync" else _replica.async_replica, rank,
-                           *((start,) if strategy == "sync" else ()), owned[rank], service, plan,
-                           workers=[placement[rank]], allow_other_workers=False, pure=False,
-                           key=(name, rank))
-             for rank in range(n_replicas)]
-    outcomes = client.gather(tasks)
+    with _taking_turns(client, n_replicas):
+        tasks = [client.submit(_replica.sync_replica if strategy == "sync" else _replica.async_replica,
+                               rank, *((start,) if strategy == "sync" else ()), owned[rank], service, plan,
+                               workers=[placement[rank]], allow_other_workers=False, pure=False,
+                               key=(name, rank))
+                 for rank in range(n_replicas)]
+        outcomes = client.gather(tasks)
     return _result(strategy, outcomes, service, plan, n_replicas)
+
+
+def _taking_turns(client, n_replicas):
+    """Replicated trainings on one cluster take turns; a single replica never waits.
+
+    Every replica of a training must run at once (they wait for each other every round), and
+    each holds a worker thread for the whole training. Two trainings started together could
+    each get one worker and wait forever for the other; a cluster-wide lock prevents that.
+    """
+    import contextlib
+
+    from distributed import Lock
+
+    if n_replicas == 1:
+        return contextlib.nullcontext()
+    return Lock("taskdml-replicated-training", scheduler_rpc=client.scheduler, loop=client.loop)
 
 
 def _result(strategy, outcomes, service, plan, n_replicas):
