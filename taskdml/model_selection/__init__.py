@@ -1,0 +1,1 @@
+"""Hyperparameter search over (data-parallel) trials: grid, random, halving, Hyperband, ASHA."""
