@@ -103,7 +103,9 @@ def run(pipeline_file, overrides, scheduler, workers, run_dir, dry_run, as_json)
     if as_json:
         click.echo(json.dumps(_summary_from_dir(result.path, 0), indent=2))
     else:
-        click.echo(_results_table(result.steps, result.metrics))
+        order = [step.name for step in pipeline.ordered_steps()]
+        click.echo(_results_table({name: result.steps[name] for name in order if name in result.steps},
+                                  result.metrics))
         click.echo(f"\nrun {result.run_id} succeeded; recorded in {result.path}")
 
 

@@ -75,7 +75,8 @@ class StepContext:
         if self.record.directory is not None:
             name = self.step.name if item is None else f"{self.step.name}[{item}]"
             artifact = self.record.directory.save_model(name, model)
-            self.record.add_artifact(self.step.name, name, artifact)
+            self.record.add_artifact(self.step.name, "model" if item is None else f"model[{item}]",
+                                     artifact)
 
     def record_training(self, result, item=None):
         """Note the engine's strategy, history and facts of a fit in the manifest."""

@@ -85,13 +85,12 @@ class RunDirectory:
         """Persist a fitted model; return ``{"path", "format"}`` for the manifest."""
         import skops.io
 
-        folder = self.path / "models"
         try:
             data = skops.io.dumps(model)
             untrusted = skops.io.get_untrusted_types(data=data)
             if untrusted:
                 raise TypeError(f"types skops does not trust: {untrusted}")
-            name, payload, fmt = f"{step}.skops", data, "skops"
+            artifact = {"path": str(Path("models") / f"{step}.skops"), "format": "skops"}
         except Exception as error:  # skops refuses many types; joblib takes them all
             import io
 
@@ -99,9 +98,11 @@ class RunDirectory:
 
             buffer = io.BytesIO()
             joblib.dump(model, buffer)
-            name, payload, fmt = f"{step}.joblib", buffer.getvalue(), f"joblib ({error})"
-        atomic_write(folder / name, payload)
-        return {"path": str(Path("models") / name), "format": fmt.split(" ")[0], "why": fmt}
+            data = buffer.getvalue()
+            artifact = {"path": str(Path("models") / f"{step}.joblib"), "format": "joblib",
+                        "why_not_skops": f"{type(error).__name__}: {error}"}
+        atomic_write(self.path / artifact["path"], data)
+        return artifact
 
 
 def load_model(run_path, step):

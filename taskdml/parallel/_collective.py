@@ -19,7 +19,7 @@ import copy
 import threading
 import time
 
-from taskdml.parallel._merge_registry import _START_ATTR
+from taskdml.parallel._merge_registry import restart_from
 from taskdml.parallel.merge import merge_replicas
 
 
@@ -201,7 +201,7 @@ class _Server:
         if absorbed == 0:
             self.state = merge_replicas([replica], [rows], rule=self.rule)
         else:
-            ahead = _restart_from(self.state, replica)
+            ahead = restart_from(self.state, replica)
             self.state = merge_replicas([ahead, replica], [absorbed, rows], rule=self.rule)
         self.version += 1
         self.rows += rows
@@ -274,13 +274,6 @@ class ParameterServerLocal(_LocalService):
             self.condition.notify_all()
 
     result = ParameterServerActor.result
-
-
-def _restart_from(state, replica):
-    """A copy of *state* that claims to have started where *replica* started."""
-    ahead = copy.deepcopy(state)
-    setattr(ahead, _START_ATTR, copy.deepcopy(getattr(replica, _START_ATTR, None)))
-    return ahead
 
 
 def call(service, method, *args):

@@ -301,6 +301,24 @@ def _record_start(estimator, rule):
     setattr(estimator, _START_ATTR, snapshot)
 
 
+def restart_from(estimator, replica):
+    """A copy of *estimator* whose round-start record is *replica*'s.
+
+    The parameter server merges its current global estimator with a replica that started
+    from an older version; both must claim the same start for the merge to count the
+    replica's own progress once.
+    """
+    ahead = copy.deepcopy(estimator)
+    setattr(ahead, _START_ATTR, copy.deepcopy(getattr(replica, _START_ATTR, None)))
+    return ahead
+
+
+def without_round_start(estimator):
+    """*estimator* without the round-start record, as handed back to users (in place)."""
+    estimator.__dict__.pop(_START_ATTR, None)
+    return estimator
+
+
 def round_start(replicas):
     """The round-start values a rule asked for, as ``{attribute path: value}``.
 

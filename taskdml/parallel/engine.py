@@ -37,6 +37,7 @@ import numpy as np
 from taskdml import _keys
 from taskdml.exceptions import DataError
 from taskdml.parallel import _chunks, _collective, _replica, _tasks
+from taskdml.parallel._merge_registry import without_round_start
 from taskdml.parallel.merge import get_merge_rule, prepare_start, unmergeable_reason
 
 STRATEGIES = ("sync", "async", "sequential")
@@ -119,6 +120,7 @@ def train(estimator, X, y=None, *, sample_weight=None, classes=None, preprocess=
         result = _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas)
     rows = sum(fact["rows"] for fact in facts)
     result.stats.update(wall_s=time.perf_counter() - started, n_samples=rows, n_chunks=len(chunks))
+    without_round_start(result.estimator)
     for entry in result.history:
         entry.pop("stop", None)
         entry["samples_seen"] = rows * entry["epoch"]
