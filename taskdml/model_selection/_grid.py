@@ -1,0 +1,672 @@
+"""Grid and randomized search with cross-validation, as Dask tasks.
+
+:class:`GridSearchCV` and :class:`RandomizedSearchCV` take scikit-learn's parameters and
+leave scikit-learn's fitted attributes (``cv_results_`` with the same keys and values,
+``best_params_``, ``best_score_``, ``best_index_``, ``best_estimator_``, ``refit_time_``,
+``scorer_``, ``n_splits_``, ``multimetric_``), so they drop into code written for
+:mod:`sklearn.model_selection`. What changes is how the work runs:
+
+- **in-memory data** (NumPy, pandas, sparse): the folds' indices are computed here with
+  scikit-learn's ``check_cv``; the data is scattered to the cluster once (or put into the
+  local graph once); every candidate × fold is a few tasks, and the fitted prefix of a
+  :class:`~sklearn.pipeline.Pipeline` that several candidates share is one task per fold.
+  See :mod:`taskdml.model_selection._grid_graph` for the graph.
+- **chunked data** (dask arrays, xarray Datasets): folds are whole chunks, each candidate
+  trains with the data-parallel engine and is scored chunk-wise by :mod:`taskdml.metrics`.
+  See :mod:`taskdml.model_selection._grid_chunked`.
+
+The work runs on the current distributed client (``distributed.default_client()``) when there
+is one and on Dask's local threads otherwise (``n_jobs`` of them); no client is required.
+Results are formatted as scikit-learn formats them, so split scores, means, standard
+deviations and ranks agree with scikit-learn's to rounding on the same folds.
+"""
+
+import copy
+import numbers
+import warnings
+from collections import Counter, defaultdict
+
+import numpy as np
+from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
+from sklearn.utils.metaestimators import available_if
+
+from taskdml.model_selection import _grid_chunked, _grid_graph
+
+__all__ = ["GridSearchCV", "RandomizedSearchCV"]
+
+
+def _search_estimator_has(attr):
+    """``available_if`` check: refit is on and the (best) estimator has *attr*."""
+
+    def check(self):
+        _check_refit(self, attr)
+        getattr(self.best_estimator_ if hasattr(self, "best_estimator_") else self.estimator, attr)
+        return True
+
+    return check
+
+
+def _check_refit(search, attr):
+    if not search.refit:
+        raise AttributeError(
+            f"This {type(search).__name__} instance was initialized with `refit=False`. {attr} is "
+            "available only after refitting on the best parameters. You can refit an estimator "
+            "manually using the `best_params_` attribute")
+
+
+class BaseSearchCV(MetaEstimatorMixin, BaseEstimator):
+    """Shared machinery of :class:`GridSearchCV` and :class:`RandomizedSearchCV`.
+
+    Subclasses set their search space in ``__init__`` and return the candidates from
+    ``_candidates()``.
+    """
+
+    def __init__(self, estimator, *, scoring=None, n_jobs=None, refit=True, cv=None, verbose=0,
+                 pre_dispatch="2*n_jobs", error_score=np.nan, return_train_score=False,
+                 parallel=None):
+        self.estimator = estimator
+        self.scoring = scoring
+        self.n_jobs = n_jobs
+        self.refit = refit
+        self.cv = cv
+        self.verbose = verbose
+        self.pre_dispatch = pre_dispatch
+        self.error_score = error_score
+        self.return_train_score = return_train_score
+        self.parallel = parallel
+
+    def __sklearn_tags__(self):
+        from sklearn.utils import get_tags
+
+        tags = super().__sklearn_tags__()
+        inner = get_tags(self.estimator)
+        tags.estimator_type = inner.estimator_type
+        tags.classifier_tags = copy.deepcopy(inner.classifier_tags)
+        tags.regressor_tags = copy.deepcopy(inner.regressor_tags)
+        tags.input_tags.pairwise = inner.input_tags.pairwise
+        tags.input_tags.sparse = inner.input_tags.sparse
+        return tags
+
+    def _candidates(self):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------------------
+    # fit
+
+    def fit(self, X, y=None, **params):
+        """Run fit with all sets of parameters, as Dask tasks.
+
+        Parameters
+        ----------
+        X : array-like, dask array or xarray.Dataset of shape (n_samples, n_features)
+            In-memory data is scattered once; chunked data (a dask array, or a Dataset with
+            ``X`` (dims sample, feature) and ``y`` (dims sample)) stays on the cluster.
+        y : array-like or dask array of shape (n_samples,), optional
+            Targets; taken from the Dataset's ``y`` when ``X`` is one.
+        **params : dict
+            ``groups`` goes to the CV splitter; the rest to the estimator's ``fit`` (a
+            ``Pipeline``'s as ``step__param``), split with the rows where they have one entry
+            per sample. In-memory data only.
+
+        Returns
+        -------
+        self : object
+            The fitted search.
+        """
+        self._check_parameters()
+        candidates = list(self._candidates())
+        if not candidates:
+            raise ValueError("No fits were performed. Was the CV iterator empty? Were there no candidates?")
+        if _grid_chunked.is_chunked(X) or _grid_chunked.is_chunked(y):
+            return self._fit_chunked(X, y, candidates, params)
+        return self._fit_in_memory(X, y, candidates, params)
+
+    def _check_parameters(self):
+        if not (self.error_score == "raise" or isinstance(self.error_score, numbers.Real)):
+            raise ValueError(f"error_score must be 'raise' or a number, got {self.error_score!r}.")
+        if not (isinstance(self.refit, (bool, str)) or callable(self.refit)):
+            raise ValueError(f"refit must be a bool, a scorer name or a callable, got {self.refit!r}.")
+        if not hasattr(self.estimator, "fit"):
+            raise TypeError(f"estimator must have a fit method, got {self.estimator!r}.")
+
+    def _fit_in_memory(self, X, y, candidates, params):
+        from sklearn.base import is_classifier
+        from sklearn.model_selection import check_cv
+        from sklearn.utils import get_tags, indexable
+
+        from taskdml.parallel.engine import current_client
+
+        scorers, multimetric = _check_scoring(self.estimator, self.scoring)
+        _check_refit_for_multimetric(self.refit, scorers, multimetric)
+        X, y = indexable(X, y)
+        params = dict(params)
+        groups = params.pop("groups", None)
+        cv = check_cv(self.cv, y, classifier=is_classifier(self.estimator))
+        n_splits = cv.get_n_splits(X, y, groups)
+        splits = tuple((np.asarray(train), np.asarray(test)) for train, test in cv.split(X, y, groups))
+        if len(splits) != n_splits:
+            raise ValueError("cv.split and cv.get_n_splits return inconsistent results. Expected "
+                             f"{n_splits} splits, got {len(splits)}")
+        data = _grid_graph.SearchData(X, y, params, splits)
+        client = current_client()
+        base = clone(self.estimator)
+        with _grid_graph.place(data, client) as (node, token):
+            out, _ = _grid_graph.run(
+                base, candidates, data, node, token, scorers=scorers,
+                shortcut_scoring=_names_only(self.scoring), return_train_score=self.return_train_score,
+                error_score=self.error_score, pairwise=get_tags(self.estimator).input_tags.pairwise,
+                client=client, n_jobs=self.n_jobs, verbose=self.verbose)
+            fitted = self._results(candidates, n_splits, out, multimetric)
+
+            def refit(best):
+                return _grid_graph.refit(best, node, token, client, self.n_jobs)
+
+            self._set_fitted(fitted, base, refit, scorers, multimetric, n_splits)
+        return self
+
+    def _fit_chunked(self, X, y, candidates, params):
+        from taskdml.parallel.engine import current_client
+
+        if params:
+            raise ValueError(f"fit parameters ({', '.join(params)}) are not supported on chunked data; "
+                             "fold them into the estimator or compute the data first.")
+        metrics = _grid_chunked.metric_names(self.estimator, self.scoring)
+        multimetric = not (self.scoring is None or isinstance(self.scoring, str))
+        _check_refit_for_multimetric(self.refit, metrics, multimetric)
+        parallel = _grid_chunked.check_parallel(self.parallel)
+        X, y = _grid_chunked.as_arrays(X, y)
+        folds = _grid_chunked.chunk_folds(self.cv, X.chunks[0])
+        client = current_client()
+        base = clone(self.estimator)
+        if self.verbose > 0:
+            print(f"Fitting {len(folds)} folds of chunks for each of {len(candidates)} candidates, "
+                  f"totalling {len(folds) * len(candidates)} trainings")
+        out = _grid_chunked.run(base, candidates, X, y, folds, metrics=metrics, parallel=parallel,
+                                return_train_score=self.return_train_score,
+                                error_score=self.error_score, client=client, n_jobs=self.n_jobs)
+        fitted = self._results(candidates, len(folds), out, multimetric)
+
+        def refit(best):
+            return _grid_chunked.refit(best, X, y, index=fitted["best_index_"], parallel=parallel,
+                                       client=client)
+
+        scorer = metrics["score"] if not multimetric else metrics
+        self._set_fitted(fitted, base, refit, scorer, multimetric, len(folds), chunked=True)
+        return self
+
+    def _results(self, candidates, n_splits, out, multimetric):
+        """cv_results_ and the best candidate, from one result per candidate × fold."""
+        for result in out:
+            for message in result["warnings"]:
+                warnings.warn(message, UserWarning, stacklevel=4)
+        _warn_or_raise_about_fit_failures(out, self.error_score)
+        first = next(result["test_scores"] for result in out if result["fit_error"] is None)
+        multimetric = multimetric or isinstance(first, dict)
+        if callable(self.scoring) and multimetric:
+            _check_refit_for_multimetric(self.refit, first, True)
+        for result in out:
+            if result["fit_error"] is not None:
+                filled = {name: self.error_score for name in first} if isinstance(first, dict) else self.error_score
+                result["test_scores"] = filled
+                result["train_scores"] = dict(filled) if isinstance(filled, dict) else filled
+        results = format_results(candidates, n_splits, out, self.return_train_score)
+        fitted = {"cv_results_": results, "multimetric_": multimetric}
+        refit_metric = self.refit if multimetric else "score"
+        if self.refit or not multimetric:
+            best_index = _select_best_index(self.refit, refit_metric, results)
+            fitted["best_index_"] = best_index
+            if not callable(self.refit):
+                fitted["best_score_"] = results[f"mean_test_{refit_metric}"][best_index]
+            fitted["best_params_"] = results["params"][best_index]
+        return fitted
+
+    def _set_fitted(self, fitted, base, refit, scorer, multimetric, n_splits, chunked=False):
+        if self.refit:
+            best = clone(base).set_params(**clone(fitted["best_params_"], safe=False))
+            fitted["best_estimator_"], fitted["refit_time_"] = refit(best)
+            if hasattr(fitted["best_estimator_"], "feature_names_in_"):
+                fitted["feature_names_in_"] = fitted["best_estimator_"].feature_names_in_
+        fitted["scorer_"] = scorer
+        fitted["n_splits_"] = n_splits
+        for name, value in fitted.items():
+            setattr(self, name, value)
+        self._chunked = chunked
+        return self
+
+    # ------------------------------------------------------------------------------------
+    # delegation to best_estimator_
+
+    def score(self, X, y=None):
+        """Score of the refitted best estimator on the given data.
+
+        Uses ``scoring`` where given (``refit``'s metric when there are several), else
+        ``best_estimator_.score``. Chunked data is scored chunk-wise with
+        :func:`taskdml.metrics.evaluate`.
+
+        Parameters
+        ----------
+        X : array-like, dask array or xarray.Dataset of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,), optional
+
+        Returns
+        -------
+        score : float
+        """
+        from sklearn.utils.validation import check_is_fitted
+
+        _check_refit(self, "score")
+        check_is_fitted(self)
+        if getattr(self, "_chunked", False) or _grid_chunked.is_chunked(X):
+            return self._score_chunked(X, y)
+        if self.scorer_ is None:
+            raise ValueError("No score function explicitly defined, and the estimator doesn't "
+                             f"provide one {self.best_estimator_}")
+        if isinstance(self.scorer_, dict):
+            scorer = self.scorer_[self.refit] if self.multimetric_ else self.scorer_
+            return scorer(self.best_estimator_, X, y)
+        score = self.scorer_(self.best_estimator_, X, y)
+        return score[self.refit] if self.multimetric_ else score
+
+    def _score_chunked(self, X, y):
+        import dask.array as da
+
+        from taskdml.metrics import evaluate
+
+        if not _grid_chunked.is_chunked(X):
+            X = da.from_array(np.asarray(X), chunks=(max(1, len(X)), -1))
+        X, y = _grid_chunked.as_arrays(X, y)
+        metrics = _grid_chunked.metric_names(self.estimator, self.scoring)
+        metric = metrics[self.refit] if self.multimetric_ else metrics["score"]
+        import xarray as xr
+
+        data = xr.Dataset({"X": (("sample", "feature"), X), "y": ("sample", y)})
+        return evaluate(self.best_estimator_, data, [metric])[metric]
+
+    @available_if(_search_estimator_has("score_samples"))
+    def score_samples(self, X):
+        """Call ``score_samples`` on the estimator with the best found parameters."""
+        return self._delegate("score_samples", X)
+
+    @available_if(_search_estimator_has("predict"))
+    def predict(self, X):
+        """Call ``predict`` on the estimator with the best found parameters."""
+        return self._delegate("predict", X)
+
+    @available_if(_search_estimator_has("predict_proba"))
+    def predict_proba(self, X):
+        """Call ``predict_proba`` on the estimator with the best found parameters."""
+        return self._delegate("predict_proba", X)
+
+    @available_if(_search_estimator_has("predict_log_proba"))
+    def predict_log_proba(self, X):
+        """Call ``predict_log_proba`` on the estimator with the best found parameters."""
+        return self._delegate("predict_log_proba", X)
+
+    @available_if(_search_estimator_has("decision_function"))
+    def decision_function(self, X):
+        """Call ``decision_function`` on the estimator with the best found parameters."""
+        return self._delegate("decision_function", X)
+
+    @available_if(_search_estimator_has("transform"))
+    def transform(self, X):
+        """Call ``transform`` on the estimator with the best found parameters."""
+        return self._delegate("transform", X)
+
+    @available_if(_search_estimator_has("inverse_transform"))
+    def inverse_transform(self, X):
+        """Call ``inverse_transform`` on the estimator with the best found parameters."""
+        return self._delegate("inverse_transform", X)
+
+    def _delegate(self, method, X):
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self)
+        return getattr(self.best_estimator_, method)(X)
+
+    @property
+    def n_features_in_(self):
+        """Number of features seen during fit (only with ``refit``)."""
+        from sklearn.exceptions import NotFittedError
+        from sklearn.utils.validation import check_is_fitted
+
+        try:
+            check_is_fitted(self)
+        except NotFittedError as error:
+            raise AttributeError(f"{type(self).__name__} object has no n_features_in_ attribute.") from error
+        return self.best_estimator_.n_features_in_
+
+    @property
+    def classes_(self):
+        """Class labels (only with ``refit`` and a classifier)."""
+        _search_estimator_has("classes_")(self)
+        return self.best_estimator_.classes_
+
+
+class GridSearchCV(BaseSearchCV):
+    """Exhaustive search over a parameter grid, every candidate × fold a Dask task.
+
+    A drop-in replacement for :class:`sklearn.model_selection.GridSearchCV`: the same
+    parameters and fitted attributes, and the same ``cv_results_`` on the same folds. The fits
+    run on the current distributed client if there is one, else on Dask's local threads. For a
+    :class:`~sklearn.pipeline.Pipeline`, the steps that several candidates share are fitted
+    once per fold. Dask arrays and xarray Datasets are searched without being gathered: folds
+    are whole chunks and each candidate trains with the data-parallel engine.
+
+    Parameters
+    ----------
+    estimator : estimator object
+        Cloned for every candidate.
+    param_grid : dict or list of dict
+        Parameter names to lists of values; a list of dicts searches each grid in turn.
+    scoring : str, callable, list, tuple, set or dict, default=None
+        As in scikit-learn (``None``: ``estimator.score``). On chunked data: metric names of
+        :func:`taskdml.metrics.available_metrics` only.
+    n_jobs : int, default=None
+        Threads of the local scheduler when there is no distributed client (``-1``: all
+        cores). The cluster's workers decide otherwise.
+    refit : bool, str or callable, default=True
+        Refit the best candidate on all the data (one more task). With several metrics, the
+        metric that picks the best candidate, or a callable of ``cv_results_`` returning its
+        index.
+    cv : int, cross-validation generator or iterable, default=None
+        As in scikit-learn (5-fold, stratified for classifiers). On chunked data an int (or a
+        splitter) splits the chunk indices.
+    verbose : int, default=0
+        Above 0, print the number of fits and of tasks.
+    pre_dispatch : int or str, default="2*n_jobs"
+        Accepted for compatibility; Dask schedules the tasks.
+    error_score : "raise" or float, default=np.nan
+        Score of a candidate whose fit raised (with a ``FitFailedWarning``); ``"raise"``
+        stops the search with the error instead.
+    return_train_score : bool, default=False
+        Also score each fit on its training rows.
+    parallel : dict, default=None
+        Chunked data only: how each candidate trains, passed to
+        :func:`taskdml.parallel.engine.train` — ``strategy`` (default ``"sequential"``, a
+        chain of tasks per candidate, so that candidates run side by side), ``epochs``
+        (default 1), ``sync_every``, ``staleness``, ``shuffle`` (default ``False``: every
+        candidate sees the chunks in the same order), ``shuffle_rows``, ``n_replicas`` and
+        ``random_state`` (default 0; candidate ``i`` uses ``random_state + i``).
+
+    Attributes
+    ----------
+    cv_results_ : dict of numpy (masked) ndarrays
+        ``split<k>_test_<score>``, ``mean_/std_/rank_test_<score>``, the train scores with
+        ``return_train_score``, ``mean_/std_fit_time`` and ``score_time``, ``param_<name>``
+        masked arrays and ``params``. A candidate's fit time includes the shared steps it
+        used (the time its whole fit would take); its score time includes transforming the
+        test rows.
+    best_estimator_ : estimator
+        The best candidate refitted on all the data (with ``refit``).
+    best_score_ : float
+        Mean cross-validated score of the best candidate.
+    best_params_ : dict
+        Parameters of the best candidate.
+    best_index_ : int
+        Index of the best candidate in ``cv_results_``.
+    scorer_ : callable or dict
+        The scorer(s) used (metric names on chunked data).
+    n_splits_ : int
+        Number of folds.
+    refit_time_ : float
+        Seconds spent refitting the best candidate.
+    multimetric_ : bool
+        Whether several metrics were scored.
+    classes_ : ndarray of shape (n_classes,)
+        Class labels of the best estimator (classifiers).
+    n_features_in_ : int
+        Number of features seen during fit.
+
+    See Also
+    --------
+    RandomizedSearchCV : Sample candidates from distributions.
+    sklearn.model_selection.GridSearchCV : The in-process original.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from sklearn.svm import SVC
+    >>> from taskdml.model_selection._grid import GridSearchCV
+    >>> X, y = load_iris(return_X_y=True)
+    >>> pipe = make_pipeline(StandardScaler(), SVC())
+    >>> search = GridSearchCV(pipe, {"svc__C": [0.1, 1, 10]}, cv=3).fit(X, y)
+    >>> search.best_params_
+    {'svc__C': 10}
+    >>> round(search.best_score_, 3)
+    0.973
+    >>> sorted(search.cv_results_)[:4]
+    ['mean_fit_time', 'mean_score_time', 'mean_test_score', 'param_svc__C']
+    """
+
+    def __init__(self, estimator, param_grid, *, scoring=None, n_jobs=None, refit=True, cv=None,
+                 verbose=0, pre_dispatch="2*n_jobs", error_score=np.nan, return_train_score=False,
+                 parallel=None):
+        super().__init__(estimator, scoring=scoring, n_jobs=n_jobs, refit=refit, cv=cv, verbose=verbose,
+                         pre_dispatch=pre_dispatch, error_score=error_score,
+                         return_train_score=return_train_score, parallel=parallel)
+        self.param_grid = param_grid
+
+    def _candidates(self):
+        from sklearn.model_selection import ParameterGrid
+
+        return list(ParameterGrid(self.param_grid))
+
+
+class RandomizedSearchCV(BaseSearchCV):
+    """Randomized search over parameter distributions, every candidate × fold a Dask task.
+
+    A drop-in replacement for :class:`sklearn.model_selection.RandomizedSearchCV`: it draws
+    the same candidates for the same ``random_state`` (through
+    :func:`taskdml.model_selection._space.candidates`) and runs them as
+    :class:`GridSearchCV` does.
+
+    Parameters
+    ----------
+    estimator : estimator object
+        Cloned for every candidate.
+    param_distributions : dict or list of dict
+        Parameter names to lists (sampled uniformly) or ``scipy.stats`` distributions.
+    n_iter : int, default=10
+        Number of candidates sampled.
+    scoring, n_jobs, refit, cv, verbose, pre_dispatch, error_score, return_train_score, parallel
+        As in :class:`GridSearchCV`.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the sampling of the candidates.
+
+    Attributes
+    ----------
+    cv_results_, best_estimator_, best_score_, best_params_, best_index_, scorer_, n_splits_, \
+refit_time_, multimetric_, classes_, n_features_in_
+        As in :class:`GridSearchCV`.
+
+    See Also
+    --------
+    GridSearchCV : Every point of a grid.
+
+    Examples
+    --------
+    >>> from scipy.stats import loguniform
+    >>> from sklearn.datasets import load_iris
+    >>> from sklearn.linear_model import LogisticRegression
+    >>> from taskdml.model_selection._grid import RandomizedSearchCV
+    >>> X, y = load_iris(return_X_y=True)
+    >>> search = RandomizedSearchCV(LogisticRegression(max_iter=500), {"C": loguniform(1e-2, 1e2)},
+    ...                             n_iter=4, cv=3, random_state=0).fit(X, y)
+    >>> len(search.cv_results_["params"]), search.n_splits_
+    (4, 3)
+    >>> search.best_score_ > 0.9
+    np.True_
+    """
+
+    def __init__(self, estimator, param_distributions, *, n_iter=10, scoring=None, n_jobs=None,
+                 refit=True, cv=None, verbose=0, pre_dispatch="2*n_jobs", random_state=None,
+                 error_score=np.nan, return_train_score=False, parallel=None):
+        super().__init__(estimator, scoring=scoring, n_jobs=n_jobs, refit=refit, cv=cv, verbose=verbose,
+                         pre_dispatch=pre_dispatch, error_score=error_score,
+                         return_train_score=return_train_score, parallel=parallel)
+        self.param_distributions = param_distributions
+        self.n_iter = n_iter
+        self.random_state = random_state
+
+    def _candidates(self):
+        from taskdml.model_selection._space import candidates
+
+        return candidates(self.param_distributions, self.n_iter, random_state=self.random_state)
+
+
+# ----------------------------------------------------------------------------------------
+# Scoring and results, as scikit-learn does them.
+
+
+def _names_only(scoring):
+    """Whether the scorers only call prediction methods (then they see transformed rows)."""
+    if scoring is None or isinstance(scoring, str):
+        return True
+    if isinstance(scoring, (list, tuple, set)):
+        return all(isinstance(name, str) for name in scoring)
+    if isinstance(scoring, dict):
+        return all(isinstance(name, str) for name in scoring.values())
+    return False
+
+
+def _check_scoring(estimator, scoring):
+    """``(scorers, multimetric)``: one scorer, or a dict of them for several metrics."""
+    from sklearn.metrics import check_scoring
+
+    if callable(scoring) or scoring is None or isinstance(scoring, str):
+        return (scoring if callable(scoring) else check_scoring(estimator, scoring)), False
+    generic = "The list/tuple elements must be unique strings of predefined scorers. "
+    if isinstance(scoring, (list, tuple, set)):
+        names = list(scoring)
+        if not names:
+            raise ValueError(f"{generic}Empty list was given. {scoring!r}")
+        if not all(isinstance(name, str) for name in names):
+            if any(callable(name) for name in names):
+                raise ValueError(f"{generic}One or more of the elements were callables. Use a dict of score "
+                                 f"name mapped to the scorer callable. Got {scoring!r}")
+            raise ValueError(f"{generic}Non-string types were found in the given list. Got {scoring!r}")
+        if len(set(names)) != len(names):
+            raise ValueError(f"{generic}Duplicate elements were found in the given list. {scoring!r}")
+        return {name: check_scoring(estimator, scoring=name) for name in names}, True
+    if isinstance(scoring, dict):
+        if not scoring:
+            raise ValueError(f"An empty dict was passed. {scoring!r}")
+        if not all(isinstance(name, str) for name in scoring):
+            raise ValueError(f"Non-string types were found in the keys of the given dict. scoring={scoring!r}")
+        return {name: check_scoring(estimator, scoring=value) for name, value in scoring.items()}, True
+    raise ValueError(f"scoring is invalid (got {scoring!r}). Refer to the scoring glossary for details: "
+                     "https://scikit-learn.org/stable/glossary.html#term-scoring")
+
+
+def _check_refit_for_multimetric(refit, scorers, multimetric):
+    if not multimetric:
+        return
+    if refit is not False and not (isinstance(refit, str) and refit in scorers) and not callable(refit):
+        raise ValueError(
+            "For multi-metric scoring, the parameter refit must be set to a scorer key or a "
+            "callable to refit an estimator with the best parameter setting on the whole data and "
+            "make the best_* attributes available for that metric. If this is not needed, refit "
+            f"should be set to False explicitly. {refit!r} was passed.")
+
+
+def _select_best_index(refit, refit_metric, results):
+    if callable(refit):
+        best_index = refit(results)
+        if not isinstance(best_index, numbers.Integral):
+            raise TypeError("best_index_ returned is not an integer")
+        if best_index < 0 or best_index >= len(results["params"]):
+            raise IndexError("best_index_ index out of range")
+        return best_index
+    return results[f"rank_test_{refit_metric}"].argmin()
+
+
+def _warn_or_raise_about_fit_failures(results, error_score):
+    from sklearn.exceptions import FitFailedWarning
+
+    errors = [result["fit_error"] for result in results if result["fit_error"] is not None]
+    if not errors:
+        return
+    delimiter = "-" * 80 + "\n"
+    summary = "\n".join(f"{delimiter}{n} fits failed with the following error:\n{error}"
+                        for error, n in Counter(errors).items())
+    if len(errors) == len(results):
+        raise ValueError(
+            f"\nAll the {len(results)} fits failed.\nIt is very likely that your model is misconfigured.\n"
+            "You can try to debug the error by setting error_score='raise'.\n\n"
+            f"Below are more details about the failures:\n{summary}")
+    warnings.warn(
+        f"\n{len(errors)} fits failed out of a total of {len(results)}.\nThe score on these train-test "
+        f"partitions for these parameters will be set to {error_score}.\nIf these failures are not "
+        "expected, you can try to debug them by setting error_score='raise'.\n\n"
+        f"Below are more details about the failures:\n{summary}", FitFailedWarning, stacklevel=5)
+
+
+def format_results(candidates, n_splits, out, return_train_score):
+    """``cv_results_`` from one result per candidate × fold (candidate-major), as scikit-learn."""
+    from scipy.stats import rankdata
+
+    n_candidates = len(candidates)
+    results = {}
+
+    def store(name, values, splits=False, rank=False):
+        array = np.array(values, dtype=np.float64).reshape(n_candidates, n_splits)
+        if splits:
+            for split in range(n_splits):
+                results[f"split{split}_{name}"] = array[:, split]
+        means = np.average(array, axis=1)
+        results[f"mean_{name}"] = means
+        if name.startswith(("train_", "test_")) and np.any(~np.isfinite(means)):
+            warnings.warn(f"One or more of the {name.split('_')[0]} scores are non-finite: {means}",
+                          category=UserWarning, stacklevel=4)
+        results[f"std_{name}"] = np.sqrt(np.average((array - means[:, np.newaxis]) ** 2, axis=1))
+        if rank:
+            if np.isnan(means).all():
+                ranks = np.ones_like(means, dtype=np.int32)
+            else:
+                means = np.nan_to_num(means, nan=np.nanmin(means) - 1)
+                ranks = rankdata(-means, method="min").astype(np.int32, copy=False)
+            results[f"rank_{name}"] = ranks
+
+    store("fit_time", [result["fit_time"] for result in out])
+    store("score_time", [result["score_time"] for result in out])
+    results.update(_masked_params(candidates))
+    results["params"] = candidates
+    test = _by_name([result["test_scores"] for result in out])
+    train = _by_name([result["train_scores"] for result in out]) if return_train_score else {}
+    for name in test:
+        store(f"test_{name}", test[name], splits=True, rank=True)
+        if return_train_score:
+            store(f"train_{name}", train[name], splits=True)
+    return results
+
+
+def _by_name(scores):
+    """``{name: [score per fit]}``; a single metric is named ``score``."""
+    if isinstance(scores[0], dict):
+        return {name: [score[name] for score in scores] for name in scores[0]}
+    return {"score": scores}
+
+
+def _masked_params(candidates):
+    """One masked array per parameter name, masked where a candidate lacks it (as scikit-learn)."""
+    values = defaultdict(dict)
+    for index, params in enumerate(candidates):
+        for name, value in params.items():
+            values[f"param_{name}"][index] = value
+    masked = {}
+    for key, by_index in values.items():
+        listed = list(by_index.values())
+        try:
+            array = np.array(listed)
+        except ValueError:
+            dtype = np.dtype(object)
+        else:
+            dtype = array.dtype if array.dtype.kind != "U" and array.ndim == 1 else object
+        column = np.ma.MaskedArray(np.empty(len(candidates), dtype=dtype), mask=True)
+        for index, value in by_index.items():
+            column[index] = value
+        masked[key] = column
+    return masked
+

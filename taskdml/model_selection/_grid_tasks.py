@@ -1,0 +1,212 @@
+"""Task functions of the grid and randomized searches: module-level, pure, picklable.
+
+The search graph passes one small record, a *part*, from task to task along a candidate's
+pipeline: the fold's training rows as the next step will see them (``X``), the test rows
+transformed the same way (``X_test``), the training rows transformed as at predict time
+(``X_score_train``, only for train scores), the targets, the fold's fit parameters, the
+fitted steps so far, and the time spent fitting and transforming. :func:`split_fold` makes
+the first part of a fold; :func:`fit_transform_step` fits one pipeline step and returns the
+next part; :func:`fit_final` fits the last step (or the whole estimator); :func:`score_fit`
+scores it. A fit that raises is recorded in the part (``error``) and passed along, so every
+candidate that shares the failing step reports it, as scikit-learn does; with
+``error_score="raise"`` the task raises instead and the search stops.
+
+Every estimator arriving as an argument is deep-copied before it is fitted: the threaded
+scheduler hands the same object to the tasks of every fold.
+"""
+
+import copy
+import numbers
+import time
+import traceback
+
+import numpy as np
+
+
+def split_fold(data, fold, pairwise):
+    """The first part of *fold*: its training and test rows, and its fit parameters."""
+    from sklearn.utils import _safe_indexing
+
+    train, test = data.splits[fold]
+    if pairwise:
+        X = np.asarray(data.X) if not hasattr(data.X, "shape") else data.X
+        X_train, X_test = X[np.ix_(train, train)], X[np.ix_(test, train)]
+    else:
+        X_train, X_test = _safe_indexing(data.X, train), _safe_indexing(data.X, test)
+    y_train = None if data.y is None else _safe_indexing(data.y, train)
+    y_test = None if data.y is None else _safe_indexing(data.y, test)
+    n_samples = data.X.shape[0] if hasattr(data.X, "shape") else len(data.X)
+    fit_params = {name: _safe_indexing(value, train) if _sample_aligned(value, n_samples) else value
+                  for name, value in data.fit_params.items()}
+    return {"X": X_train, "y": y_train, "X_test": X_test, "y_test": y_test,
+            "X_score_train": X_train, "fit_params": fit_params, "steps": {},
+            "fit_time": 0.0, "score_time": 0.0, "error": None, "score_error": None}
+
+
+def fit_transform_step(part, name, transformer, score_train, transform_test, raise_errors):
+    """Fit pipeline step *name* on the part's training rows; return the next part.
+
+    ``fit_transform`` on the training rows, as :class:`sklearn.pipeline.Pipeline` does, then
+    ``transform`` of the test rows (and of the training rows for train scores), as the fitted
+    pipeline does at predict time.
+    """
+    if part["error"] is not None:
+        return part
+    transformer = copy.deepcopy(transformer)
+    params = step_params(part["fit_params"], name)
+    started = time.perf_counter()
+    try:
+        if hasattr(transformer, "fit_transform"):
+            X = transformer.fit_transform(part["X"], part["y"], **params)
+        else:
+            X = transformer.fit(part["X"], part["y"], **params).transform(part["X"])
+    except Exception:
+        if raise_errors:
+            raise
+        return dict(part, error=traceback.format_exc(), fit_time=part["fit_time"] + time.perf_counter() - started)
+    fitted = time.perf_counter()
+    following = dict(part, X=X, steps={**part["steps"], name: transformer},
+                     fit_time=part["fit_time"] + fitted - started)
+    if part["score_error"] is None and (transform_test or score_train):
+        try:
+            if transform_test:
+                following["X_test"] = transformer.transform(part["X_test"])
+            if score_train:
+                following["X_score_train"] = transformer.transform(part["X_score_train"])
+        except Exception:
+            if raise_errors:
+                raise
+            following["score_error"] = traceback.format_exc()
+        following["score_time"] = part["score_time"] + time.perf_counter() - fitted
+    return following
+
+
+def fit_final(part, name, estimator, raise_errors):
+    """Fit the last step (*name*) or, with ``name=None``, the whole estimator.
+
+    Returns ``{"estimator", "fit_time", "error"}``; the fit time includes the steps before.
+    """
+    if part["error"] is not None:
+        return {"estimator": None, "fit_time": part["fit_time"], "error": part["error"]}
+    estimator = copy.deepcopy(estimator)
+    params = part["fit_params"] if name is None else step_params(part["fit_params"], name)
+    started = time.perf_counter()
+    try:
+        if part["y"] is None:
+            estimator.fit(part["X"], **params)
+        else:
+            estimator.fit(part["X"], part["y"], **params)
+    except Exception:
+        if raise_errors:
+            raise
+        return {"estimator": None, "fit_time": part["fit_time"] + time.perf_counter() - started,
+                "error": traceback.format_exc()}
+    return {"estimator": estimator, "fit_time": part["fit_time"] + time.perf_counter() - started,
+            "error": None}
+
+
+def score_fit(fitted, part, raw, template, scorers, score_train, error_score):
+    """Score a fitted candidate on its fold: ``{"test_scores", "train_scores", ...}``.
+
+    *scorers* is one scorer or a dict of them. With *template* ``None`` the scorers see the
+    fitted estimator and the part's (transformed) rows; otherwise *template* is the candidate
+    pipeline, reassembled from the fitted steps and scored on the *raw* fold, for scorers
+    that may look inside the pipeline.
+    """
+    result = {"fit_time": fitted["fit_time"], "fit_error": fitted["error"], "score_time": 0.0,
+              "test_scores": None, "train_scores": None, "warnings": []}
+    if fitted["error"] is not None:
+        return result
+    if template is None:
+        estimator, rows = fitted["estimator"], part
+        X_test, X_train = part["X_test"], part["X_score_train"]
+    else:
+        estimator = copy.copy(template)
+        *before, (final_name, _) = template.steps
+        estimator.steps = [(name, part["steps"].get(name, step)) for name, step in before]
+        estimator.steps.append((final_name, fitted["estimator"]))
+        rows, X_test, X_train = raw, raw["X_test"], raw["X"]
+    started = time.perf_counter()
+    if part["score_error"] is not None:
+        if error_score == "raise":  # pragma: no cover - the step task raised already
+            raise RuntimeError(part["score_error"])
+        result["warnings"].append(_scoring_failed(error_score, part["score_error"]))
+        result["test_scores"] = _fill(scorers, error_score)
+        result["train_scores"] = _fill(scorers, error_score) if score_train else None
+        return result
+    result["test_scores"] = _score(estimator, X_test, rows["y_test"], scorers, error_score,
+                                   result["warnings"])
+    result["score_time"] = part["score_time"] + time.perf_counter() - started
+    if score_train:
+        result["train_scores"] = _score(estimator, X_train, rows["y"], scorers, error_score,
+                                        result["warnings"])
+    return result
+
+
+def refit(data, estimator):
+    """Fit *estimator* on all the data; return it and the time the fit took."""
+    estimator = copy.deepcopy(estimator)
+    started = time.perf_counter()
+    if data.y is None:
+        estimator.fit(data.X, **data.fit_params)
+    else:
+        estimator.fit(data.X, data.y, **data.fit_params)
+    return estimator, time.perf_counter() - started
+
+
+def step_params(fit_params, name):
+    """The fit parameters of pipeline step *name* (``name__param`` keys, prefix removed)."""
+    prefix = f"{name}__"
+    return {key[len(prefix):]: value for key, value in fit_params.items() if key.startswith(prefix)}
+
+
+def _sample_aligned(value, n_samples):
+    """Whether a fit parameter has one entry per sample (then it is split with the rows)."""
+    if isinstance(value, (str, bytes, dict)) or not (hasattr(value, "shape") or hasattr(value, "__len__")):
+        return False
+    try:
+        return (value.shape[0] if hasattr(value, "shape") else len(value)) == n_samples
+    except (TypeError, IndexError):
+        return False
+
+
+def _score(estimator, X, y, scorers, error_score, warned):
+    """scikit-learn's ``_score``: each scorer on its own, ``error_score`` where one raises."""
+    if isinstance(scorers, dict):
+        return {name: _one_score(estimator, X, y, scorer, name, error_score, warned)
+                for name, scorer in scorers.items()}
+    return _one_score(estimator, X, y, scorers, scorers, error_score, warned)
+
+
+def _one_score(estimator, X, y, scorer, name, error_score, warned):
+    try:
+        score = scorer(estimator, X) if y is None else scorer(estimator, X, y)
+    except Exception:
+        if error_score == "raise":
+            raise
+        warned.append(_scoring_failed(error_score, traceback.format_exc()))
+        return error_score
+    if isinstance(score, dict):  # a callable scorer may return several scores
+        return {key: _number(value, key) for key, value in score.items()}
+    return _number(score, name)
+
+
+def _number(score, name):
+    if hasattr(score, "item"):
+        try:
+            score = score.item()
+        except ValueError:
+            pass
+    if not isinstance(score, numbers.Number):
+        raise ValueError(f"scoring must return a number, got {score} ({type(score)}) instead. "
+                         f"(scorer={name})")
+    return score
+
+
+def _fill(scorers, value):
+    return {name: value for name in scorers} if isinstance(scorers, dict) else value
+
+
+def _scoring_failed(error_score, details):
+    return ("Scoring failed. The score on this train-test partition for these parameters will "
+            f"be set to {error_score}. Details: \n{details}")
