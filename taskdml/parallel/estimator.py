@@ -30,7 +30,10 @@ import copy
 import math
 import numbers
 
+import dask
+import dask.array as da
 import numpy as np
+import xarray as xr
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone, is_classifier, is_regressor
 from sklearn.utils import check_random_state, get_tags
 from sklearn.utils.metaestimators import available_if
@@ -97,8 +100,9 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
     validation : float or (X_val, y_val) or None, default=None
         Data scored after every epoch (``history_[i]["validation_score"]``). A float in
         ``(0, 1)`` holds out that fraction of rows: in each chunk, ``round(fraction * rows)``
-        rows drawn with ``random_state`` (at least one row of each chunk stays for training).
-        The validation rows are gathered into memory, so keep them small.
+        rows drawn with ``random_state`` (at least one row of each chunk stays for training);
+        row numbers in the engine's data errors then count the training rows only. The
+        validation rows are gathered into memory, so keep them small.
     scoring : str or callable or None, default=None
         Scorer for ``validation`` (a scikit-learn scorer name or ``scorer(estimator, X, y)``);
         default: the estimator's ``score``.
@@ -231,7 +235,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is "
                              "None.")
         client = current_client()
-        if isinstance(X, _dask_array_type()):
+        if isinstance(X, da.Array):
             X, y, sample_weight = self._lazy_training_data(X, y, sample_weight, first)
             feature_names = None
         else:
@@ -302,8 +306,6 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
 
     def _in_memory_training_data(self, X, y, sample_weight, first, client):
         """Validate like scikit-learn, then cut into row chunks: dask arrays for the engine."""
-        import dask.array as da
-
         # NaN and infinity are left to the engine, whose message names the chunk and rows.
         if y is not None and get_tags(self.estimator).target_tags.required:
             X, y = check_X_y(X, y, ensure_all_finite=False, estimator=self,
@@ -332,8 +334,6 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
 
     def _lazy_training_data(self, X, y, sample_weight, first):
         """Dask input: check shapes cheaply (the engine inspects every chunk) and rechunk."""
-        import dask.array as da
-
         if X.ndim != 2:
             raise ValueError(f"Expected a 2-D array (samples, features), got a dask array of shape "
                              f"{X.shape}.")
@@ -371,11 +371,11 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             raise ValueError(f"validation={validation!r} holds out no rows: the chunks have "
                              f"{min(X.chunks[0])} to {max(X.chunks[0])} rows. Use a larger "
                              "fraction or larger chunks, or pass validation=(X_val, y_val).")
+        # Persisted once, so that the split and the training read the same computed chunks.
+        X, y, sample_weight = dask.persist(X, y, sample_weight)
         parts = [_split_rows(array, held, seed) if array is not None else (None, None)
                  for array in (X, y, sample_weight)]
         (X, X_val), (y, y_val), (sample_weight, _) = parts
-        import dask
-
         X_val, y_val = dask.compute(X_val, y_val)
         return X, y, sample_weight, (X_val, y_val)
 
@@ -497,16 +497,13 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         """
         check_is_fitted(self)
         X, y, sample_weight, _ = _unpack(X, y, sample_weight)
-        if not isinstance(X, _dask_array_type()):
+        if not isinstance(X, da.Array):
             X = validate_data(self, X, reset=False)
             kwargs = {} if sample_weight is None else {"sample_weight": sample_weight}
             return self.estimator_.score(X, y, **kwargs)
         return self._score_lazily(X, y, sample_weight)
 
     def _score_lazily(self, X, y, sample_weight):
-        import dask.array as da
-        import xarray as xr
-
         from taskdml.metrics import evaluate
 
         name = type(self).__name__
@@ -551,7 +548,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
     def _apply(self, method, X):
         check_is_fitted(self)
         X, _, _, template = _unpack(X, None, None)
-        if isinstance(X, _dask_array_type()):
+        if isinstance(X, da.Array):
             result = self._apply_lazily(method, X)
         else:
             result = getattr(self.estimator_, method)(validate_data(self, X, reset=False))
@@ -559,8 +556,6 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
 
     def _apply_lazily(self, method, X):
         """One ``map_blocks`` task per row chunk; the fitted estimator is one key of the graph."""
-        import dask
-
         if X.ndim != 2:
             raise ValueError(f"Expected a 2-D array (samples, features), got a dask array of shape "
                              f"{X.shape}.")
@@ -584,8 +579,6 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             return np.asarray(getattr(self.estimator_, method)(X[:1].compute()))
 
     def _as_xarray(self, method, result, template):
-        import xarray as xr
-
         coords = {name: coord for name, coord in template.coords.items()
                   if set(coord.dims) <= {"sample"}}
         if result.ndim == 1:
@@ -645,16 +638,8 @@ def _call_method(block, model, method):
     return getattr(model, method)(block)
 
 
-def _dask_array_type():
-    import dask.array as da
-
-    return da.Array
-
-
 def _unpack(X, y, sample_weight):
     """``(X, y, sample_weight, template)``: xarray unwrapped; *template* is the X DataArray."""
-    import xarray as xr
-
     if isinstance(X, xr.Dataset):
         if "X" not in X.data_vars:
             raise DataError(f"the Dataset has no variable 'X'.{did_you_mean('X', X.data_vars)} Its "
@@ -722,7 +707,7 @@ def _warn_column_vector():
 
     warnings.warn("A column-vector y was passed when a 1d array was expected. Please change the "
                   "shape of y to (n_samples, ), for example using ravel().", DataConversionWarning,
-                  stacklevel=4)
+                  stacklevel=5)  # the caller of fit or partial_fit
 
 
 def _held_out(n_rows, n_held, seed, chunk):
