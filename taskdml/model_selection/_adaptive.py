@@ -1,0 +1,910 @@
+"""Adaptive searches over trials trained with ``partial_fit``: ASHA, successive halving, Hyperband.
+
+A *trial* is one candidate's estimator and its state: a fitted copy per fold that lives on the
+cluster as a future. Its budget is counted in **epochs** of ``partial_fit`` over the training
+chunks; an estimator with only ``fit`` is refitted at each rung on a growing, seeded, nested
+subsample of the training rows, the budget then being the fraction ``budget / max_budget`` of
+them. A trial that goes on continues from its state, never from scratch; a trial that stops
+releases its state at once (the driver drops its futures, so the cluster forgets them).
+
+**Validation** is a seeded hold-out of ``validation_fraction`` of the training *chunks*, or,
+with ``cv=k``, k folds of chunks (each fold its own state; a trial's score is the mean over
+folds). Chunks are never split, so nothing moves for it. **Scoring**: a scikit-learn scorer
+name that :mod:`taskdml.metrics` also knows (``accuracy``, ``f1_macro``, ``roc_auc``,
+``neg_log_loss``, ``r2``, ...) is computed chunk-wise where the validation chunks live; any
+other name, a callable, or an estimator's own ``score`` runs in one task on the validation
+chunks gathered there (validation is small). ``scoring=None`` means ``estimator.score``:
+accuracy for classifiers and R² for regressors, computed chunk-wise.
+
+**Scheduling** (see ``_adaptive_policy`` for the rung logic). The driver keeps as many steps
+in flight as the cluster has worker threads (a step of a ``cv=k`` search counts k) and drives
+them with ``distributed.as_completed``: when a step's score arrives the policy decides, and
+the freed slot is filled at once.
+
+- :class:`ASHASearchCV` has no barrier at all. Rungs sit at ``min_epochs * reduction_factor**k``
+  (and ``max_epochs``). A trial that reports at rung k is promoted the moment it is in the top
+  ``1/reduction_factor`` of the results recorded at rung k *so far*; otherwise the slot goes to
+  another promotable trial (highest rung first) or to a new trial. A trial that can no longer
+  be promoted, whatever arrives later, is stopped and released.
+- :class:`SuccessiveHalvingSearchCV` is the synchronous version: every trial of a rung
+  reports, the top ``1/reduction_factor`` go on.
+- :class:`HyperbandSearchCV` runs dask-ml's brackets (successive halvings with different
+  trade-offs between trials and epochs) all at once, taking jobs from the brackets in turn.
+
+**Hybrid parallelism.** With ``parallel={"strategy": "sync", "sync_every": k}`` (or
+``"async"``) each step may train data-parallel with the engine
+(:func:`taskdml.parallel.engine.train`). Workers are divided by how many trials can run:
+while at least as many trials are runnable (in flight, promotable or not started) as there are
+workers, each step is one sequential chain (task parallelism: one trial per worker thread);
+when fewer remain (late rungs), a step gets ``n_workers // (runnable * n_folds)`` replicas.
+The engine makes replicated trainings on one cluster take turns (a distributed lock), so in
+that regime the replicated steps run one after the other, each on its share of the workers,
+while single-replica steps keep the remaining threads busy. The engine's task waits outside
+the worker's thread pool, so waiting for a turn holds no thread.
+
+**Results.** ``cv_results_`` is scikit-learn's (one row per trial: ``params``, ``param_*``,
+``mean_test_score`` at the budget reached, ``rank_test_score``, and ``budget``, ``rung``,
+``state``). Trials are ranked by the budget they reached, then by score: a score after one
+epoch is not comparable with one after 27, and the best trial is the best of those that went
+furthest. ``trials_`` is a DataFrame with one row per trial (parameters, budget, scores per
+rung, state: ``"completed"``, ``"stopped at rung r"`` or ``"failed"`` with its error) and
+``history_`` lists every result as it arrived (trial, rung, epochs, score, seconds since the
+search started). A failing trial is recorded and the search goes on; it fails only if every
+trial does (or at once with ``error_score="raise"``).
+
+**Refit.** ``best_estimator_`` is a fresh copy of the estimator with the best parameters,
+trained on *all* the training data (training and validation chunks) for the best trial's
+budget, data-parallel on every worker when ``parallel`` is set. It is not the best trial's
+state continued: that one never saw the validation chunks, and with ``cv`` there is one per
+fold.
+
+**Keys.** Every key is named by :func:`taskdml._keys.key_name` with phases ``trial-fit``
+(tuple keys ``(name, trial, fold, epoch, position)``), ``trial-train`` (an engine step),
+``trial-subsample``, ``trial-score`` and ``trial-result``; the prefix is the pipeline step,
+or ``asha``, ``halving``, ``hyperband`` outside one. Trial parameters are never in a prefix.
+
+Without a distributed client the same searches run in this process, one step at a time
+(small in-memory data); they are then deterministic.
+"""
+
+import copy
+import numbers
+import time
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator, MetaEstimatorMixin
+
+from taskdml.model_selection import _adaptive_policy as policies
+from taskdml.model_selection._adaptive_run import (AllTrialsFailed, ClusterBackend, Driver, Job,
+                                                   Layout, LocalBackend, Trial, find_classes,
+                                                   make_folds, prepare)
+
+__all__ = ["ASHASearchCV", "HyperbandSearchCV", "SuccessiveHalvingSearchCV"]
+
+_PARALLEL_KEYS = ("strategy", "sync_every", "staleness")
+_STRATEGIES = ("sync", "async", "sequential")
+_RESERVED = {"trial", "bracket", "params", "budget", "epochs", "rung", "score", "std_score", "state",
+             "error", "fit_time", "ended"}
+
+
+def _estimator_has(attribute):
+    """For ``available_if``: the refitted estimator (or, before fit, the estimator) has it."""
+    def check(search):
+        getattr(search.best_estimator_ if hasattr(search, "best_estimator_") else search.estimator, attribute)
+        return True
+    return check
+
+
+def _available_if(attribute):
+    from sklearn.utils.metaestimators import available_if
+
+    return available_if(_estimator_has(attribute))
+
+
+class _AdaptiveSearchCV:
+    """What the three searches share: validation, data layout, the driver, the results.
+
+    A subclass says how many candidates it samples (:meth:`_n_candidates`), the budget of the
+    top rung (:meth:`_max_budget`), and builds its policy (:meth:`_policy`).
+    """
+
+    _prefix = "search"
+
+    # -- the estimator contract ---------------------------------------------------------------
+
+    def __sklearn_tags__(self):
+        from sklearn.utils import get_tags
+
+        tags = super().__sklearn_tags__()
+        inner = get_tags(self.estimator)
+        tags.estimator_type = inner.estimator_type
+        tags.classifier_tags = copy.deepcopy(inner.classifier_tags)
+        tags.regressor_tags = copy.deepcopy(inner.regressor_tags)
+        tags.target_tags.required = inner.target_tags.required
+        tags.input_tags.sparse = False
+        return tags
+
+    def fit(self, X, y=None, classes=None):
+        """Run the search on chunked data; refit the best candidate on all of it.
+
+        Parameters
+        ----------
+        X : dask array, xarray.DataArray or Dataset, or array-like of shape (n_samples, n_features)
+            Training data, chunked along samples (an ``xarray.Dataset`` holds ``X`` and ``y``).
+            In-memory data is cut into chunks of about 20,000 rows (at least 10 chunks).
+        y : dask array, xarray.DataArray or array-like of shape (n_samples,), optional
+        classes : array-like, optional
+            Every label of a classifier (``partial_fit``'s ``classes``); found chunk by chunk
+            when omitted.
+
+        Returns
+        -------
+        self
+        """
+        from sklearn.base import clone, is_classifier
+        from sklearn.utils import check_random_state
+
+        from taskdml.model_selection._space import candidates
+        from taskdml.parallel.engine import current_client
+
+        began = time.perf_counter()
+        self._check_common_params()
+        self._check_params()
+        X, y = self._validate_data(X, y)
+        n_folds = self.cv or 1
+        metric, scorer = _resolve_scoring(self.estimator, self.scoring)
+        partial_fit = hasattr(self.estimator, "partial_fit")
+        parallel = self._parallel_options(partial_fit)
+
+        rng = check_random_state(self.random_state)
+        params = candidates(self._space(), self._n_candidates(), random_state=rng)
+        seed = int(rng.randint(2**31 - 1))
+        client = current_client()
+        chunks, rows, dtypes = prepare(X, y, client=client, n_chunks_min=max(2, n_folds))
+        from dask.base import tokenize
+
+        token = tokenize(type(self).__name__, type(self.estimator).__name__, seed, rows,
+                         [getattr(part, "key", None) for chunk in chunks for part in chunk], params)
+        if classes is None and y is not None and is_classifier(self.estimator) and partial_fit:
+            from taskdml import _keys
+
+            classes = find_classes(chunks, client, (_keys.key_name(self._prefix, token, phase="classes")))
+        classes = None if classes is None else np.asarray(classes)
+        layout = Layout(rows, make_folds(len(rows), self.cv, self.validation_fraction, seed), X.shape[1],
+                        classes, y is not None)
+        plan = {"prefix": self._prefix, "token": token, "seed": seed, "metric": metric, "scorer": scorer,
+                "partial_fit": partial_fit, "max_budget": self._max_budget(), "dtypes": dtypes,
+                "parallel": parallel or {},
+                "fit_kwargs": {"classes": classes} if classes is not None and is_classifier(self.estimator) else {}}
+        backend = ClusterBackend(client, chunks, layout, plan) if client is not None else LocalBackend(chunks, layout, plan)
+        trials = [Trial(i, p, clone(self.estimator).set_params(**p)) for i, p in enumerate(params)]
+        policy = self._policy(trials)
+        driver = Driver(policy, backend, trials, parallel=bool(parallel), patience=self._patience(),
+                        tol=getattr(self, "tol", 0.0), raise_errors=self.error_score == "raise")
+        try:
+            try:
+                history = driver.run()
+            except AllTrialsFailed:
+                raise ValueError(_all_failed_message(self, trials)) from None
+            best = _best_trial(trials)
+            refit_began = time.perf_counter()
+            if self.refit:
+                replicas = backend.n_workers if parallel else 1
+                job = Job(Trial(-1, best.params, clone(self.estimator).set_params(**best.params)),
+                          best.rung, 0, best.budget, replicas)
+                best_estimator = backend.train_all(job)
+            refit_time = time.perf_counter() - refit_began
+        finally:
+            backend.close()
+        failed = [t for t in trials if t.status == "failed"]
+        if failed:
+            warnings.warn(f"{len(failed)} of {len(trials)} trials failed; see trials_['error']. First: "
+                          f"trial {failed[0].id}: {failed[0].error}", _fit_failed_warning(), stacklevel=2)
+
+        unit = "epochs" if partial_fit else "n_samples"
+        n_train = sum(rows[i] for i in layout.folds[0][0])
+        for event in history:
+            event[unit] = event["budget"] if partial_fit else round(n_train * event["budget"] / plan["max_budget"])
+        self.cv_results_ = _cv_results(trials, self.error_score, n_folds, self.cv is not None,
+                                       with_bracket=self._has_brackets)
+        self.best_index_ = best.id
+        self.best_params_ = best.params
+        self.best_score_ = best.scores[best.rung]
+        self.n_trials_ = sum(1 for t in trials if t.status != "pending")
+        self.n_iter_ = best.budget
+        self.n_splits_ = n_folds
+        self.n_features_in_ = X.shape[1]
+        self.multimetric_ = False
+        self.scorer_ = scorer
+        self.trials_ = _trials_frame(trials, self._has_brackets)
+        self.history_ = history
+        self.metadata_ = self._metadata_(trials)
+        self.fit_time_ = time.perf_counter() - began
+        if self.refit:
+            self.best_estimator_ = best_estimator
+            self.refit_time_ = refit_time
+        return self
+
+    # -- prediction: the refitted estimator ---------------------------------------------------
+
+    def _refitted(self, method):
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self)
+        if not self.refit:
+            raise AttributeError(f"This {type(self).__name__} was initialized with refit=False. "
+                                 f"{method} is available only after refitting on the best parameters; "
+                                 "set refit=True.")
+        return self.best_estimator_
+
+    @_available_if("predict")
+    def predict(self, X):
+        """Predict with the refitted best estimator (a dask array for chunked input)."""
+        return _apply(self._refitted("predict"), "predict", X)
+
+    @_available_if("predict_proba")
+    def predict_proba(self, X):
+        """Class probabilities from the refitted best estimator."""
+        return _apply(self._refitted("predict_proba"), "predict_proba", X)
+
+    @_available_if("predict_log_proba")
+    def predict_log_proba(self, X):
+        """Log class probabilities from the refitted best estimator."""
+        return _apply(self._refitted("predict_log_proba"), "predict_log_proba", X)
+
+    @_available_if("decision_function")
+    def decision_function(self, X):
+        """Decision function of the refitted best estimator."""
+        return _apply(self._refitted("decision_function"), "decision_function", X)
+
+    @_available_if("transform")
+    def transform(self, X):
+        """Transform with the refitted best estimator."""
+        return _apply(self._refitted("transform"), "transform", X)
+
+    @_available_if("score")
+    def score(self, X, y=None):
+        """The search's scoring of the refitted best estimator on *X*, *y*."""
+        estimator = self._refitted("score")
+        metric, _ = _resolve_scoring(self.estimator, self.scoring)
+        X, y = _to_dask(X, y)
+        if hasattr(X, "dask"):
+            if metric is not None:
+                import xarray as xr
+
+                from taskdml.metrics import evaluate
+
+                data = xr.Dataset({"X": (("sample", "feature"), X.rechunk({1: -1})),
+                                   "y": (("sample",), y.rechunk((X.chunks[0],)))})
+                return evaluate(estimator, data, [metric])[metric]
+            X, y = X.compute(), None if y is None else y.compute()
+        return self.scorer_(estimator, X, y)
+
+    @property
+    def classes_(self):
+        """Class labels of the refitted best estimator."""
+        return self._refitted("classes_").classes_
+
+    # -- shared checks ------------------------------------------------------------------------
+
+    def _check_common_params(self):
+        name = type(self).__name__
+        if not (hasattr(self.estimator, "fit") or hasattr(self.estimator, "partial_fit")):
+            raise TypeError(f"{name}: estimator must be a scikit-learn estimator with partial_fit or fit, "
+                            f"got {self.estimator!r}.")
+        fraction = self.validation_fraction
+        if self.cv is None and not (isinstance(fraction, numbers.Real) and 0 < fraction < 1):
+            raise ValueError(f"{name}: validation_fraction must be a number in (0, 1), got {fraction!r}.")
+        if self.cv is not None and not (isinstance(self.cv, numbers.Integral) and not isinstance(self.cv, bool)
+                                        and self.cv >= 2):
+            raise ValueError(f"{name}: cv must be None (a hold-out of validation_fraction) or an integer "
+                             f">= 2 (k folds of chunks), got {self.cv!r}.")
+        if not (self.error_score == "raise" or isinstance(self.error_score, numbers.Real)):
+            raise ValueError(f"{name}: error_score must be 'raise' or a number, got {self.error_score!r}.")
+        if not isinstance(self.refit, (bool, np.bool_)):
+            raise ValueError(f"{name}: refit must be True or False, got {self.refit!r}.")
+
+    def _parallel_options(self, partial_fit):
+        """The engine's options for replicated steps, or ``None`` for sequential chains."""
+        from taskdml.exceptions import did_you_mean
+        from taskdml.parallel.merge import unmergeable_reason
+        from taskdml.parallel.engine import SequentialFallbackWarning
+
+        name, parallel = type(self).__name__, self.parallel
+        if parallel is None:
+            return None
+        if not isinstance(parallel, dict):
+            raise ValueError(f"{name}: parallel must be None or a dict such as "
+                             f"{{'strategy': 'sync', 'sync_every': 1}}, got {parallel!r}.")
+        for key in parallel:
+            if key not in _PARALLEL_KEYS:
+                raise ValueError(f"{name}: unknown key {key!r} in parallel.{did_you_mean(key, _PARALLEL_KEYS)} "
+                                 f"Valid keys: {', '.join(_PARALLEL_KEYS)}.")
+        strategy = parallel.get("strategy", "sync")
+        if strategy not in _STRATEGIES:
+            raise ValueError(f"{name}: parallel['strategy'] must be one of {', '.join(_STRATEGIES)}, "
+                             f"got {strategy!r}.{did_you_mean(strategy, _STRATEGIES)}")
+        if strategy == "sequential":
+            return None
+        reason = unmergeable_reason(self.estimator) if partial_fit else "it has no partial_fit"
+        if reason is not None:
+            warnings.warn(f"{name}: trials of {type(self.estimator).__name__} train as sequential chains "
+                          f"instead of {strategy!r}: {reason}", SequentialFallbackWarning, stacklevel=3)
+            return None
+        return dict(parallel, strategy=strategy)
+
+    def _validate_data(self, X, y):
+        """Dask arrays as they are (light checks); anything else through scikit-learn's checks."""
+        from sklearn.base import is_classifier
+        from sklearn.utils.multiclass import check_classification_targets
+        from sklearn.utils.validation import check_array, check_X_y
+
+        from taskdml.exceptions import DataError
+
+        X, y = _to_dask(X, y)
+        if hasattr(X, "dask"):
+            if X.ndim != 2:
+                raise DataError(f"{type(self).__name__}: X must be 2-D (samples, features), got shape {X.shape}.")
+            if y is not None and y.shape[0] != X.shape[0]:
+                raise DataError(f"{type(self).__name__}: X has {X.shape[0]} rows but y has {y.shape[0]}.")
+            return X, y
+        if y is None and self.__sklearn_tags__().target_tags.required:
+            X, y = check_X_y(X, y, estimator=self)
+        elif y is None:
+            X = check_array(X, estimator=self)
+        else:
+            X, y = check_X_y(X, y, estimator=self)
+            if is_classifier(self.estimator):
+                check_classification_targets(y)
+        if X.shape[0] < 2:
+            raise ValueError(f"{type(self).__name__} needs at least 2 samples to hold some out for "
+                             f"validation; got n_samples={X.shape[0]}.")
+        return X, y
+
+    def _patience(self):
+        return None
+
+    def _metadata_(self, trials):
+        return {"n_models": sum(1 for t in trials if t.status != "pending"),
+                "partial_fit_calls": int(sum(t.budget for t in trials))}
+
+    _has_brackets = False
+
+
+# --------------------------------------------------------------------------------------------
+# The three searches.
+
+
+class ASHASearchCV(_AdaptiveSearchCV, MetaEstimatorMixin, BaseEstimator):
+    """Asynchronous successive halving (ASHA) over trials trained with ``partial_fit``.
+
+    Trials start from seeded samples of *param_distributions*; each trains in epochs over the
+    training chunks and reports its validation score at rungs of ``min_epochs *
+    reduction_factor**k`` epochs (and ``max_epochs``). A trial that reports is promoted to the
+    next rung the moment it is among the top ``1 / reduction_factor`` of the results recorded
+    at its rung so far; no rung waits to fill (Li et al., "A System for Massively Parallel
+    Hyperparameter Tuning", MLSys 2020). See the module docstring for scheduling, validation,
+    data-parallel trials and the fitted attributes.
+
+    Parameters
+    ----------
+    estimator : scikit-learn estimator
+        With ``partial_fit`` (budget in epochs) or only ``fit`` (budget in samples: refitted on
+        a growing seeded subsample at each rung).
+    param_distributions : dict or list of dicts
+        Lists of values and ``scipy.stats`` distributions, as scikit-learn's searches take.
+    n_trials : int, default=20
+        Number of candidates sampled; trials start in the order sampled.
+    max_epochs : int, default=27
+        Budget of the top rung.
+    min_epochs : int, default=1
+        Budget of the first rung.
+    reduction_factor : int, default=3
+        η: the top ``1/η`` of a rung is promoted, and rung budgets grow by η.
+    scoring : str or callable, optional
+        A scikit-learn scorer name or callable; ``None`` uses ``estimator.score``.
+    cv : int, optional
+        k folds of chunks (each its own trial state); ``None`` holds out ``validation_fraction``.
+    validation_fraction : float, default=0.2
+        Fraction of the training chunks held out for validation when ``cv`` is None.
+    parallel : dict, optional
+        ``{"strategy": "sync" | "async", "sync_every": k, "staleness": s}``: steps may train
+        data-parallel with the engine when fewer trials are runnable than workers.
+    refit : bool, default=True
+        Train the best candidate on all the data into ``best_estimator_``.
+    error_score : 'raise' or float, default=np.nan
+        Score of a failed trial in ``cv_results_``; ``'raise'`` stops the search at once.
+    random_state : int, RandomState or None
+        Seeds the candidates, the hold-out and every trial's chunk order.
+
+    Attributes
+    ----------
+    cv_results_ : dict of arrays
+    best_index_, best_params_, best_score_, best_estimator_
+    n_trials_ : int
+    trials_ : pandas.DataFrame
+    history_ : list of dict
+    metadata_ : dict
+        ``n_models`` and ``partial_fit_calls`` (epochs trained, summed over trials).
+
+    Examples
+    --------
+    >>> from scipy.stats import loguniform
+    >>> from sklearn.datasets import make_classification
+    >>> from sklearn.linear_model import SGDClassifier
+    >>> from taskdml.model_selection._adaptive import ASHASearchCV
+    >>> X, y = make_classification(2_000, 10, random_state=0)
+    >>> search = ASHASearchCV(SGDClassifier(random_state=0), {"alpha": loguniform(1e-5, 1e-1)},
+    ...                       n_trials=9, max_epochs=9, random_state=0).fit(X, y)
+    >>> sorted(search.trials_["state"].unique())
+    ['completed', 'stopped at rung 0', 'stopped at rung 1']
+    >>> bool(search.best_score_ > 0.8), search.best_estimator_.predict(X[:3]).shape
+    (True, (3,))
+    """
+
+    _prefix = "asha"
+
+    def __init__(self, estimator, param_distributions, *, n_trials=20, max_epochs=27, min_epochs=1,
+                 reduction_factor=3, scoring=None, cv=None, validation_fraction=0.2, parallel=None,
+                 refit=True, error_score=np.nan, random_state=None):
+        self.estimator = estimator
+        self.param_distributions = param_distributions
+        self.n_trials = n_trials
+        self.max_epochs = max_epochs
+        self.min_epochs = min_epochs
+        self.reduction_factor = reduction_factor
+        self.scoring = scoring
+        self.cv = cv
+        self.validation_fraction = validation_fraction
+        self.parallel = parallel
+        self.refit = refit
+        self.error_score = error_score
+        self.random_state = random_state
+
+    def _check_params(self):
+        _check_rungs(self)
+
+    def _space(self):
+        return self.param_distributions
+
+    def _n_candidates(self):
+        return self.n_trials
+
+    def _max_budget(self):
+        return self.max_epochs
+
+    def _policy(self, trials):
+        budgets = policies.rung_budgets(self.min_epochs, self.max_epochs, self.reduction_factor)
+        for trial in trials:
+            trial.budgets = budgets
+        return policies.ASHA([t.id for t in trials], budgets, self.reduction_factor)
+
+
+class SuccessiveHalvingSearchCV(_AdaptiveSearchCV, MetaEstimatorMixin, BaseEstimator):
+    """Synchronous successive halving over trials trained with ``partial_fit``.
+
+    All *n_trials* train to ``min_epochs``; when every one has reported, the top
+    ``1/reduction_factor`` (at least one) continue from their state to the next rung
+    (``min_epochs * reduction_factor**k``, then ``max_epochs``), and so on. The rungs are
+    barriers: prefer :class:`ASHASearchCV` on a busy or uneven cluster. Decisions do not depend
+    on timing, so a seed gives the same trials, scores and ``best_params_``.
+
+    Parameters
+    ----------
+    estimator, param_distributions, n_trials, max_epochs, min_epochs, reduction_factor
+        As for :class:`ASHASearchCV`.
+    patience : bool or int, default=False
+        Stop a trial whose score has not improved by more than *tol* over the last *patience*
+        epochs (steps are cut into segments of at most *patience* epochs, each scored);
+        ``True`` means ``max(max_epochs // reduction_factor, 1)``.
+    tol : float, default=1e-3
+    scoring, cv, validation_fraction, parallel, refit, error_score, random_state
+        As for :class:`ASHASearchCV`.
+
+    Attributes
+    ----------
+    cv_results_, best_index_, best_params_, best_score_, best_estimator_, n_trials_, trials_,
+    history_, metadata_
+        As for :class:`ASHASearchCV`; ``metadata`` (before fitting) gives the plan.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_classification
+    >>> from sklearn.linear_model import SGDClassifier
+    >>> from taskdml.model_selection._adaptive import SuccessiveHalvingSearchCV
+    >>> X, y = make_classification(2_000, 10, random_state=0)
+    >>> search = SuccessiveHalvingSearchCV(SGDClassifier(random_state=0),
+    ...                                    {"alpha": [1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0]},
+    ...                                    n_trials=6, max_epochs=9, random_state=0)
+    >>> search.metadata
+    {'n_models': 6, 'partial_fit_calls': 16, 'rungs': [(6, 1), (2, 3), (1, 9)]}
+    >>> search.fit(X, y).trials_["budget"].value_counts().sort_index().tolist()
+    [4, 1, 1]
+    """
+
+    _prefix = "halving"
+
+    def __init__(self, estimator, param_distributions, *, n_trials=20, max_epochs=27, min_epochs=1,
+                 reduction_factor=3, patience=False, tol=1e-3, scoring=None, cv=None,
+                 validation_fraction=0.2, parallel=None, refit=True, error_score=np.nan,
+                 random_state=None):
+        self.estimator = estimator
+        self.param_distributions = param_distributions
+        self.n_trials = n_trials
+        self.max_epochs = max_epochs
+        self.min_epochs = min_epochs
+        self.reduction_factor = reduction_factor
+        self.patience = patience
+        self.tol = tol
+        self.scoring = scoring
+        self.cv = cv
+        self.validation_fraction = validation_fraction
+        self.parallel = parallel
+        self.refit = refit
+        self.error_score = error_score
+        self.random_state = random_state
+
+    def _check_params(self):
+        _check_rungs(self)
+        _check_patience(self)
+
+    def _space(self):
+        return self.param_distributions
+
+    def _n_candidates(self):
+        return self.n_trials
+
+    def _max_budget(self):
+        return self.max_epochs
+
+    def _schedule(self, n_trials):
+        budgets = policies.rung_budgets(self.min_epochs, self.max_epochs, self.reduction_factor)
+        return [(max(1, n_trials // self.reduction_factor**i), budget) for i, budget in enumerate(budgets)]
+
+    def _patience(self):
+        return _patience_epochs(self.patience, self.max_epochs, self.reduction_factor)
+
+    def _policy(self, trials):
+        schedule = self._schedule(len(trials))
+        for trial in trials:
+            trial.budgets = [budget for _, budget in schedule]
+        return policies.Halving([t.id for t in trials], schedule)
+
+    @property
+    def metadata(self):
+        """The plan before fitting: ``n_models``, ``partial_fit_calls`` (epochs) and the rungs
+        as ``(n_trials, epochs)``."""
+        _check_rungs(self)
+        schedule = self._schedule(self.n_trials)
+        return {"n_models": self.n_trials, "partial_fit_calls": _planned_budget(schedule),
+                "rungs": schedule}
+
+
+class HyperbandSearchCV(_AdaptiveSearchCV, MetaEstimatorMixin, BaseEstimator):
+    """Hyperband over trials trained with ``partial_fit``: a working stand-in for dask-ml's.
+
+    The same brackets as ``dask_ml.model_selection.HyperbandSearchCV`` (bracket ``s`` starts
+    ``n`` trials at ``r`` epochs and halves them ``s`` times up to *max_iter*; for
+    ``max_iter=81``: ``{4: (81, 1), 3: (34, 3), 2: (15, 9), 1: (8, 27), 0: (5, 81)}``), with
+    ``s_max`` found by an integer loop (dask-ml's ``math.log`` gives 5 brackets for 243
+    instead of 6). Every bracket is a synchronous successive halving, and all of them run at
+    once: the driver takes jobs from the brackets in turn, so no bracket waits for another.
+
+    Differences from dask-ml: *max_iter* counts epochs over the training chunks (dask-ml
+    counts ``partial_fit`` calls on one block each), and each bracket's last rung is exactly
+    *max_iter*. ``metadata``'s ``partial_fit_calls`` is in epochs, under dask-ml's name.
+
+    Parameters
+    ----------
+    estimator : scikit-learn estimator
+    parameters : dict or list of dicts
+        Lists of values and ``scipy.stats`` distributions.
+    max_iter : int, default=81
+        Epochs of the most trained trials (Hyperband's R).
+    aggressiveness : int, default=3
+        Hyperband's η.
+    patience : bool or int, default=False
+        As dask-ml: stop a trial without a gain above *tol* over *patience* epochs; ``True``
+        means ``max(max_iter // aggressiveness, 1)``.
+    tol : float, default=1e-3
+    scoring, cv, validation_fraction, parallel, refit, error_score, random_state
+        As for :class:`ASHASearchCV`.
+
+    Attributes
+    ----------
+    metadata : dict
+        Before fitting: ``n_models``, ``partial_fit_calls`` and per bracket the same.
+    metadata_ : dict
+        The same, as run.
+    cv_results_, best_index_, best_params_, best_score_, best_estimator_, n_trials_, trials_,
+    history_
+        As for :class:`ASHASearchCV`, with a ``bracket`` column.
+
+    Examples
+    --------
+    >>> from sklearn.linear_model import SGDClassifier
+    >>> from taskdml.model_selection._adaptive import HyperbandSearchCV
+    >>> search = HyperbandSearchCV(SGDClassifier(), {"alpha": [1e-4, 1e-3]}, max_iter=81)
+    >>> search.metadata["n_models"], search.metadata["partial_fit_calls"]
+    (143, 1581)
+    >>> {b["bracket"]: (b["n_models"], b["decisions"][0]) for b in search.metadata["brackets"]}
+    {0: (5, 81), 1: (8, 27), 2: (15, 9), 3: (34, 3), 4: (81, 1)}
+    """
+
+    _prefix = "hyperband"
+    _has_brackets = True
+
+    def __init__(self, estimator, parameters, *, max_iter=81, aggressiveness=3, patience=False, tol=1e-3,
+                 scoring=None, cv=None, validation_fraction=0.2, parallel=None, refit=True,
+                 error_score=np.nan, random_state=None):
+        self.estimator = estimator
+        self.parameters = parameters
+        self.max_iter = max_iter
+        self.aggressiveness = aggressiveness
+        self.patience = patience
+        self.tol = tol
+        self.scoring = scoring
+        self.cv = cv
+        self.validation_fraction = validation_fraction
+        self.parallel = parallel
+        self.refit = refit
+        self.error_score = error_score
+        self.random_state = random_state
+
+    def _check_params(self):
+        _check_integer(self, "max_iter", 1)
+        _check_integer(self, "aggressiveness", 2)
+        _check_patience(self)
+
+    def _space(self):
+        return self.parameters
+
+    def _max_budget(self):
+        return self.max_iter
+
+    def _patience(self):
+        return _patience_epochs(self.patience, self.max_iter, self.aggressiveness)
+
+    def _brackets(self):
+        """``{s: schedule}`` with each schedule's last budget exactly *max_iter*."""
+        eta, brackets = self.aggressiveness, {}
+        for s, (n, r) in policies.hyperband_brackets(self.max_iter, eta).items():
+            schedule = policies.halving_schedule(n, r, eta, s + 1)
+            schedule[-1] = (schedule[-1][0], self.max_iter)
+            brackets[s] = schedule
+        return brackets
+
+    def _n_candidates(self):
+        return sum(schedule[0][0] for schedule in self._brackets().values())
+
+    def _policy(self, trials):
+        halvings, owner, offset = [], {}, 0
+        for s, schedule in self._brackets().items():       # most adaptive first, as dask-ml
+            members = trials[offset:offset + schedule[0][0]]
+            offset += schedule[0][0]
+            if not members:
+                continue
+            halving = policies.Halving([t.id for t in members], schedule)
+            for trial in members:
+                trial.bracket, trial.budgets = s, halving.budgets
+                owner[trial.id] = halving
+            halvings.append(halving)
+        return policies.Concurrent(halvings, owner)
+
+    @property
+    def metadata(self):
+        """The plan before fitting, as dask-ml's: ``n_models``, ``partial_fit_calls`` (in
+        epochs) and ``brackets`` (each with its ``decisions``: the rung budgets)."""
+        self._check_params()
+        brackets = [{"bracket": s, "n_models": schedule[0][0], "partial_fit_calls": _planned_budget(schedule),
+                     "decisions": [budget for _, budget in schedule]}
+                    for s, schedule in sorted(self._brackets().items())]
+        return {"n_models": sum(b["n_models"] for b in brackets),
+                "partial_fit_calls": sum(b["partial_fit_calls"] for b in brackets), "brackets": brackets}
+
+    def _metadata_(self, trials):
+        meta = super()._metadata_(trials)
+        meta["brackets"] = [
+            {"bracket": s, "n_models": sum(1 for t in trials if t.bracket == s and t.status != "pending"),
+             "partial_fit_calls": int(sum(t.budget for t in trials if t.bracket == s)),
+             "decisions": [budget for _, budget in schedule]}
+            for s, schedule in sorted(self._brackets().items())]
+        return meta
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers.
+
+
+def _check_integer(search, name, minimum):
+    value = getattr(search, name)
+    if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= minimum):
+        raise ValueError(f"{type(search).__name__}: {name} must be an integer >= {minimum}, got {value!r}.")
+
+
+def _check_rungs(search):
+    _check_integer(search, "n_trials", 1)
+    _check_integer(search, "min_epochs", 1)
+    _check_integer(search, "max_epochs", 1)
+    _check_integer(search, "reduction_factor", 2)
+    if search.min_epochs > search.max_epochs:
+        raise ValueError(f"{type(search).__name__}: min_epochs ({search.min_epochs}) must not exceed "
+                         f"max_epochs ({search.max_epochs}).")
+
+
+def _check_patience(search):
+    patience = search.patience
+    if not (isinstance(patience, (bool, np.bool_)) or (isinstance(patience, numbers.Integral) and patience >= 1)):
+        raise ValueError(f"{type(search).__name__}: patience must be True, False or an integer >= 1 "
+                         f"(epochs), got {patience!r}.")
+    if not (isinstance(search.tol, numbers.Real) and search.tol >= 0):
+        raise ValueError(f"{type(search).__name__}: tol must be a number >= 0, got {search.tol!r}.")
+
+
+def _patience_epochs(patience, max_budget, eta):
+    if patience is True:
+        return max(max_budget // eta, 1)
+    return int(patience) or None
+
+
+def _planned_budget(schedule):
+    """Epochs trained by all trials of one halving schedule, each to the last rung it reaches."""
+    total = 0
+    for i, (n, budget) in enumerate(schedule):
+        leaving = n - (schedule[i + 1][0] if i + 1 < len(schedule) else 0)
+        total += leaving * budget
+    return total
+
+
+def _to_dask(X, y):
+    """Unwrap xarray: a Dataset's ``X``/``y``, a DataArray's data (samples first)."""
+    try:
+        import xarray as xr
+    except ImportError:  # pragma: no cover - xarray is a dependency
+        return X, y
+    if isinstance(X, xr.Dataset):
+        if y is None and "y" in X.data_vars:
+            y = X["y"]
+        X = X["X"]
+    if isinstance(X, xr.DataArray):
+        X = (X.transpose("sample", ...) if "sample" in X.dims else X).data
+    if isinstance(y, xr.DataArray):
+        y = y.data
+    if hasattr(X, "dask") and y is not None and not hasattr(y, "dask"):
+        import dask.array as da
+
+        y = da.from_array(np.asarray(y), chunks=(X.chunks[0],))
+    return X, y
+
+
+def _apply(estimator, method, X):
+    """``estimator.method(X)``; chunk by chunk (a dask array) for dask or xarray input."""
+    X, _ = _to_dask(X, None)
+    if not hasattr(X, "dask"):
+        return getattr(estimator, method)(X)
+    X = X.rechunk({1: -1})
+    probe = np.asarray(getattr(estimator, method)(np.zeros((1, X.shape[1]), dtype=X.dtype)))
+    if probe.ndim == 1:
+        return X.map_blocks(_call, estimator, method, drop_axis=1, dtype=probe.dtype)
+    return X.map_blocks(_call, estimator, method, chunks=(X.chunks[0], probe.shape[1:]), dtype=probe.dtype)
+
+
+def _call(X, estimator, method):
+    return getattr(estimator, method)(X)
+
+
+def _resolve_scoring(estimator, scoring):
+    """``(metric name for taskdml.metrics or None, scikit-learn scorer)``."""
+    from sklearn.base import ClassifierMixin, RegressorMixin
+    from sklearn.metrics import check_scoring, get_scorer, get_scorer_names
+
+    from taskdml.metrics import METRICS
+
+    if scoring is None:
+        scorer = check_scoring(estimator)
+        own_score = getattr(type(estimator), "score", None)
+        if own_score is ClassifierMixin.score:
+            return "accuracy", scorer
+        if own_score is RegressorMixin.score:
+            return "r2", scorer
+        return None, scorer
+    if isinstance(scoring, str):
+        scorer = get_scorer(scoring)
+        return (scoring if scoring in METRICS and scoring in get_scorer_names() else None), scorer
+    if callable(scoring):
+        return None, scoring
+    raise ValueError(f"scoring must be None, a scorer name or a callable (one metric), got {scoring!r}.")
+
+
+def _best_trial(trials):
+    """The best of the trials that went furthest (budget, then score, then the first)."""
+    scored = [t for t in trials if t.status != "failed" and t.rung >= 0]
+    return max(scored, key=lambda t: (t.budget, _finite(t.scores[t.rung]), -t.id))
+
+
+def _finite(score):
+    return score if np.isfinite(score) else -np.inf
+
+
+def _rank(trials):
+    """``rank_test_score``: by budget reached, then score; failed trials last; ties share."""
+    keys = [(-1, -np.inf) if t.status == "failed" or t.rung < 0 else (t.budget, _finite(t.scores[t.rung]))
+            for t in trials]
+    ordered = sorted(set(keys), reverse=True)
+    position, ranks = 1, {}
+    for key in ordered:
+        ranks[key] = position
+        position += keys.count(key)
+    return np.array([ranks[key] for key in keys], dtype=np.int32)
+
+
+def _cv_results(trials, error_score, n_folds, with_splits, with_bracket):
+    from numpy import ma
+
+    def final(trial):
+        return error_score if trial.status == "failed" or trial.rung < 0 else trial.scores[trial.rung]
+
+    results = {"params": [t.params for t in trials]}
+    names = sorted({name for t in trials for name in t.params})
+    for name in names:
+        column = ma.masked_all(len(trials), dtype=object)
+        for i, t in enumerate(trials):
+            if name in t.params:
+                column[i] = t.params[name]
+        results[f"param_{name}"] = column
+    scores = np.array([final(t) for t in trials], dtype=float)
+    if with_splits:
+        for k in range(n_folds):
+            results[f"split{k}_test_score"] = np.array(
+                [t.fold_scores[k] if t.fold_scores and t.status != "failed" else error_score for t in trials],
+                dtype=float)
+    results["mean_test_score"] = scores
+    results["std_test_score"] = np.array([np.std(t.fold_scores) if t.fold_scores and t.status != "failed"
+                                          else np.nan for t in trials])
+    results["rank_test_score"] = _rank(trials)
+    results["test_score"] = scores
+    results["budget"] = np.array([t.budget for t in trials])
+    results["rung"] = np.array([t.rung for t in trials])
+    results["state"] = np.array([t.status for t in trials], dtype=object)
+    results["mean_fit_time"] = np.array([t.fit_time for t in trials])
+    if with_bracket:
+        results["bracket"] = np.array([t.bracket for t in trials])
+    return results
+
+
+def _trials_frame(trials, with_bracket):
+    import pandas as pd
+
+    rows = []
+    n_rungs = max(len(t.budgets) for t in trials)
+    for t in trials:
+        row = {"trial": t.id}
+        if with_bracket:
+            row["bracket"] = t.bracket
+        for name, value in t.params.items():
+            row[f"param_{name}" if name in _RESERVED else name] = value
+        row.update(params=t.params, budget=t.budget, rung=t.rung,
+                   score=t.scores.get(t.rung, np.nan),
+                   std_score=float(np.std(t.fold_scores)) if t.fold_scores and t.status != "failed" else np.nan)
+        for k in range(n_rungs):
+            row[f"score_rung_{k}"] = t.scores.get(k, np.nan)
+        row.update(state=t.status, error=t.error, fit_time=t.fit_time, ended=t.ended)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _all_failed_message(search, trials):
+    errors = {}
+    for trial in trials:
+        errors.setdefault(trial.error, []).append(trial.id)
+    listing = "\n".join(f"  {len(ids)} trial(s), e.g. trial {ids[0]}: {error}" for error, ids in errors.items())
+    return (f"All {len(trials)} trials of {type(search).__name__} failed, so there is no best candidate. "
+            f"The errors:\n{listing}\nFix the estimator or the parameter space; with error_score='raise' "
+            "the first error is raised with its traceback.")
+
+
+def _fit_failed_warning():
+    from sklearn.exceptions import FitFailedWarning
+
+    return FitFailedWarning

@@ -1,0 +1,517 @@
+"""Running the trials of an adaptive search: data layout, task functions, backends, driver.
+
+- :func:`prepare` lays the training data out once: persisted chunks (futures) on a cluster,
+  or computed chunks in this process, and the folds (chunk indices to train on and to score
+  on). Nothing is concatenated on the client.
+- A *step* trains one trial from the budget it has to the next rung's, for every fold, and
+  scores it. :class:`ClusterBackend` submits it as futures: a chain of ``partial_fit`` tasks,
+  one per chunk, that follows the data (the state is small, the chunks stay where they are),
+  or one task that runs the data-parallel engine with replicas, or subsample-and-fit tasks;
+  then the scoring; then one small task with the trial's score. The driver only ever waits for
+  that last future, through ``distributed.as_completed``. :class:`LocalBackend` does the same
+  in this process, one step at a time (small in-memory data, no client).
+- :class:`Driver` keeps the slots full: whenever a result arrives it tells the policy, starts
+  the jobs the policy hands out until the slots are full again, and releases the state of
+  every trial the policy has finished with.
+
+The task functions are pure and module-level: state in, a new state out.
+"""
+
+import copy
+import dataclasses
+import math
+import time
+
+import numpy as np
+
+from taskdml import _keys
+from taskdml.parallel._tasks import partial_fit_chunk
+
+
+# --------------------------------------------------------------------------------------------
+# Task functions.
+
+
+def subsample_chunk(X, y, fraction, seed, index):
+    """The rows of one chunk kept at *fraction* (a task): nested as the fraction grows."""
+    keep = np.random.default_rng([seed, index]).random(len(X)) < fraction
+    return X[keep], None if y is None else y[keep]
+
+
+def fit_parts(estimator, parts):
+    """A copy of *estimator* fitted on the subsampled chunks *parts* (a task)."""
+    estimator = copy.deepcopy(estimator)
+    X = np.concatenate([part[0] for part in parts])
+    if parts[0][1] is None:
+        return estimator.fit(X)
+    return estimator.fit(X, np.concatenate([part[1] for part in parts]))
+
+
+def engine_step(estimator, dataset, epochs, options, seed, classes):
+    """Train *estimator* for *epochs* with the data-parallel engine, from inside a task.
+
+    *seed* is a list of non-negative integers (search seed, trial, fold, first epoch).
+    *dataset* names the fold's training arrays, published on the scheduler by the search;
+    the engine's replicas run as tasks of their own while this one waits outside the pool.
+    """
+    from distributed import worker_client
+
+    from taskdml.parallel.engine import train
+
+    seed = int(np.random.SeedSequence(seed).generate_state(1)[0])
+    with worker_client() as client:
+        X, y = client.get_dataset(dataset)
+        return train(estimator, X, y, classes=classes, epochs=epochs, random_state=seed,
+                     client=client, **options).estimator
+
+
+def score_parts(scorer, estimator, X_parts, y_parts):
+    """*scorer* on the validation chunks, gathered here (a task; validation is small)."""
+    X = np.concatenate(X_parts)
+    y = None if y_parts[0] is None else np.concatenate(y_parts)
+    return float(scorer(estimator, X, y))
+
+
+def collect(scores, metric=None):
+    """``{"score": mean, "fold_scores": [...]}`` from per-fold scores (a task)."""
+    values = [float(score[metric]) if isinstance(score, dict) else float(score) for score in scores]
+    return {"score": float(np.mean(values)), "fold_scores": values}
+
+
+# --------------------------------------------------------------------------------------------
+# The data layout.
+
+
+@dataclasses.dataclass
+class Layout:
+    """Chunks and folds of the training data, whatever holds them."""
+
+    rows: list                 # rows per chunk
+    folds: list                # [(train chunk indices, validation chunk indices)]
+    n_features: int
+    classes: object            # numpy array for classifiers, else None
+    supervised: bool
+
+    @property
+    def n_folds(self):
+        return len(self.folds)
+
+
+def split_rows(n_samples, n_chunks):
+    """Row boundaries of *n_chunks* nearly equal chunks."""
+    bounds = np.linspace(0, n_samples, n_chunks + 1).round().astype(int)
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def chunk_count(n_samples, n_chunks_min):
+    """How many chunks in-memory data is cut into: about 20k rows each, at least 10."""
+    return min(n_samples, max(10, n_chunks_min, n_samples // 20_000))
+
+
+def prepare(X, y, *, client, n_chunks_min):
+    """Lay the training data out as chunks: ``(chunks, rows, dtypes)``.
+
+    *X* and *y* are NumPy arrays (cut into :func:`chunk_count` chunks) or dask arrays chunked
+    along rows (rechunked only if they have fewer than *n_chunks_min* chunks). With a client
+    the chunks are futures (scattered, or the persisted blocks), else computed arrays.
+    """
+    import dask
+    import dask.array as da
+
+    dtypes = (X.dtype, None if y is None else y.dtype)
+    if not isinstance(X, da.Array):
+        bounds = split_rows(len(X), chunk_count(len(X), n_chunks_min))
+        chunks = [(X[a:b], None if y is None else y[a:b]) for a, b in bounds]
+        if client is not None:
+            flat = client.scatter([part for chunk in chunks for part in chunk if part is not None])
+            step = 1 if y is None else 2
+            chunks = [(flat[i], None if y is None else flat[i + 1]) for i in range(0, len(flat), step)]
+        return chunks, [b - a for a, b in bounds], dtypes
+    if any(math.isnan(c) for c in X.chunks[0]):
+        X = X.compute_chunk_sizes()
+    if len(X.chunks[0]) < n_chunks_min:
+        X = X.rechunk({0: -(-X.shape[0] // n_chunks_min)})
+    X = X.rechunk({1: -1})
+    arrays = [X] if y is None else [X, da.asarray(y).rechunk((X.chunks[0],))]
+    rows = list(X.chunks[0])
+    if client is None:
+        blocks = dask.compute(*[a.to_delayed().ravel().tolist() for a in arrays])
+        return [(x, None if y is None else blocks[1][i]) for i, x in enumerate(blocks[0])], rows, dtypes
+    arrays = client.persist(arrays)
+    blocks = [_block_futures(a) for a in arrays]
+    return [(x, None if y is None else blocks[1][i]) for i, x in enumerate(blocks[0])], rows, dtypes
+
+
+def _block_futures(array):
+    from dask.core import flatten
+    from distributed import futures_of
+
+    futures = {future.key: future for future in futures_of(array)}
+    return [futures[key] for key in flatten(array.__dask_keys__())]
+
+
+def find_classes(chunks, client, name):
+    """The sorted distinct labels of every chunk's ``y`` (one small task per chunk)."""
+    if client is None:
+        return np.unique(np.concatenate([np.unique(y) for _, y in chunks]))
+    labels = client.gather([client.submit(np.unique, y, key=(name, i)) for i, (_, y) in enumerate(chunks)])
+    return np.unique(np.concatenate(labels))
+
+
+def make_folds(n_chunks, cv, validation_fraction, seed):
+    """Chunk-aligned folds: a seeded hold-out, or ``cv`` groups of a seeded permutation."""
+    order = [int(i) for i in np.random.default_rng([seed, 7]).permutation(n_chunks)]
+    if cv is None:
+        n_valid = min(n_chunks - 1, max(1, round(validation_fraction * n_chunks)))
+        return [(sorted(order[n_valid:]), sorted(order[:n_valid]))]
+    groups = [sorted(order[k::cv]) for k in range(cv)]
+    return [(sorted(i for g in groups[:k] + groups[k + 1:] for i in g), groups[k]) for k in range(cv)]
+
+
+def epoch_order(train, seed, trial, fold, epoch):
+    """The order a trial visits its fold's training chunks in one epoch (seeded)."""
+    rng = np.random.default_rng([seed, trial + 1, fold + 1, epoch])   # the refit is trial -1, fold -1
+    return [train[i] for i in rng.permutation(len(train))]
+
+
+@dataclasses.dataclass
+class Job:
+    """Train *trial* to *stop* (epochs, or a budget of samples for fit-only estimators)."""
+
+    trial: object
+    rung: int
+    start: int
+    stop: int
+    replicas: int = 1
+    launched: float = 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# Backends.
+
+
+class ClusterBackend:
+    """Steps as futures on a distributed cluster; completions through ``as_completed``."""
+
+    def __init__(self, client, chunks, layout, plan):
+        from distributed import as_completed
+
+        self.client = client
+        self.chunks = chunks                    # [(X future, y future or None)]
+        self.layout = layout
+        self.plan = plan
+        self.names = {phase: _keys.key_name(plan["prefix"], plan["token"], phase=phase)
+                      for phase in ("trial-fit", "trial-train", "trial-subsample", "trial-score",
+                                    "trial-result")}
+        self.pending = as_completed()
+        self.handles = {}
+        self.datasets = []
+        self.validation = [self._dataset(valid) if plan["metric"] else None for _, valid in layout.folds]
+        nthreads = client.nthreads()
+        self.n_workers, self.n_threads = len(nthreads), sum(nthreads.values())
+
+    def _arrays(self, indices):
+        """Dask arrays over the persisted chunks *indices* (no data moves)."""
+        import dask.array as da
+
+        rows, n_features, (x_dtype, y_dtype) = self.layout.rows, self.layout.n_features, self.plan["dtypes"]
+        X = da.concatenate([da.from_delayed(self.chunks[i][0], (rows[i], n_features), x_dtype)
+                            for i in indices])
+        if not self.layout.supervised:
+            return X, None
+        y = da.concatenate([da.from_delayed(self.chunks[i][1], (rows[i],), y_dtype) for i in indices])
+        return X, y
+
+    def _dataset(self, indices):
+        import xarray as xr
+
+        X, y = self.client.persist(list(self._arrays(indices)))
+        return xr.Dataset({"X": (("sample", "feature"), X), "y": (("sample",), y)})
+
+    def _published(self, fold, train):
+        """The name of a fold's training arrays, published once for the engine's steps."""
+        name = f"{self.names['trial-train']}-{fold}"
+        if name not in self.datasets:
+            X, y = self._arrays(train)
+            X, y = self.client.persist([X, y]) if y is not None else (self.client.persist(X), None)
+            self.client.publish_dataset(**{name: (X, y)})
+            self.datasets.append(name)
+        return name
+
+    def launch(self, job):
+        """Submit one step of every fold and its scoring; the handle is the score's future."""
+        states, scores = self._step(job, range(self.layout.n_folds), score=True)
+        result = self.client.submit(collect, scores, self.plan["metric"],
+                                    key=(self.names["trial-result"], job.trial.id, job.stop),
+                                    priority=job.rung + 1000)
+        self.handles[result] = states
+        self.pending.add(result)
+        return result
+
+    def _step(self, job, folds, score):
+        trial, submit, priority = job.trial, self.client.submit, job.rung
+        states, scores = [], []
+        for fold in folds:
+            train = list(range(len(self.chunks))) if fold == "all" else self.layout.folds[fold][0]
+            state = trial.states[fold] if trial.states else trial.estimator
+            if not self.plan["partial_fit"]:
+                fraction = job.stop / self.plan["max_budget"]
+                parts = [submit(subsample_chunk, *self.chunks[c], fraction, self.plan["seed"], c,
+                                key=(self.names["trial-subsample"], job.stop, c), priority=priority)
+                         for c in train]
+                state = submit(fit_parts, trial.estimator, parts,
+                               key=(self.names["trial-fit"], trial.id, fold, job.stop, 0), priority=priority)
+            elif job.replicas > 1:
+                options = dict(self.plan["parallel"], n_replicas=job.replicas)
+                state = submit(engine_step, state, self._published(fold, train), job.stop - job.start,
+                               options, [self.plan["seed"], trial.id + 1, _fold_number(fold) + 1, job.start],
+                               self.layout.classes,
+                               key=(self.names["trial-train"], trial.id, fold, job.start), priority=priority)
+            else:
+                for epoch in range(job.start, job.stop):
+                    order = epoch_order(train, self.plan["seed"], trial.id, _fold_number(fold), epoch)
+                    for position, c in enumerate(order):
+                        state = submit(partial_fit_chunk, state, *self.chunks[c], (), self.plan["fit_kwargs"],
+                                       key=(self.names["trial-fit"], trial.id, fold, epoch, position),
+                                       priority=priority)
+            states.append(state)
+            if score:
+                scores.append(self._score(state, fold, job, priority + 1000))
+        return states, scores
+
+    def _score(self, state, fold, job, priority):
+        if self.plan["metric"] is not None:
+            from taskdml.metrics import evaluate_graph
+
+            graph = evaluate_graph(state, self.validation[fold], [self.plan["metric"]])
+            return self.client.compute(graph, priority=priority)
+        valid = self.layout.folds[fold][1]
+        return self.client.submit(score_parts, self.plan["scorer"], state,
+                                  [self.chunks[i][0] for i in valid], [self.chunks[i][1] for i in valid],
+                                  key=(self.names["trial-score"], job.trial.id, fold, job.stop),
+                                  priority=priority)
+
+    def wait(self):
+        """Handles of finished steps (blocks until at least one)."""
+        return self.pending.next_batch(block=True)
+
+    def outcome(self, handle):
+        """``(states, result)`` of a finished step; raises the step's error."""
+        states = self.handles.pop(handle)
+        return states, handle.result()
+
+    def train_all(self, job):
+        """Train one state on every chunk to the job's budget (the refit); the estimator."""
+        (state,), _ = self._step(job, ["all"], score=False)
+        return state.result()
+
+    def close(self):
+        self.handles.clear()
+        self.pending.clear()
+        for name in self.datasets:
+            try:
+                self.client.unpublish_dataset(name)
+            except KeyError:
+                pass
+        self.datasets, self.validation, self.chunks = [], [], []
+
+
+class LocalBackend:
+    """The same steps in this process, one at a time, in the order they are launched."""
+
+    n_workers = n_threads = 1
+
+    def __init__(self, chunks, layout, plan):
+        self.chunks = chunks                    # [(X array, y array or None)]
+        self.layout = layout
+        self.plan = plan
+        self.done = []
+
+    def launch(self, job):
+        try:
+            states, scores = self._step(job, range(self.layout.n_folds), score=True)
+            handle = _Done(states, collect(scores), None)
+        except Exception as error:  # a trial's error is its result
+            handle = _Done(None, None, error)
+        self.done.append(handle)
+        return handle
+
+    def _step(self, job, folds, score):
+        trial, states, scores = job.trial, [], []
+        for fold in folds:
+            train = list(range(len(self.chunks))) if fold == "all" else self.layout.folds[fold][0]
+            state = trial.states[fold] if trial.states else trial.estimator
+            if not self.plan["partial_fit"]:
+                fraction = job.stop / self.plan["max_budget"]
+                state = fit_parts(trial.estimator, [subsample_chunk(*self.chunks[c], fraction, self.plan["seed"], c)
+                                                    for c in train])
+            else:
+                for epoch in range(job.start, job.stop):
+                    for c in epoch_order(train, self.plan["seed"], trial.id, _fold_number(fold), epoch):
+                        state = partial_fit_chunk(state, *self.chunks[c], (), self.plan["fit_kwargs"])
+            states.append(state)
+            if score:
+                valid = self.layout.folds[fold][1]
+                scores.append(score_parts(self.plan["scorer"], state, [self.chunks[i][0] for i in valid],
+                                          [self.chunks[i][1] for i in valid]))
+        return states, scores
+
+    def wait(self):
+        return [self.done.pop(0)]
+
+    def outcome(self, handle):
+        if handle.error is not None:
+            raise handle.error
+        return handle.states, handle.result
+
+    def train_all(self, job):
+        (state,), _ = self._step(job, ["all"], score=False)
+        return state
+
+    def close(self):
+        self.done, self.chunks = [], []
+
+
+@dataclasses.dataclass(eq=False)
+class _Done:
+    states: list
+    result: dict
+    error: Exception
+
+
+def _fold_number(fold):
+    return -1 if fold == "all" else fold
+
+
+# --------------------------------------------------------------------------------------------
+# The driver.
+
+
+@dataclasses.dataclass(eq=False)
+class Trial:
+    """One candidate's estimator and where it stands."""
+
+    id: int
+    params: dict
+    estimator: object
+    bracket: object = None
+    budgets: list = dataclasses.field(default_factory=list)
+    states: list = None
+    budget: int = 0
+    rung: int = -1
+    scores: dict = dataclasses.field(default_factory=dict)
+    fold_scores: list = None
+    curve: list = dataclasses.field(default_factory=list)
+    status: str = "pending"
+    error: str = None
+    fit_time: float = 0.0
+    ended: float = None
+
+
+class AllTrialsFailed(Exception):
+    """Raised by the driver when every trial failed (the search turns it into its message)."""
+
+
+class Driver:
+    """Keep every slot busy; feed results to the policy; release finished trials at once.
+
+    *capacity* counts concurrent fold chains (a step of a cv=k search runs k chains); it is the
+    number of worker threads. A step's replicas come from *n_workers* and the number of
+    trials that could run now (see the search module's docstring).
+    """
+
+    def __init__(self, policy, backend, trials, *, parallel=False, patience=None, tol=0.0,
+                 raise_errors=False):
+        self.policy, self.backend = policy, backend
+        self.trials = {trial.id: trial for trial in trials}
+        self.parallel, self.patience, self.tol = parallel, patience, tol
+        self.raise_errors = raise_errors
+        self.n_folds = backend.layout.n_folds
+        self.capacity = max(1, backend.n_threads)
+        self.in_flight = {}
+        self.history = []
+        self.started = time.perf_counter()
+
+    def clock(self):
+        return time.perf_counter() - self.started
+
+    def run(self):
+        self._fill()
+        while self.in_flight:
+            for handle in self.backend.wait():
+                self._complete(handle)
+            self._finish(self.policy.take_finished())
+            self._fill()
+        self._finish(self.policy.take_finished())
+        return self.history
+
+    def _fill(self):
+        while not self.in_flight or len(self.in_flight) * self.n_folds < self.capacity:
+            job = self.policy.next_job()
+            if job is None:
+                return
+            trial_id, rung = job
+            self._launch(self.trials[trial_id], rung)
+
+    def _launch(self, trial, rung):
+        target = trial.budgets[rung]
+        stop = min(target, trial.budget + self.patience) if self.patience else target
+        replicas = 1
+        if self.parallel:
+            runnable = len(self.in_flight) + self.policy.n_waiting() + 1
+            replicas = max(1, self.backend.n_workers // (runnable * self.n_folds))
+        trial.status = "running"
+        job = Job(trial, rung, trial.budget, stop, replicas, self.clock())
+        self.in_flight[self.backend.launch(job)] = job
+
+    def _complete(self, handle):
+        job = self.in_flight.pop(handle)
+        trial = job.trial
+        now = self.clock()
+        trial.fit_time += now - job.launched
+        try:
+            states, result = self.backend.outcome(handle)
+        except Exception as error:
+            if self.raise_errors:
+                raise
+            trial.status, trial.error = "failed", f"{type(error).__name__}: {error}"
+            trial.states, trial.ended = None, now
+            self.history.append(self._event(trial, job, float("nan"), now))
+            self.policy.fail(trial.id)
+            if all(t.status == "failed" for t in self.trials.values()):
+                raise AllTrialsFailed(trial.error) from error
+            return
+        score = result["score"]
+        trial.states, trial.budget, trial.fold_scores = states, job.stop, result["fold_scores"]
+        trial.curve.append((job.stop, score))
+        self.history.append(self._event(trial, job, score, now))
+        plateau = self._plateau(trial)
+        if job.stop < trial.budgets[job.rung] and not plateau:
+            self._launch(trial, job.rung)           # the next segment of the same rung
+            return
+        trial.rung, trial.scores[job.rung] = job.rung, score
+        trial.status = "plateau" if plateau else "paused"
+        self.policy.record(trial.id, job.rung, score if math.isfinite(score) else -math.inf, plateau)
+
+    def _plateau(self, trial):
+        """dask-ml's rule: no gain above *tol* over the last *patience* epochs."""
+        if not self.patience:
+            return False
+        window = [score for budget, score in trial.curve if budget >= trial.budget - self.patience]
+        return len(window) >= 2 and max(window[1:]) - window[0] <= self.tol
+
+    def _finish(self, trial_ids):
+        now = self.clock()
+        for trial_id in trial_ids:
+            trial = self.trials[trial_id]
+            trial.states, trial.ended = None, now       # drops the futures: the cluster forgets them
+            if trial.status == "plateau":
+                trial.status = f"stopped at rung {trial.rung} (plateau)"
+            elif trial.rung == len(trial.budgets) - 1:
+                trial.status = "completed"
+            else:
+                trial.status = f"stopped at rung {trial.rung}"
+
+    def _event(self, trial, job, score, now):
+        return {"trial": trial.id, "bracket": trial.bracket, "rung": job.rung, "budget": job.stop,
+                "score": score, "replicas": job.replicas, "started": job.launched, "time": now}
