@@ -15,6 +15,7 @@ from taskdml.exceptions import (ClusterUnavailable, DataError, PipelineError, Re
                                 StepFailed, TaskdmlError)
 from taskdml.metrics import available_metrics, evaluate
 from taskdml.parallel.engine import SequentialFallbackWarning, TrainResult, train
+from taskdml.parallel.estimator import DataParallel
 from taskdml.parallel.merge import (MergeRule, get_merge_rule, register_merge, register_unmergeable,
                                     unmergeable_reason)
 from taskdml.pipeline import Pipeline, Step
@@ -27,6 +28,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ClusterUnavailable",
     "DataError",
+    "DataParallel",
     "MergeRule",
     "Pipeline",
     "PipelineError",

@@ -46,7 +46,8 @@ def check(facts, n_features, classes=None, is_classifier=False):
         if chunk.get("y_rows", chunk["rows"]) != chunk["rows"] or chunk.get("w_rows", chunk["rows"]) != chunk["rows"]:
             raise DataError(f"{where}: X, y and sample_weight disagree on the number of rows.")
         if chunk.get("y_nan"):
-            raise DataError(f"{where} of y holds {chunk['y_nan']:,} NaN values; drop those rows.")
+            raise DataError(f"{where} of y holds {chunk['y_nan']:,} NaN or infinite values; drop "
+                            "those rows.")
         if "labels" in chunk:
             found.append(chunk["labels"])
             if classes is not None:

@@ -143,15 +143,25 @@ def _choose(estimator, strategy):
     if not hasattr(estimator, "partial_fit"):
         if strategy not in (None, "sequential"):
             warnings.warn(f"{type(estimator).__name__} has no partial_fit: fitting it once on all "
-                          "the data instead of data-parallel.", SequentialFallbackWarning, stacklevel=3)
+                          "the data instead of data-parallel.", SequentialFallbackWarning, stacklevel=_user_frame())
         return "fit"
     reason = unmergeable_reason(estimator)
     if reason is None:
         return strategy or "sync"
     if strategy in ("sync", "async"):
         warnings.warn(f"training {type(estimator).__name__} sequentially instead of {strategy!r}: "
-                      f"{reason}", SequentialFallbackWarning, stacklevel=3)
+                      f"{reason}", SequentialFallbackWarning, stacklevel=_user_frame())
     return "sequential"
+
+
+def _user_frame():
+    """The ``stacklevel`` that points a warning at the first frame outside taskdml."""
+    import sys
+
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("taskdml"):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _align(X, y, sample_weight):
@@ -225,10 +235,14 @@ def _fit_once(estimator, chunks, plan, client):
     import dask
 
     name = _keys.key_name("train", type(estimator).__name__, [c[0].key for c in chunks], phase="fit")
-    task = dask.delayed(_tasks.fit_all, pure=True)(
-        estimator, [c[0] for c in chunks], None if chunks[0][1] is None else [c[1] for c in chunks],
-        plan["transformers"], dask_key_name=name)
-    return TrainResult(_gather(client, [task])[0], [], "fit", {})
+    column = [[chunk[i] for chunk in chunks] if chunks[0][i] is not None else None for i in range(3)]
+    began = time.perf_counter()
+    task = dask.delayed(_tasks.fit_all, pure=True)(estimator, *column, plan["transformers"],
+                                                   dask_key_name=name)
+    fitted = _gather(client, [task])[0]
+    entry = {"epoch": 1, "duration_s": time.perf_counter() - began,
+             **_replica.epoch_scores(fitted, plan["validation"], plan)}
+    return TrainResult(fitted, [entry], "fit", {})
 
 
 def _sequential(estimator, chunks, plan, client):
@@ -315,7 +329,8 @@ def _result(strategy, outcomes, service, plan, n_replicas):
             "busy_s": [s["busy_s"] for s in stats],
             "reduce_wait_s": [s["reduce_wait_s"] for s in stats]})
     state, version, waited = _collective.call(service, "result")
-    history = [{"epoch": plan["epochs"], **_replica.epoch_scores(state, plan["validation"], plan)}]
+    history = [{"epoch": plan["epochs"], "duration_s": max(o["busy_s"] for o in outcomes),
+                **_replica.epoch_scores(state, plan["validation"], plan)}]
     return TrainResult(state, history, "async", {
         "replicas": n_replicas, "updates": version, "busy_s": [o["busy_s"] for o in outcomes],
         "held_back_s": [waited[rank] for rank in sorted(waited)]})

@@ -85,8 +85,6 @@ def test_sample_weight_reaches_every_chunk():
     np.testing.assert_allclose(model.estimator_.class_count_, reference.class_count_, rtol=1e-10)
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: train() drops sample_weight for estimators "
-                                       "without partial_fit (_fit_once never passes it to fit)")
 def test_sample_weight_reaches_an_estimator_without_partial_fit():
     """LogisticRegression fitted once with weights equals LogisticRegression fitted with weights."""
     X_np, y_np, X, y = _data(n_samples=1_000)
