@@ -181,7 +181,7 @@ class _AdaptiveSearchCV:
         trials = [Trial(i, p, clone(self.estimator).set_params(**p)) for i, p in enumerate(params)]
         policy = self._policy(trials)
         driver = Driver(policy, backend, trials, parallel=bool(parallel), patience=self._patience(),
-                        tol=getattr(self, "tol", 0.0), raise_errors=self.error_score == "raise")
+                        tol=getattr(self, "tol", 0.0), raise_errors=self.error_score == "raise", started=began)
         try:
             try:
                 history = driver.run()
@@ -898,7 +898,8 @@ def _all_failed_message(search, trials):
     errors = {}
     for trial in trials:
         errors.setdefault(trial.error, []).append(trial.id)
-    listing = "\n".join(f"  {len(ids)} trial(s), e.g. trial {ids[0]}: {error}" for error, ids in errors.items())
+    listing = "\n".join(f"  {error} ({'trial' if len(ids) == 1 else 'trials'} {', '.join(map(str, ids))})"
+                        for error, ids in errors.items())
     return (f"All {len(trials)} trials of {type(search).__name__} failed, so there is no best candidate. "
             f"The errors:\n{listing}\nFix the estimator or the parameter space; with error_score='raise' "
             "the first error is raised with its traceback.")

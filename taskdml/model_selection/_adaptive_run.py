@@ -421,7 +421,7 @@ class Driver:
     """
 
     def __init__(self, policy, backend, trials, *, parallel=False, patience=None, tol=0.0,
-                 raise_errors=False):
+                 raise_errors=False, started=None):
         self.policy, self.backend = policy, backend
         self.trials = {trial.id: trial for trial in trials}
         self.parallel, self.patience, self.tol = parallel, patience, tol
@@ -430,7 +430,7 @@ class Driver:
         self.capacity = max(1, backend.n_threads)
         self.in_flight = {}
         self.history = []
-        self.started = time.perf_counter()
+        self.started = time.perf_counter() if started is None else started
 
     def clock(self):
         return time.perf_counter() - self.started

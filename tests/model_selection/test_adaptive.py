@@ -1,0 +1,335 @@
+"""Adaptive searches: ASHA, successive halving and Hyperband, on a real cluster and in process."""
+
+import doctest
+import threading
+import time
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+from scipy.stats import loguniform
+from sklearn.datasets import make_classification as sk_make_classification
+from sklearn.exceptions import FitFailedWarning
+from sklearn.linear_model import LogisticRegression, SGDClassifier, SGDRegressor
+from sklearn.metrics import accuracy_score, make_scorer
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from taskdml.datasets import make_classification
+from taskdml.model_selection import _adaptive, _adaptive_policy
+from taskdml.model_selection._adaptive import ASHASearchCV, HyperbandSearchCV, SuccessiveHalvingSearchCV
+from taskdml.model_selection._adaptive_policy import ASHA, Halving, hyperband_brackets
+from taskdml.model_selection._space import candidates
+
+ALPHAS = {"alpha": [1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1]}
+
+
+def _data(n_samples=4_000, chunk_size=400, seed=0):
+    return make_classification(n_samples, 10, n_informative=4, chunk_size=chunk_size, random_state=seed)
+
+
+class SlowSGD(SGDClassifier):
+    """An SGDClassifier whose partial_fit sleeps when its alpha is *slow_alpha*: a straggler."""
+
+    def __init__(self, *, slow_alpha=None, delay=0.0, alpha=1e-4, random_state=None):
+        super().__init__(alpha=alpha, random_state=random_state)
+        self.slow_alpha = slow_alpha
+        self.delay = delay
+
+    def partial_fit(self, X, y, classes=None, sample_weight=None):
+        if self.alpha == self.slow_alpha:
+            time.sleep(self.delay)
+        return super().partial_fit(X, y, classes=classes, sample_weight=sample_weight)
+
+
+class FailingSGD(SGDClassifier):
+    """An SGDClassifier whose partial_fit raises when its alpha is *failing_alpha*."""
+
+    def __init__(self, *, failing_alpha=None, alpha=1e-4, random_state=None):
+        super().__init__(alpha=alpha, random_state=random_state)
+        self.failing_alpha = failing_alpha
+
+    def partial_fit(self, X, y, classes=None, sample_weight=None):
+        if self.failing_alpha in (self.alpha, "all"):
+            raise RuntimeError(f"this trial fails on purpose (alpha={self.alpha})")
+        return super().partial_fit(X, y, classes=classes, sample_weight=sample_weight)
+
+
+# --------------------------------------------------------------------------------------------
+# The rung logic, without a cluster.
+
+
+def test_hyperband_brackets_match_dask_ml():
+    """max_iter=81 gives dask-ml's documented brackets; 243 gives 6 brackets (dask-ml's log bug gives 5)."""
+    assert hyperband_brackets(81) == {4: (81, 1), 3: (34, 3), 2: (15, 9), 1: (8, 27), 0: (5, 81)}
+    assert sorted(hyperband_brackets(243)) == [0, 1, 2, 3, 4, 5]
+    assert hyperband_brackets(243)[5] == (243, 1)
+    metadata = HyperbandSearchCV(SGDClassifier(), ALPHAS, max_iter=81).metadata
+    assert (metadata["n_models"], metadata["partial_fit_calls"]) == (143, 1581)
+    assert [b["decisions"] for b in metadata["brackets"]][-1] == [1, 3, 9, 27, 81]
+
+
+def test_asha_promotes_from_the_results_recorded_so_far():
+    """After three results at rung 0 the best is promoted at once, before trial 3 starts."""
+    policy = ASHA(range(9), [1, 3, 9], eta=3)
+    assert [policy.next_job() for _ in range(3)] == [(0, 0), (1, 0), (2, 0)]
+    for trial, score in [(0, 0.1), (1, 0.9), (2, 0.5)]:
+        policy.record(trial, 0, score)
+    assert policy.next_job() == (1, 1)
+    assert policy.next_job() == (3, 0)
+
+
+def test_asha_stops_a_trial_as_soon_as_it_can_never_be_promoted():
+    """With 3 trials and eta=3 one can be promoted: the worse of two results stops at once."""
+    policy = ASHA(range(3), [1, 3], eta=3)
+    for _ in range(3):
+        policy.next_job()
+    policy.record(0, 0, 0.1)
+    policy.record(1, 0, 0.9)
+    assert policy.take_finished() == [0]
+    policy.record(2, 0, 0.5)
+    assert policy.next_job() == (1, 1)
+    assert sorted(policy.take_finished()) == [2]
+
+
+def test_halving_waits_for_the_whole_rung():
+    """Synchronous halving promotes nobody until every trial of the rung has reported."""
+    policy = Halving(range(3), [(3, 1), (1, 3)])
+    assert [policy.next_job() for _ in range(4)] == [(0, 0), (1, 0), (2, 0), None]
+    policy.record(0, 0, 0.9)
+    policy.record(1, 0, 0.1)
+    assert policy.next_job() is None
+    policy.fail(2)
+    assert policy.next_job() == (0, 1)
+    assert sorted(policy.take_finished()) == [1]
+
+
+def test_docstring_examples_run():
+    """The examples in the modules' docstrings run (in process, without a client)."""
+    for module in (_adaptive, _adaptive_policy):
+        failures, tried = doctest.testmod(module)
+        assert tried > 0 and failures == 0
+
+
+# --------------------------------------------------------------------------------------------
+# On the cluster.
+
+
+@pytest.fixture(scope="module")
+def straggler_run(cluster):
+    """ASHA with one slow trial, run in a thread while the scheduler's memory is polled."""
+    from distributed import Client
+
+    first = candidates(ALPHAS, 9, random_state=0)[0]["alpha"]
+    search = ASHASearchCV(SlowSGD(slow_alpha=first, delay=0.3, random_state=0), ALPHAS, n_trials=9,
+                          max_epochs=9, refit=False, random_state=0)
+    snapshots = []
+    with Client(cluster, set_as_default=True) as client:
+        data = _data()
+        began = time.perf_counter()
+        fitting = threading.Thread(target=search.fit, args=(data,))
+        fitting.start()
+        while fitting.is_alive():
+            held = client.run_on_scheduler(_trials_in_memory, prefix="asha-trial-fit")
+            snapshots.append((time.perf_counter() - began, held))
+            time.sleep(0.05)
+        fitting.join()
+    return search, first, snapshots
+
+
+def _trials_in_memory(dask_scheduler, prefix):
+    """Trial ids whose state keys the scheduler holds in memory."""
+    return {key[1] for key, task in dask_scheduler.tasks.items()
+            if isinstance(key, tuple) and str(key[0]).startswith(prefix) and task.state == "memory"}
+
+
+def test_asha_promotes_without_waiting_for_a_straggler(straggler_run):
+    """Other trials reach higher rungs before the slow trial has finished its first rung."""
+    search, slow_alpha, _ = straggler_run
+    slow = search.trials_.loc[search.trials_["alpha"] == slow_alpha, "trial"].item()
+    slow_first = min(e["time"] for e in search.history_ if e["trial"] == slow and e["rung"] == 0)
+    promoted_before = [e for e in search.history_ if e["rung"] >= 1 and e["time"] < slow_first]
+    assert promoted_before, search.history_
+    assert search.trials_["state"].str.startswith("stopped").sum() >= 4
+
+
+def test_stopped_trials_release_their_state(straggler_run):
+    """Once a trial stops, the scheduler holds none of its state while the search goes on."""
+    search, _, snapshots = straggler_run
+    stopped = search.trials_[search.trials_["state"].str.startswith("stopped")]
+    checked = 0
+    for trial, ended in zip(stopped["trial"], stopped["ended"]):
+        later = [held for when, held in snapshots[:-1] if when > ended + 0.5]
+        assert all(trial not in held for held in later), trial
+        checked += len(later)
+    assert checked > 0
+    assert any(held for _, held in snapshots)       # the poll did see trial states in memory
+
+
+def test_a_failing_trial_is_recorded_and_the_search_completes(client):
+    """A trial that raises is 'failed' with its error; the others finish and a best is found."""
+    failing = 1e-3
+    search = ASHASearchCV(FailingSGD(failing_alpha=failing, random_state=0), ALPHAS, n_trials=9, max_epochs=3,
+                          random_state=0)
+    with pytest.warns(FitFailedWarning, match="1 of 9 trials failed"):
+        search.fit(_data())
+    row = search.trials_[search.trials_["alpha"] == failing].iloc[0]
+    assert row["state"] == "failed"
+    assert "RuntimeError: this trial fails on purpose" in row["error"]
+    assert np.isnan(search.cv_results_["mean_test_score"][row["trial"]])
+    assert search.cv_results_["rank_test_score"][row["trial"]] == 9
+    assert search.best_params_["alpha"] != failing and hasattr(search, "best_estimator_")
+
+
+def test_every_trial_failing_ends_the_search(client):
+    """When every trial fails the search raises with the errors; error_score='raise' raises the first."""
+    estimator = FailingSGD(failing_alpha="all")
+    with pytest.raises(ValueError, match=r"All 3 trials of ASHASearchCV failed.*\n  RuntimeError: this trial fails on purpose \(alpha=.*\) \(trial 0\)\n"):
+        ASHASearchCV(estimator, ALPHAS, n_trials=3, max_epochs=3, random_state=0).fit(_data())
+    with pytest.raises(RuntimeError, match="fails on purpose"):
+        ASHASearchCV(estimator, ALPHAS, n_trials=3, max_epochs=3, error_score="raise",
+                     random_state=0).fit(_data())
+
+
+@pytest.mark.parametrize("make_search", [
+    lambda: SuccessiveHalvingSearchCV(SGDClassifier(random_state=0), ALPHAS, n_trials=9, max_epochs=9,
+                                      random_state=1),
+    lambda: HyperbandSearchCV(SGDClassifier(random_state=0), {"alpha": loguniform(1e-6, 1e-1)}, max_iter=9,
+                              random_state=1),
+], ids=["halving", "hyperband"])
+def test_synchronous_searches_are_reproducible(client, make_search):
+    """With a seed, halving and Hyperband give the same trials, scores and best_params_."""
+    data = _data()
+    first, second = make_search().fit(data), make_search().fit(data)
+    columns = ["trial", "alpha", "budget", "score", "state"]
+    assert first.trials_[columns].equals(second.trials_[columns])
+    assert first.best_params_ == second.best_params_
+
+
+def test_asha_samples_the_same_trials_with_a_seed(client):
+    """ASHA's promotions depend on timing, its candidates do not."""
+    space = {"alpha": loguniform(1e-6, 1e-1)}
+    runs = [ASHASearchCV(SGDClassifier(random_state=0), space, n_trials=6, max_epochs=3, refit=False,
+                         random_state=4).fit(_data()) for _ in range(2)]
+    assert runs[0].trials_["alpha"].tolist() == runs[1].trials_["alpha"].tolist()
+    assert runs[0].trials_["alpha"].tolist() == [c["alpha"] for c in candidates(space, 6, random_state=4)]
+
+
+def test_data_parallel_trials(client):
+    """With parallel=sync, the last trial standing trains with a replica per worker."""
+    search = SuccessiveHalvingSearchCV(SGDClassifier(random_state=0), ALPHAS, n_trials=3, max_epochs=3,
+                                       parallel={"strategy": "sync", "sync_every": 1}, random_state=0)
+    search.fit(_data())
+    replicas = {(e["rung"], e["replicas"]) for e in search.history_}
+    assert replicas == {(0, 1), (1, 2)}
+    assert search.best_estimator_.coef_.shape == (1, 10)
+    assert search.trials_["state"].tolist().count("completed") == 1
+
+
+def test_chunked_and_gathered_scoring_agree(client):
+    """'accuracy' scored chunk-wise by taskdml.metrics equals the scorer on gathered chunks."""
+    data = _data()
+    scores = [SuccessiveHalvingSearchCV(SGDClassifier(random_state=0), ALPHAS, n_trials=4, max_epochs=3,
+                                        scoring=scoring, refit=False, random_state=0).fit(data).cv_results_
+              for scoring in ("accuracy", make_scorer(accuracy_score))]
+    np.testing.assert_allclose(scores[0]["mean_test_score"], scores[1]["mean_test_score"])
+
+
+def test_cv_scores_every_fold(client):
+    """cv=3: three fold states per trial; the trial's score is their mean."""
+    search = ASHASearchCV(SGDClassifier(random_state=0), ALPHAS, n_trials=4, max_epochs=3, cv=3,
+                          random_state=0).fit(_data())
+    results = search.cv_results_
+    splits = np.column_stack([results[f"split{k}_test_score"] for k in range(3)])
+    np.testing.assert_allclose(splits.mean(axis=1), results["mean_test_score"])
+    assert search.n_splits_ == 3
+
+
+def test_fit_only_estimators_grow_their_subsample(client):
+    """Without partial_fit the budget is a number of samples, refitted on a growing subsample."""
+    search = ASHASearchCV(LogisticRegression(), {"C": loguniform(1e-3, 1e2)}, n_trials=3, max_epochs=9,
+                          random_state=0).fit(_data())
+    completed = [e for e in search.history_ if e["trial"] == search.best_index_]
+    assert [e["budget"] for e in completed] == [1, 3]
+    assert completed[0]["n_samples"] < completed[1]["n_samples"] < 4_000
+    assert search.best_estimator_.coef_.shape == (1, 10)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "dask", "dataarray", "dataset"])
+def test_inputs(client, kind):
+    """NumPy, dask, xarray DataArray and Dataset inputs; predict keeps dask input lazy."""
+    data = _data(n_samples=2_000, chunk_size=250)
+    X, y = {"numpy": (data.X.values, data.y.values), "dask": (data.X.data, data.y.data),
+            "dataarray": (data.X, data.y), "dataset": (data, None)}[kind]
+    search = ASHASearchCV(SGDClassifier(random_state=0), ALPHAS, n_trials=3, max_epochs=3,
+                          random_state=0).fit(X, y)
+    predicted = search.predict(data.X.data)
+    assert isinstance(predicted, da.Array) and predicted.compute().shape == (2_000,)
+    assert 0.5 < search.score(data) <= 1
+
+
+# --------------------------------------------------------------------------------------------
+# The estimator contract, in process.
+
+
+_SMALL = {"alpha": [1e-4, 1e-3, 1e-2]}
+
+
+@parametrize_with_checks([
+    ASHASearchCV(SGDClassifier(random_state=0), _SMALL, n_trials=3, max_epochs=3, random_state=0),
+    SuccessiveHalvingSearchCV(SGDRegressor(random_state=0), _SMALL, n_trials=3, max_epochs=3, random_state=0),
+    HyperbandSearchCV(SGDClassifier(random_state=0), _SMALL, max_iter=3, random_state=0),
+])
+def test_scikit_learn_estimator_checks(estimator, check):
+    """The searches pass scikit-learn's estimator checks (in process, no client)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The total space of parameters", UserWarning)
+        check(estimator)
+
+
+def _tiny():
+    return sk_make_classification(60, 4, random_state=0)
+
+
+@pytest.mark.parametrize("search, message", [
+    (ASHASearchCV(SGDClassifier(), _SMALL, n_trials=0), r"n_trials must be an integer >= 1, got 0"),
+    (ASHASearchCV(SGDClassifier(), _SMALL, min_epochs=5, max_epochs=3),
+     r"min_epochs \(5\) must not exceed max_epochs \(3\)"),
+    (ASHASearchCV(SGDClassifier(), _SMALL, reduction_factor=1), r"reduction_factor must be an integer >= 2"),
+    (ASHASearchCV(SGDClassifier(), _SMALL, validation_fraction=1.5),
+     r"validation_fraction must be a number in \(0, 1\), got 1.5"),
+    (ASHASearchCV(SGDClassifier(), _SMALL, cv=1), r"cv must be None .* or an integer >= 2 .*, got 1"),
+    (ASHASearchCV(SGDClassifier(), _SMALL, parallel={"strategi": "sync"}),
+     r"unknown key 'strategi' in parallel. Did you mean 'strategy'\?"),
+    (ASHASearchCV(SGDClassifier(), _SMALL, parallel={"strategy": "synk"}),
+     r"parallel\['strategy'\] must be one of sync, async, sequential, got 'synk'. Did you mean 'sync'\?"),
+    (ASHASearchCV(SGDClassifier(), _SMALL, parallel="sync"), r"parallel must be None or a dict"),
+    (ASHASearchCV(SGDClassifier(), _SMALL, error_score="ignore"), r"error_score must be 'raise' or a number"),
+    (ASHASearchCV(SGDClassifier(), _SMALL, scoring=["accuracy", "f1"]), r"scoring must be None, a scorer name"),
+    (SuccessiveHalvingSearchCV(SGDClassifier(), _SMALL, patience=0), r"patience must be True, False or an integer"),
+    (SuccessiveHalvingSearchCV(SGDClassifier(), _SMALL, tol=-1), r"tol must be a number >= 0, got -1"),
+    (HyperbandSearchCV(SGDClassifier(), _SMALL, aggressiveness=2.5), r"aggressiveness must be an integer >= 2"),
+    (HyperbandSearchCV(SGDClassifier(), _SMALL, max_iter=0), r"max_iter must be an integer >= 1, got 0"),
+], ids=lambda value: value if isinstance(value, str) else type(value).__name__)
+def test_parameter_errors_name_the_parameter(search, message):
+    """Bad parameters fail at fit with a message that names the parameter and the value."""
+    with pytest.raises(ValueError, match=message):
+        search.fit(*_tiny())
+
+
+def test_refit_false_has_no_best_estimator():
+    """refit=False: the search keeps its results but cannot predict, and says why."""
+    search = ASHASearchCV(SGDClassifier(random_state=0), _SMALL, n_trials=3, max_epochs=3, refit=False,
+                          random_state=0).fit(*_tiny())
+    assert not hasattr(search, "best_estimator_") and search.best_params_
+    with pytest.raises(AttributeError, match="initialized with refit=False. predict is available only"):
+        search.predict(_tiny()[0])
+
+
+def test_patience_stops_a_plateau():
+    """A trial whose score stops improving is stopped before its rung's budget."""
+    search = SuccessiveHalvingSearchCV(SGDClassifier(random_state=0, learning_rate="constant", eta0=1e-9),
+                                       _SMALL, n_trials=3, max_epochs=9, patience=2, tol=1e-3,
+                                       random_state=0).fit(*_tiny())
+    assert search.trials_["state"].str.endswith("(plateau)").any()
+    assert search.trials_["budget"].max() < 9
