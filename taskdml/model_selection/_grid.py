@@ -177,17 +177,20 @@ class BaseSearchCV(MetaEstimatorMixin, BaseEstimator):
         X, y = _grid_chunked.as_arrays(X, y)
         folds = _grid_chunked.chunk_folds(self.cv, X.chunks[0])
         client = current_client()
+        X, y = _grid_chunked.persist(X, y, client)
         base = clone(self.estimator)
         if self.verbose > 0:
             print(f"Fitting {len(folds)} folds of chunks for each of {len(candidates)} candidates, "
                   f"totalling {len(folds) * len(candidates)} trainings")
-        out = _grid_chunked.run(base, candidates, X, y, folds, metrics=metrics, parallel=parallel,
+        classes = _grid_chunked.classes_of(base, y, client)
+        out = _grid_chunked.run(base, candidates, X, y, folds, classes=classes, metrics=metrics, parallel=parallel,
                                 return_train_score=self.return_train_score,
                                 error_score=self.error_score, client=client, n_jobs=self.n_jobs)
         fitted = self._results(candidates, len(folds), out, multimetric)
 
         def refit(best):
-            return _grid_chunked.refit(best, X, y, index=fitted["best_index_"], parallel=parallel,
+            return _grid_chunked.refit(best, X, y, index=fitted["best_index_"], classes=classes,
+                                       parallel=parallel,
                                        client=client)
 
         scorer = metrics["score"] if not multimetric else metrics
@@ -201,7 +204,7 @@ class BaseSearchCV(MetaEstimatorMixin, BaseEstimator):
                 warnings.warn(message, UserWarning, stacklevel=4)
         _warn_or_raise_about_fit_failures(out, self.error_score)
         first = next(result["test_scores"] for result in out if result["fit_error"] is None)
-        multimetric = multimetric or isinstance(first, dict)
+        multimetric = multimetric or (callable(self.scoring) and isinstance(first, dict))
         if callable(self.scoring) and multimetric:
             _check_refit_for_multimetric(self.refit, first, True)
         for result in out:
@@ -434,7 +437,7 @@ class GridSearchCV(BaseSearchCV):
     >>> search = GridSearchCV(pipe, {"svc__C": [0.1, 1, 10]}, cv=3).fit(X, y)
     >>> search.best_params_
     {'svc__C': 10}
-    >>> round(search.best_score_, 3)
+    >>> round(float(search.best_score_), 3)
     0.973
     >>> sorted(search.cv_results_)[:4]
     ['mean_fit_time', 'mean_score_time', 'mean_test_score', 'param_svc__C']
@@ -496,8 +499,8 @@ refit_time_, multimetric_, classes_, n_features_in_
     ...                             n_iter=4, cv=3, random_state=0).fit(X, y)
     >>> len(search.cv_results_["params"]), search.n_splits_
     (4, 3)
-    >>> search.best_score_ > 0.9
-    np.True_
+    >>> bool(search.best_score_ > 0.9)
+    True
     """
 
     def __init__(self, estimator, param_distributions, *, n_iter=10, scoring=None, n_jobs=None,

@@ -29,6 +29,7 @@ from dask.base import is_dask_collection
 
 from taskdml._keys import current_step, key_name, step_scope
 from taskdml.exceptions import DataError, did_you_mean
+from taskdml.model_selection import _grid_tasks
 from taskdml.model_selection._grid_graph import PREFIX, estimator_spec
 
 PARALLEL_KEYS = ("strategy", "epochs", "sync_every", "staleness", "shuffle", "shuffle_rows",
@@ -140,14 +141,11 @@ def metric_names(estimator, scoring):
     return names
 
 
-def run(estimator, candidates, X, y, folds, *, metrics, parallel, return_train_score, error_score,
-        client, n_jobs):
+def run(estimator, candidates, X, y, folds, *, classes, metrics, parallel, return_train_score,
+        error_score, client, n_jobs):
     """Train and score every candidate × fold; one result dict each, candidate-major."""
-    from sklearn.base import clone, is_classifier
+    from sklearn.base import clone
 
-    if client is not None:
-        X, y = client.persist([X, y]) if y is not None else (client.persist(X), None)
-    classes = _classes(y, client) if is_classifier(estimator) and y is not None else None
     jobs = []
     for index, params in enumerate(candidates):
         candidate = clone(estimator).set_params(**clone(params, safe=False))
@@ -164,11 +162,8 @@ def run(estimator, candidates, X, y, folds, *, metrics, parallel, return_train_s
         return [future.result() for future in futures]
 
 
-def refit(estimator, X, y, *, index, parallel, client):
+def refit(estimator, X, y, *, index, classes, parallel, client):
     """Train *estimator* (candidate *index*) on all chunks: ``(fitted, seconds)``."""
-    from sklearn.base import is_classifier
-
-    classes = _classes(y, client) if is_classifier(estimator) and y is not None else None
     with step_scope(current_step() or PREFIX):
         started = time.perf_counter()
         fitted = _train(estimator, index, X, y, parallel, classes, client)
@@ -181,17 +176,28 @@ def _scoped(scope, function, *args, **kwargs):
 
 
 def _rows(array, chunks):
-    if array is None:
+    """The row chunks *chunks* of *array* (views of its blocks: no data is copied)."""
+    return None if array is None else array.blocks[np.asarray(chunks, dtype=int)]
+
+
+def persist(X, y, client):
+    """X and y in the cluster's memory, once for the whole search (as they are without a client)."""
+    if client is None:
+        return X, y
+    if y is None:
+        return client.persist(X), None
+    X, y = client.persist([X, y])
+    return X, y
+
+
+def classes_of(estimator, y, client):
+    """Every label of y for a classifier (one small ``search-labels`` task per chunk), else ``None``."""
+    from sklearn.base import is_classifier
+
+    if y is None or not is_classifier(estimator):
         return None
-    return da.concatenate([array.blocks[int(i)] for i in chunks], axis=0)
-
-
-def _classes(y, client):
-    """Every label of y, one small task per chunk (``search-labels``)."""
-    from taskdml.parallel import _tasks
-
     name = key_name(PREFIX, y.name, phase="labels")
-    parts = [dask.delayed(_tasks.chunk_labels, pure=True)(block, dask_key_name=(name, i))
+    parts = [dask.delayed(_grid_tasks.chunk_labels, pure=True)(block, dask_key_name=(name, i))
              for i, block in enumerate(y.to_delayed().ravel())]
     labels = client.gather(client.compute(parts)) if client is not None else dask.compute(*parts)
     return np.unique(np.concatenate(labels))
@@ -199,13 +205,12 @@ def _classes(y, client):
 
 def _train(estimator, index, X, y, parallel, classes, client):
     """One training: the engine for ``partial_fit`` estimators, else one fit task."""
-    from taskdml.parallel import _tasks
     from taskdml.parallel.engine import train
 
     if not hasattr(estimator, "partial_fit"):
         name = key_name(PREFIX, X.name, None if y is None else y.name, estimator_spec(estimator), phase="fit")
-        task = dask.delayed(_tasks.fit_all, pure=True)(
-            estimator, list(X.to_delayed().ravel()), None if y is None else list(y.to_delayed().ravel()), [],
+        task = dask.delayed(_grid_tasks.fit_chunks, pure=True)(
+            estimator, list(X.to_delayed().ravel()), None if y is None else list(y.to_delayed().ravel()),
             dask_key_name=name)
         return client.gather(client.compute(task)) if client is not None else task.compute()
     options = {key: value for key, value in parallel.items() if key != "random_state"}

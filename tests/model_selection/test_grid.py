@@ -1,0 +1,349 @@
+"""GridSearchCV and RandomizedSearchCV on Dask: scikit-learn's results, shared work, failures, chunks."""
+
+import warnings
+from collections import Counter, defaultdict
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+from dask.callbacks import Callback
+from dask.utils import key_split
+from scipy.stats import loguniform
+from sklearn import model_selection as sk
+from sklearn.datasets import load_digits, load_iris, make_classification
+from sklearn.decomposition import PCA
+from sklearn.exceptions import FitFailedWarning
+from sklearn.linear_model import LogisticRegression, Ridge, SGDClassifier
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.svm import SVC
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+# TODO: import from taskdml once taskdml/__init__.py exports the search classes.
+from taskdml.exceptions import DataError
+from taskdml.metrics import evaluate
+from taskdml.model_selection._grid import GridSearchCV, RandomizedSearchCV
+from taskdml.parallel.engine import train
+
+DIGITS_GRID = {"pca__n_components": [16, 32], "sgd__alpha": np.logspace(-6, -1, 6)}
+
+
+def digits_pipeline():
+    return Pipeline([("scale", StandardScaler()), ("pca", PCA(random_state=0)),
+                     ("sgd", SGDClassifier(random_state=0))])
+
+
+def iris_pipeline():
+    return Pipeline([("scale", StandardScaler()), ("pca", PCA()),
+                     ("logreg", LogisticRegression(max_iter=500))])
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_digits(return_X_y=True)
+
+
+@pytest.fixture(scope="module")
+def iris():
+    return load_iris(return_X_y=True)
+
+
+@pytest.fixture(scope="module")
+def sklearn_digits(digits):
+    """scikit-learn's search of the digits benchmark (12 candidates × 5 folds), run once."""
+    return sk.GridSearchCV(digits_pipeline(), DIGITS_GRID, cv=5).fit(*digits)
+
+
+def assert_same_results(ours, theirs, *, atol=1e-12):
+    """Every key of scikit-learn's cv_results_ is ours, with the same values (times aside)."""
+    assert sorted(ours.cv_results_) == sorted(theirs.cv_results_)
+    for key, expected in theirs.cv_results_.items():
+        found = ours.cv_results_[key]
+        if key.endswith("_time"):
+            assert found.shape == expected.shape and np.all(found >= 0)
+        elif key == "params":
+            assert found == expected
+        elif key.startswith("param_"):
+            assert np.array_equal(found.mask, expected.mask) and found.dtype == expected.dtype
+            assert list(found.compressed()) == list(expected.compressed())
+        elif key.startswith("rank_"):
+            assert found.dtype == expected.dtype and np.array_equal(found, expected)
+        else:
+            np.testing.assert_allclose(found, expected, rtol=0, atol=atol, err_msg=key)
+    for name in ("best_index_", "best_params_", "best_score_", "n_splits_", "multimetric_"):
+        if hasattr(theirs, name):
+            assert getattr(ours, name) == getattr(theirs, name), name
+
+
+class CountTasks(Callback):
+    """Counts the tasks the local scheduler runs, by key prefix, and the graph's data keys."""
+
+    def __init__(self):
+        super().__init__()
+        self.ran, self.names, self.graph_prefixes = Counter(), defaultdict(set), Counter()
+
+    def _start(self, dsk):
+        self.graph_prefixes.update(key_split(key) for key in dsk)
+
+    def _pretask(self, key, dsk, state):
+        self.ran[key_split(key)] += 1
+        if isinstance(key, tuple):
+            self.names[key_split(key)].add(key[0])
+
+
+def test_digits_grid_equals_scikit_learn_and_shares_the_scaler_on_the_cluster(client, digits, sklearn_digits):
+    """The digits benchmark on two workers: scikit-learn's cv_results_, and each prefix fitted once per fold."""
+    from distributed import get_task_stream
+
+    with get_task_stream(client) as stream:
+        search = GridSearchCV(digits_pipeline(), DIGITS_GRID, cv=5).fit(*digits)
+    assert_same_results(search, sklearn_digits)
+    ran = Counter(key_split(task["key"]) for task in stream.data)
+    # 5 scaler fits (one per fold) + 10 PCA fits (one per fold and n_components), not 60 + 60.
+    assert ran["search-transform"] == 15
+    assert ran["search-split"] == 5 and ran["search-fit"] == 60 and ran["search-score"] == 60
+    assert ran["search-refit"] == 1
+    names = defaultdict(set)
+    for task in stream.data:
+        if key_split(task["key"]) == "search-transform":
+            names[task["key"][0]].add(task["key"][1])
+    assert sorted(map(sorted, names.values())) == [[0, 1, 2, 3, 4]] * 3
+    np.testing.assert_array_equal(search.predict(digits[0]), sklearn_digits.predict(digits[0]))
+    np.testing.assert_array_equal(search.classes_, sklearn_digits.classes_)
+    assert search.score(*digits) == sklearn_digits.score(*digits)
+
+
+def test_local_scheduler_puts_the_data_in_once_and_runs_identical_work_once(iris):
+    """Without a client: one data key, the scaler once per fold, duplicate candidates once."""
+    grid = {"pca__n_components": [2, 3], "logreg__C": [0.5, 1.0, 1.0]}
+    counter = CountTasks()
+    with counter:
+        search = GridSearchCV(iris_pipeline(), grid, cv=4, refit=False).fit(*iris)
+    assert counter.graph_prefixes["search-data"] == 1
+    assert counter.ran["search-transform"] == 4 + 2 * 4
+    assert counter.ran["search-fit"] == 4 * 4 and counter.ran["search-score"] == 4 * 4
+    assert len(counter.names["search-transform"]) == 3
+    assert_same_results(search, sk.GridSearchCV(iris_pipeline(), grid, cv=4, refit=False).fit(*iris))
+    assert not hasattr(search, "best_estimator_")
+
+
+@pytest.mark.parametrize("use_client", [False, True], ids=["threads", "cluster"])
+def test_randomized_search_equals_scikit_learn(request, iris, use_client):
+    """Same sampled candidates, split/mean/std test and train scores, ranks and masks as scikit-learn."""
+    if use_client:
+        request.getfixturevalue("client")
+    space = [{"logreg__C": loguniform(1e-2, 1e2), "pca__n_components": [2, 3, 4]},
+             {"logreg__C": [1.0], "pca": ["passthrough"]}]
+    options = dict(n_iter=12, cv=5, random_state=0, return_train_score=True)
+    ours = RandomizedSearchCV(iris_pipeline(), space, **options).fit(*iris)
+    theirs = sk.RandomizedSearchCV(iris_pipeline(), space, **options).fit(*iris)
+    assert_same_results(ours, theirs)
+    assert ours.cv_results_["param_pca"].mask.sum() == 12 - sum(p.get("pca") == "passthrough"
+                                                                   for p in theirs.cv_results_["params"])
+    np.testing.assert_allclose(ours.predict_proba(iris[0]), theirs.predict_proba(iris[0]), atol=1e-12)
+
+
+@pytest.mark.parametrize("refit", ["f1_macro", False, "callable"])
+def test_multimetric_scoring_with_refit(iris, refit):
+    """Several metrics: every column scikit-learn makes, the best index of the refit metric, the scorers."""
+    if refit == "callable":
+        refit = lambda results: int(np.argmin(results["mean_test_accuracy"]))  # noqa: E731
+    options = dict(scoring={"accuracy": "accuracy", "f1_macro": "f1_macro", "nll": "neg_log_loss"},
+                   refit=refit, cv=3, return_train_score=True)
+    grid = {"logreg__C": [0.01, 0.1, 1.0]}
+    ours = GridSearchCV(iris_pipeline(), grid, **options).fit(*iris)
+    theirs = sk.GridSearchCV(iris_pipeline(), grid, **options).fit(*iris)
+    assert_same_results(ours, theirs)
+    assert ours.multimetric_ and sorted(ours.scorer_) == ["accuracy", "f1_macro", "nll"]
+    if isinstance(refit, str):
+        assert ours.score(*iris) == theirs.score(*iris)
+    if refit:
+        np.testing.assert_array_equal(ours.predict(iris[0]), theirs.predict(iris[0]))
+        assert ours.refit_time_ >= 0
+    else:
+        with pytest.raises(AttributeError, match="has no attribute .predict."):
+            ours.predict(iris[0])
+
+
+def test_multimetric_needs_a_refit_metric(iris):
+    """refit=True with several metrics is refused with scikit-learn's message."""
+    search = GridSearchCV(iris_pipeline(), {"logreg__C": [1.0]}, scoring=["accuracy", "f1_macro"])
+    with pytest.raises(ValueError, match="the parameter refit must be set to a scorer key"):
+        search.fit(*iris)
+
+
+def test_callable_scorer_sees_the_fitted_pipeline(iris):
+    """A callable scorer gets the whole fitted pipeline and the raw rows, as in scikit-learn."""
+    def explained(estimator, X, y):
+        return estimator.named_steps["pca"].explained_variance_ratio_.sum() + estimator.score(X, y)
+
+    grid = {"pca__n_components": [2, 3], "logreg__C": [0.1, 1.0]}
+    ours = GridSearchCV(iris_pipeline(), grid, scoring=explained, cv=3).fit(*iris)
+    assert_same_results(ours, sk.GridSearchCV(iris_pipeline(), grid, scoring=explained, cv=3).fit(*iris))
+
+
+def test_fit_params_and_groups_are_split_with_the_rows(iris):
+    """Per-sample fit parameters follow the folds; groups go to the splitter."""
+    X, y = iris
+    weights = np.random.default_rng(0).uniform(0.5, 2.0, size=len(y))
+    groups = np.arange(len(y)) % 5
+    fit = dict(logreg__sample_weight=weights, groups=groups)
+    grid = {"logreg__C": [0.1, 1.0]}
+    ours = GridSearchCV(iris_pipeline(), grid, cv=sk.GroupKFold(3)).fit(X, y, **fit)
+    assert_same_results(ours, sk.GridSearchCV(iris_pipeline(), grid, cv=sk.GroupKFold(3)).fit(X, y, **fit))
+
+
+@pytest.mark.parametrize("use_client", [False, True], ids=["threads", "cluster"])
+def test_failing_candidates_score_error_score(request, iris, use_client):
+    """A shared step that raises fails each candidate using it: FitFailedWarning, error_score, the rest intact."""
+    if use_client:
+        request.getfixturevalue("client")
+    grid = {"pca__n_components": [2, 10], "logreg__C": [0.1, 1.0]}
+    with pytest.warns(FitFailedWarning, match=r"10 fits failed out of a total of 20"):
+        ours = GridSearchCV(iris_pipeline(), grid, cv=5, error_score=-1.0).fit(*iris)
+    with pytest.warns(FitFailedWarning):
+        theirs = sk.GridSearchCV(iris_pipeline(), grid, cv=5, error_score=-1.0).fit(*iris)
+    assert_same_results(ours, theirs)
+    failed = ours.cv_results_["param_pca__n_components"] == 10
+    assert np.all(ours.cv_results_["mean_test_score"][failed] == -1.0)
+
+
+@pytest.mark.parametrize("grid, error_score, error, message", [
+    ({"pca__n_components": [2, 10]}, "raise", ValueError, "n_components=10 must be between"),
+    ({"pca__n_components": [10, 20]}, np.nan, ValueError, "All the 10 fits failed"),
+    ({"logreg__nonsense": [1]}, np.nan, ValueError, "Invalid parameter 'nonsense'"),
+], ids=["raise", "all-fail", "bad-parameter"])
+def test_search_errors(iris, grid, error_score, error, message):
+    """error_score='raise', all fits failing and a parameter the estimator lacks raise as in scikit-learn."""
+    search = GridSearchCV(iris_pipeline(), grid, cv=5, error_score=error_score)
+    with pytest.raises(error, match=message):
+        search.fit(*iris)
+
+
+def test_scoring_that_fails_scores_error_score(iris):
+    """A scorer that raises gives error_score for that fit, with scikit-learn's warning."""
+    def fragile(estimator, X, y):
+        if estimator.named_steps["logreg"].C > 0.5:
+            raise RuntimeError("cannot score")
+        return estimator.score(X, y)
+
+    with pytest.warns(UserWarning, match="Scoring failed"):
+        search = GridSearchCV(iris_pipeline(), {"logreg__C": [0.1, 1.0]}, scoring=fragile, cv=3).fit(*iris)
+    assert np.isnan(search.cv_results_["mean_test_score"][1]) and search.best_index_ == 0
+
+
+# --------------------------------------------------------------------------------------------
+# Chunked data: folds of whole chunks, trained by the engine, scored by taskdml.metrics.
+
+
+@pytest.fixture(scope="module")
+def chunked():
+    X, y = make_classification(n_samples=1200, n_features=8, n_informative=5, random_state=0)
+    return da.from_array(X, chunks=(120, 8)), da.from_array(y, chunks=120), X, y
+
+
+def reference_scores(estimator, grid, X, y, n_folds):
+    """Each candidate trained by the engine on its training chunks and scored on the rest, in a loop."""
+    from sklearn.base import clone
+
+    n_chunks = X.numblocks[0]
+    scores = []
+    for params in sk.ParameterGrid(grid):
+        row = []
+        for train_chunks, test_chunks in sk.KFold(n_folds).split(np.zeros((n_chunks, 1))):
+            def rows(array, chunks):
+                return da.concatenate([array.blocks[int(i)] for i in chunks])
+            model = train(clone(estimator).set_params(**params), rows(X, train_chunks), rows(y, train_chunks),
+                          classes=np.unique(y.compute()), strategy="sequential", shuffle=False, client=False).estimator
+            test = xr.Dataset({"X": (("sample", "feature"), rows(X, test_chunks)),
+                               "y": ("sample", rows(y, test_chunks))})
+            row.append(evaluate(model, test, ["accuracy"])["accuracy"])
+        scores.append(row)
+    return np.array(scores)
+
+
+@pytest.mark.parametrize("use_client", [False, True], ids=["threads", "cluster"])
+def test_chunked_search_trains_with_the_engine_on_chunk_folds(request, chunked, use_client):
+    """Dask-array folds are chunks; each candidate is trained by the engine and scored chunk-wise."""
+    if use_client:
+        request.getfixturevalue("client")
+    X, y, X_np, y_np = chunked
+    grid = {"alpha": [1e-4, 1e-2, 1.0]}
+    search = GridSearchCV(SGDClassifier(random_state=0), grid, cv=5, return_train_score=True).fit(X, y)
+    expected = reference_scores(SGDClassifier(random_state=0), grid, X, y, 5)
+    for fold in range(5):
+        np.testing.assert_allclose(search.cv_results_[f"split{fold}_test_score"], expected[:, fold], atol=1e-12)
+    assert search.best_index_ == int(np.argmax(expected.mean(axis=1)))
+    assert search.n_splits_ == 5 and np.all(search.cv_results_["mean_train_score"] > 0.5)
+    assert search.best_estimator_.alpha == grid["alpha"][search.best_index_]
+    assert 0.5 < search.score(X, y) <= 1.0
+    assert search.predict(X_np[:10]).shape == (10,)
+
+
+def test_chunked_dataset_with_several_metrics_and_a_whole_fit(chunked):
+    """An xarray Dataset, named metrics, and an estimator without partial_fit fitted in one task per fold."""
+    X, y, X_np, y_np = chunked
+    data = xr.Dataset({"X": (("sample", "feature"), X), "y": ("sample", y)})
+    search = GridSearchCV(LogisticRegression(), {"C": [0.01, 1.0]}, cv=3, refit="f1_macro",
+                          scoring=["accuracy", "f1_macro"]).fit(data)
+    for index, C in enumerate([0.01, 1.0]):
+        for fold, (train_chunks, test_chunks) in enumerate(sk.KFold(3).split(np.zeros((10, 1)))):
+            train_rows = np.concatenate([np.arange(120 * c, 120 * c + 120) for c in train_chunks])
+            test_rows = np.setdiff1d(np.arange(1200), train_rows)
+            model = LogisticRegression(C=C).fit(X_np[train_rows], y_np[train_rows])
+            assert search.cv_results_[f"split{fold}_test_accuracy"][index] == pytest.approx(
+                model.score(X_np[test_rows], y_np[test_rows]), abs=1e-12)
+    assert search.multimetric_ and search.best_params_ == {"C": search.cv_results_["params"][search.best_index_]["C"]}
+
+
+@pytest.mark.parametrize("options, data, message", [
+    (dict(cv=5), "few-chunks", "5 folds need at least 5 chunks"),
+    (dict(scoring=lambda est, X, y: 0.0), "chunked", "callables need the predictions in one place"),
+    (dict(scoring="acuracy"), "chunked", "Did you mean 'accuracy'"),
+    (dict(parallel={"stratgy": "sync"}), "chunked", "Did you mean 'strategy'"),
+], ids=["few-chunks", "callable-scoring", "unknown-metric", "unknown-parallel-key"])
+def test_chunked_search_errors(chunked, options, data, message):
+    """Mistakes on chunked data are refused before anything trains, with the fix."""
+    X, y = chunked[:2]
+    if data == "few-chunks":
+        X, y = X.rechunk((600, 8)), y.rechunk(600)
+    with pytest.raises((DataError, ValueError), match=message):
+        GridSearchCV(SGDClassifier(), {"alpha": [1e-4]}, **options).fit(X, y)
+
+
+# --------------------------------------------------------------------------------------------
+# The scikit-learn estimator contract.
+
+
+def expected_failed_checks(estimator):
+    """The checks scikit-learn's own searches fail too, for the same reason."""
+    if isinstance(estimator.estimator, Ridge):
+        # Ridge takes a 2-D y without a DataConversionWarning, but the search's tags (as
+        # scikit-learn's) do not claim multi-output, so the check expects the warning.
+        return {"check_supervised_y_2d": "DataConversionWarning not raised (as scikit-learn's searches)"}
+    return {}
+
+
+@parametrize_with_checks([
+    GridSearchCV(Pipeline([("pca", PCA()), ("logisticregression", LogisticRegression())]),
+                 {"logisticregression__C": [0.1, 1.0]}, cv=2, error_score="raise"),
+    RandomizedSearchCV(Ridge(), {"alpha": [0.1, 1.0]}, n_iter=2, cv=2, error_score="raise", random_state=0),
+], expected_failed_checks=expected_failed_checks)
+def test_scikit_learn_estimator_checks(estimator, check):
+    """scikit-learn's estimator checks pass, bar the one scikit-learn's searches also fail."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        check(estimator)
+
+
+def test_clone_and_params_round_trip():
+    """The estimator contract: __init__ stores, clone copies, unknown grid values are sklearn's errors."""
+    from sklearn.base import clone
+
+    search = GridSearchCV(SVC(), {"C": [1]}, parallel={"strategy": "sync"})
+    assert clone(search).get_params()["parallel"] == {"strategy": "sync"}
+    with pytest.raises(TypeError, match="Parameter grid for parameter 'C' needs to be a list"):
+        GridSearchCV(SVC(), {"C": 1}).fit(*load_iris(return_X_y=True))
+    assert dask.config.get("scheduler", None) is None
