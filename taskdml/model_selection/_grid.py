@@ -106,7 +106,8 @@ class BaseSearchCV(MetaEstimatorMixin, BaseEstimator):
         **params : dict
             ``groups`` goes to the CV splitter; the rest to the estimator's ``fit`` (a
             ``Pipeline``'s as ``step__param``), split with the rows where they have one entry
-            per sample. In-memory data only.
+            per sample. On chunked data only ``classes`` (every label of a classifier, found
+            chunk-wise when omitted).
 
         Returns
         -------
@@ -167,9 +168,11 @@ class BaseSearchCV(MetaEstimatorMixin, BaseEstimator):
     def _fit_chunked(self, X, y, candidates, params):
         from taskdml.parallel.engine import current_client
 
+        params = dict(params)
+        classes = params.pop("classes", None)
         if params:
-            raise ValueError(f"fit parameters ({', '.join(params)}) are not supported on chunked data; "
-                             "fold them into the estimator or compute the data first.")
+            raise ValueError(f"fit parameters ({', '.join(params)}) are not supported on chunked data "
+                             "(only classes); fold them into the estimator or compute the data first.")
         metrics = _grid_chunked.metric_names(self.estimator, self.scoring)
         multimetric = not (self.scoring is None or isinstance(self.scoring, str))
         _check_refit_for_multimetric(self.refit, metrics, multimetric)
@@ -182,16 +185,16 @@ class BaseSearchCV(MetaEstimatorMixin, BaseEstimator):
         if self.verbose > 0:
             print(f"Fitting {len(folds)} folds of chunks for each of {len(candidates)} candidates, "
                   f"totalling {len(folds) * len(candidates)} trainings")
-        classes = _grid_chunked.classes_of(base, y, client)
-        out = _grid_chunked.run(base, candidates, X, y, folds, classes=classes, metrics=metrics, parallel=parallel,
-                                return_train_score=self.return_train_score,
+        if classes is None:
+            classes = _grid_chunked.classes_of(base, y, client)
+        out = _grid_chunked.run(base, candidates, X, y, folds, classes=classes, metrics=metrics,
+                                parallel=parallel, return_train_score=self.return_train_score,
                                 error_score=self.error_score, client=client, n_jobs=self.n_jobs)
         fitted = self._results(candidates, len(folds), out, multimetric)
 
         def refit(best):
             return _grid_chunked.refit(best, X, y, index=fitted["best_index_"], classes=classes,
-                                       parallel=parallel,
-                                       client=client)
+                                       parallel=parallel, client=client)
 
         scorer = metrics["score"] if not multimetric else metrics
         self._set_fitted(fitted, base, refit, scorer, multimetric, len(folds), chunked=True)
@@ -209,7 +212,8 @@ class BaseSearchCV(MetaEstimatorMixin, BaseEstimator):
             _check_refit_for_multimetric(self.refit, first, True)
         for result in out:
             if result["fit_error"] is not None:
-                filled = {name: self.error_score for name in first} if isinstance(first, dict) else self.error_score
+                filled = (dict.fromkeys(first, self.error_score) if isinstance(first, dict)
+                          else self.error_score)
                 result["test_scores"] = filled
                 result["train_scores"] = dict(filled) if isinstance(filled, dict) else filled
         results = format_results(candidates, n_splits, out, self.return_train_score)
@@ -557,7 +561,8 @@ def _check_scoring(estimator, scoring):
         if not scoring:
             raise ValueError(f"An empty dict was passed. {scoring!r}")
         if not all(isinstance(name, str) for name in scoring):
-            raise ValueError(f"Non-string types were found in the keys of the given dict. scoring={scoring!r}")
+            raise ValueError("Non-string types were found in the keys of the given dict. "
+                             f"scoring={scoring!r}")
         return {name: check_scoring(estimator, scoring=value) for name, value in scoring.items()}, True
     raise ValueError(f"scoring is invalid (got {scoring!r}). Refer to the scoring glossary for details: "
                      "https://scikit-learn.org/stable/glossary.html#term-scoring")

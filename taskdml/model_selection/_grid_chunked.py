@@ -105,7 +105,8 @@ def check_parallel(parallel):
     parallel = {} if parallel is None else dict(parallel)
     unknown = [key for key in parallel if key not in PARALLEL_KEYS]
     if unknown:
-        raise ValueError(f"parallel has an unknown key {unknown[0]!r}.{did_you_mean(unknown[0], PARALLEL_KEYS)} "
+        raise ValueError(f"parallel has an unknown key {unknown[0]!r}."
+                         f"{did_you_mean(unknown[0], PARALLEL_KEYS)} "
                          f"Valid keys: {', '.join(PARALLEL_KEYS)}.")
     return {**DEFAULT_PARALLEL, **parallel}
 

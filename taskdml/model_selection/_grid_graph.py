@@ -58,12 +58,13 @@ def estimator_spec(value):
     say what it learned.
     """
     if hasattr(value, "get_params") and not isinstance(value, type):
-        fitted = [name for name in vars(value) if name.endswith("_") and not name.startswith("_")]
-        if fitted:
+        attributes = getattr(value, "__dict__", {})
+        if any(name.endswith("_") and not name.startswith("_") for name in attributes):
             return ("fitted", tokenize(value, ensure_deterministic=False))
         kind = type(value)
+        params = sorted(value.get_params(deep=False).items())
         return (kind.__module__, kind.__qualname__,
-                tuple((name, estimator_spec(param)) for name, param in sorted(value.get_params(deep=False).items())))
+                tuple((name, estimator_spec(param)) for name, param in params))
     if isinstance(value, (list, tuple)):
         return (type(value).__name__, tuple(estimator_spec(item) for item in value))
     if isinstance(value, dict):

@@ -63,7 +63,8 @@ def fit_transform_step(part, name, transformer, score_train, transform_test, rai
     except Exception:
         if raise_errors:
             raise
-        return dict(part, error=traceback.format_exc(), fit_time=part["fit_time"] + time.perf_counter() - started)
+        return dict(part, error=traceback.format_exc(),
+                    fit_time=part["fit_time"] + time.perf_counter() - started)
     fitted = time.perf_counter()
     following = dict(part, X=X, steps={**part["steps"], name: transformer},
                      fit_time=part["fit_time"] + fitted - started)
