@@ -19,6 +19,8 @@ space and a seed give the same candidates everywhere.
 
 import numbers
 
+import numpy as np
+
 from taskdml.exceptions import PipelineError, did_you_mean
 
 DISTRIBUTIONS = ("uniform", "loguniform", "randint", "choice")
@@ -64,7 +66,8 @@ def _values(name, value):
 def is_grid(space):
     """Whether every value of the space is a list (so it can be enumerated)."""
     branches = space if isinstance(space, list) else [space]
-    return all(isinstance(values, (list, tuple)) for branch in branches for values in branch.values())
+    return all(isinstance(values, (list, tuple, np.ndarray)) for branch in branches
+               for values in branch.values())
 
 
 def candidates(space, n_candidates=None, random_state=None):

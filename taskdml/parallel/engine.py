@@ -231,10 +231,21 @@ def _scorer(scoring):
     return get_scorer(scoring)
 
 
+def _identity(estimator):
+    """A deterministic token of the estimator's class, parameters and learned state.
+
+    Training keys must differ whenever the result could: two candidates of a search differ
+    only in their parameters, and a fitted estimator continues from its state.
+    """
+    import joblib
+
+    return type(estimator).__name__, joblib.hash(estimator)
+
+
 def _fit_once(estimator, chunks, plan, client):
     import dask
 
-    name = _keys.key_name("train", type(estimator).__name__, [c[0].key for c in chunks], phase="fit")
+    name = _keys.key_name("train", _identity(estimator), [c[0].key for c in chunks], phase="fit")
     column = [[chunk[i] for chunk in chunks] if chunks[0][i] is not None else None for i in range(3)]
     began = time.perf_counter()
     task = dask.delayed(_tasks.fit_all, pure=True)(estimator, *column, plan["transformers"],
@@ -249,7 +260,7 @@ def _sequential(estimator, chunks, plan, client):
     """One replica through every chunk, epoch by epoch, scored between epochs."""
     import dask
 
-    name = _keys.key_name("train", type(estimator).__name__, [c[0].key for c in chunks],
+    name = _keys.key_name("train", _identity(estimator), [c[0].key for c in chunks],
                           plan["seed"], phase="fit")
     state, history, step = copy.deepcopy(estimator), [], 0
     for epoch in range(plan["epochs"]):
@@ -281,7 +292,7 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
     owned = [[c for c in chunks if c[3] % n_replicas == rank] for rank in range(n_replicas)]
     placement = _place(client, owned, workers)
     first, rule = chunks[0], get_merge_rule(estimator)
-    name = _keys.key_name("train", type(estimator).__name__, [c[0].key for c in chunks], plan["seed"],
+    name = _keys.key_name("train", _identity(estimator), [c[0].key for c in chunks], plan["seed"],
                           strategy, phase="replica")
     start = client.submit(prepare_start, estimator, first[0], first[1], plan["fit_kwargs"].get("classes"),
                           rule=rule, key=_keys.key_name("train", name, phase="prepare"))

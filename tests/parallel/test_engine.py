@@ -219,3 +219,17 @@ def test_rules_registered_in_the_client_apply_on_the_workers(client):
     assert result.strategy == "sync" and result.stats["replicas"] == 2
     assert result.estimator.n_ == 18_000
     np.testing.assert_allclose(result.estimator.sum_, 2 * X_np.sum(axis=0), rtol=1e-12)
+
+
+def test_concurrent_trainings_with_different_parameters_stay_apart(client):
+    """Keys depend on the estimator's parameters: concurrent trainings never share results."""
+    import concurrent.futures
+
+    X, y = _data(n_samples=12_000, chunk_size=2_000)
+    alphas = [1e-5, 1e-3, 1e-1]
+    with concurrent.futures.ThreadPoolExecutor(len(alphas)) as pool:
+        results = list(pool.map(lambda alpha: train(SGDClassifier(alpha=alpha, random_state=0), X, y,
+                                                    strategy="sequential", shuffle=False), alphas))
+    for alpha, result in zip(alphas, results):
+        reference = _serial(SGDClassifier(alpha=alpha, random_state=0), X, y, classes=[0, 1])
+        np.testing.assert_array_equal(result.estimator.coef_, reference.coef_)
