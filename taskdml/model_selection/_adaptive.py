@@ -16,10 +16,11 @@ other name, a callable, or an estimator's own ``score`` runs in one task on the 
 chunks gathered there (validation is small). ``scoring=None`` means ``estimator.score``:
 accuracy for classifiers and R² for regressors, computed chunk-wise.
 
-**Scheduling** (see ``_adaptive_policy`` for the rung logic). The driver keeps as many steps
-in flight as the cluster has worker threads (a step of a ``cv=k`` search counts k) and drives
-them with ``distributed.as_completed``: when a step's score arrives the policy decides, and
-the freed slot is filled at once.
+**Scheduling** (see ``_adaptive_policy`` for the rung logic). The driver keeps two steps in
+flight per worker thread (a step of a ``cv=k`` search counts k): a step is a chain of small
+tasks that hops between the workers holding its chunks, and the second step keeps the thread
+busy while the first one's state hops. It drives them with ``distributed.as_completed``: when
+a step's score arrives the policy decides, and the freed slot is filled at once.
 
 - :class:`ASHASearchCV` has no barrier at all. Rungs sit at ``min_epochs * reduction_factor**k``
   (and ``max_epochs``). A trial that reports at rung k is promoted the moment it is in the top
@@ -73,9 +74,13 @@ import time
 import warnings
 
 import numpy as np
+from dask.base import tokenize
 from sklearn.base import BaseEstimator, MetaEstimatorMixin
 
+from taskdml._keys import key_name
 from taskdml.model_selection import _adaptive_policy as policies
+from taskdml.model_selection._adaptive_results import (all_failed_message, best_trial, cv_results,
+                                                       trials_frame)
 from taskdml.model_selection._adaptive_run import (AllTrialsFailed, ClusterBackend, Driver, Job,
                                                    Layout, LocalBackend, Trial, find_classes,
                                                    make_folds, prepare)
@@ -84,8 +89,6 @@ __all__ = ["ASHASearchCV", "HyperbandSearchCV", "SuccessiveHalvingSearchCV"]
 
 _PARALLEL_KEYS = ("strategy", "sync_every", "staleness")
 _STRATEGIES = ("sync", "async", "sequential")
-_RESERVED = {"trial", "bracket", "params", "budget", "epochs", "rung", "score", "std_score", "state",
-             "error", "fit_time", "ended"}
 
 
 def _estimator_has(attribute):
@@ -142,89 +145,104 @@ class _AdaptiveSearchCV:
         -------
         self
         """
-        from sklearn.base import clone, is_classifier
+        from sklearn.base import clone
         from sklearn.utils import check_random_state
 
         from taskdml.model_selection._space import candidates
-        from taskdml.parallel.engine import current_client
 
         began = time.perf_counter()
         self._check_common_params()
         self._check_params()
         X, y = self._validate_data(X, y)
-        n_folds = self.cv or 1
-        metric, scorer = _resolve_scoring(self.estimator, self.scoring)
-        partial_fit = hasattr(self.estimator, "partial_fit")
-        parallel = self._parallel_options(partial_fit)
-
+        scoring = _resolve_scoring(self.estimator, self.scoring)
+        parallel = self._parallel_options(hasattr(self.estimator, "partial_fit"))
         rng = check_random_state(self.random_state)
         params = candidates(self._space(), self._n_candidates(), random_state=rng)
-        seed = int(rng.randint(2**31 - 1))
+        backend = self._backend(X, y, classes, params, int(rng.randint(2**31 - 1)), scoring, parallel)
+        trials = [Trial(i, p, clone(self.estimator).set_params(**p)) for i, p in enumerate(params)]
+        driver = Driver(self._policy(trials), backend, trials, parallel=bool(backend.plan["parallel"]),
+                        patience=self._patience(), tol=getattr(self, "tol", 0.0),
+                        raise_errors=self.error_score == "raise", started=began)
+        try:
+            try:
+                history = driver.run()
+            except AllTrialsFailed:
+                raise ValueError(all_failed_message(self, trials)) from None
+            best = best_trial(trials)
+            refit_began = time.perf_counter()
+            best_estimator = self._refit(backend, best) if self.refit else None
+            refit_time = time.perf_counter() - refit_began
+        finally:
+            driver.release_all()
+            backend.close()
+        failed = [t for t in trials if t.status == "failed"]
+        if failed:
+            warnings.warn(f"{len(failed)} of {len(trials)} trials failed; see trials_['error']. First: "
+                          f"trial {failed[0].id}: {failed[0].error}", _fit_failed_warning(), stacklevel=2)
+        self._store_results(trials, history, best, backend)
+        self.n_features_in_ = X.shape[1]
+        self.fit_time_ = time.perf_counter() - began
+        if self.refit:
+            self.best_estimator_ = best_estimator
+            self.refit_time_ = refit_time
+        return self
+
+    def _backend(self, X, y, classes, params, seed, scoring, parallel):
+        """Lay the data out (chunks, folds, classes) and choose where steps run."""
+        from sklearn.base import is_classifier
+
+        from taskdml.parallel.engine import current_client
+
+        n_folds = self.cv or 1
+        metric, scorer = scoring
+        partial_fit = hasattr(self.estimator, "partial_fit")
         client = current_client()
         chunks, rows, dtypes = prepare(X, y, client=client, n_chunks_min=max(2, n_folds))
-        from dask.base import tokenize
-
         token = tokenize(type(self).__name__, type(self.estimator).__name__, seed, rows,
                          [getattr(part, "key", None) for chunk in chunks for part in chunk], params)
-        if classes is None and y is not None and is_classifier(self.estimator) and partial_fit:
-            from taskdml import _keys
-
-            classes = find_classes(chunks, client, (_keys.key_name(self._prefix, token, phase="classes")))
+        classifier = is_classifier(self.estimator)
+        if classes is None and y is not None and classifier and partial_fit:
+            classes = find_classes(chunks, client, key_name(self._prefix, token, phase="classes"))
         classes = None if classes is None else np.asarray(classes)
         layout = Layout(rows, make_folds(len(rows), self.cv, self.validation_fraction, seed), X.shape[1],
                         classes, y is not None)
         plan = {"prefix": self._prefix, "token": token, "seed": seed, "metric": metric, "scorer": scorer,
                 "partial_fit": partial_fit, "max_budget": self._max_budget(), "dtypes": dtypes,
                 "parallel": parallel or {},
-                "fit_kwargs": {"classes": classes} if classes is not None and is_classifier(self.estimator) else {}}
-        backend = ClusterBackend(client, chunks, layout, plan) if client is not None else LocalBackend(chunks, layout, plan)
-        trials = [Trial(i, p, clone(self.estimator).set_params(**p)) for i, p in enumerate(params)]
-        policy = self._policy(trials)
-        driver = Driver(policy, backend, trials, parallel=bool(parallel), patience=self._patience(),
-                        tol=getattr(self, "tol", 0.0), raise_errors=self.error_score == "raise", started=began)
-        try:
-            try:
-                history = driver.run()
-            except AllTrialsFailed:
-                raise ValueError(_all_failed_message(self, trials)) from None
-            best = _best_trial(trials)
-            refit_began = time.perf_counter()
-            if self.refit:
-                replicas = backend.n_workers if parallel else 1
-                job = Job(Trial(-1, best.params, clone(self.estimator).set_params(**best.params)),
-                          best.rung, 0, best.budget, replicas)
-                best_estimator = backend.train_all(job)
-            refit_time = time.perf_counter() - refit_began
-        finally:
-            backend.close()
-        failed = [t for t in trials if t.status == "failed"]
-        if failed:
-            warnings.warn(f"{len(failed)} of {len(trials)} trials failed; see trials_['error']. First: "
-                          f"trial {failed[0].id}: {failed[0].error}", _fit_failed_warning(), stacklevel=2)
+                "fit_kwargs": {"classes": classes} if classes is not None and classifier else {}}
+        if client is None:
+            return LocalBackend(chunks, layout, plan)
+        return ClusterBackend(client, chunks, layout, plan)
 
-        unit = "epochs" if partial_fit else "n_samples"
-        n_train = sum(rows[i] for i in layout.folds[0][0])
+    def _refit(self, backend, best):
+        """A fresh estimator with the best parameters trained on every chunk to the best budget."""
+        from sklearn.base import clone
+
+        replicas = backend.n_workers if backend.plan["parallel"] else 1
+        trial = Trial(-1, best.params, clone(self.estimator).set_params(**best.params))
+        return backend.train_all(Job(trial, best.rung, 0, best.budget, replicas))
+
+    def _store_results(self, trials, history, best, backend):
+        layout, plan = backend.layout, backend.plan
+        n_train = sum(layout.rows[i] for i in layout.folds[0][0])
         for event in history:
-            event[unit] = event["budget"] if partial_fit else round(n_train * event["budget"] / plan["max_budget"])
-        self.cv_results_ = _cv_results(trials, self.error_score, n_folds, self.cv is not None,
+            if plan["partial_fit"]:
+                event["epochs"] = event["budget"]
+            else:
+                event["n_samples"] = round(n_train * event["budget"] / plan["max_budget"])
+        self.cv_results_ = cv_results(trials, self.error_score, layout.n_folds, self.cv is not None,
                                        with_bracket=self._has_brackets)
         self.best_index_ = best.id
         self.best_params_ = best.params
         self.best_score_ = best.scores[best.rung]
         self.n_trials_ = sum(1 for t in trials if t.status != "pending")
         self.n_iter_ = best.budget
-        self.n_splits_ = n_folds
-        self.n_features_in_ = X.shape[1]
+        self.n_splits_ = layout.n_folds
         self.multimetric_ = False
-        self.scorer_ = scorer
-        self.trials_ = _trials_frame(trials, self._has_brackets)
+        self.scorer_ = plan["scorer"]
+        self.trials_ = trials_frame(trials, self._has_brackets)
         self.history_ = history
         self.metadata_ = self._metadata_(trials)
-        self.fit_time_ = time.perf_counter() - began
-        if self.refit:
-            self.best_estimator_ = best_estimator
-            self.refit_time_ = refit_time
-        return self
 
     # -- prediction: the refitted estimator ---------------------------------------------------
 
@@ -296,8 +314,7 @@ class _AdaptiveSearchCV:
         fraction = self.validation_fraction
         if self.cv is None and not (isinstance(fraction, numbers.Real) and 0 < fraction < 1):
             raise ValueError(f"{name}: validation_fraction must be a number in (0, 1), got {fraction!r}.")
-        if self.cv is not None and not (isinstance(self.cv, numbers.Integral) and not isinstance(self.cv, bool)
-                                        and self.cv >= 2):
+        if self.cv is not None and not (_is_integer(self.cv) and self.cv >= 2):
             raise ValueError(f"{name}: cv must be None (a hold-out of validation_fraction) or an integer "
                              f">= 2 (k folds of chunks), got {self.cv!r}.")
         if not (self.error_score == "raise" or isinstance(self.error_score, numbers.Real)):
@@ -319,8 +336,8 @@ class _AdaptiveSearchCV:
                              f"{{'strategy': 'sync', 'sync_every': 1}}, got {parallel!r}.")
         for key in parallel:
             if key not in _PARALLEL_KEYS:
-                raise ValueError(f"{name}: unknown key {key!r} in parallel.{did_you_mean(key, _PARALLEL_KEYS)} "
-                                 f"Valid keys: {', '.join(_PARALLEL_KEYS)}.")
+                raise ValueError(f"{name}: unknown key {key!r} in parallel.{did_you_mean(key, _PARALLEL_KEYS)}"
+                                 f" Valid keys: {', '.join(_PARALLEL_KEYS)}.")
         strategy = parallel.get("strategy", "sync")
         if strategy not in _STRATEGIES:
             raise ValueError(f"{name}: parallel['strategy'] must be one of {', '.join(_STRATEGIES)}, "
@@ -345,7 +362,8 @@ class _AdaptiveSearchCV:
         X, y = _to_dask(X, y)
         if hasattr(X, "dask"):
             if X.ndim != 2:
-                raise DataError(f"{type(self).__name__}: X must be 2-D (samples, features), got shape {X.shape}.")
+                raise DataError(f"{type(self).__name__}: X must be 2-D (samples, features), "
+                                f"got shape {X.shape}.")
             if y is not None and y.shape[0] != X.shape[0]:
                 raise DataError(f"{type(self).__name__}: X has {X.shape[0]} rows but y has {y.shape[0]}.")
             return X, y
@@ -717,9 +735,13 @@ class HyperbandSearchCV(_AdaptiveSearchCV, MetaEstimatorMixin, BaseEstimator):
 # Helpers.
 
 
+def _is_integer(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
 def _check_integer(search, name, minimum):
     value = getattr(search, name)
-    if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= minimum):
+    if not (_is_integer(value) and value >= minimum):
         raise ValueError(f"{type(search).__name__}: {name} must be an integer >= {minimum}, got {value!r}.")
 
 
@@ -735,7 +757,7 @@ def _check_rungs(search):
 
 def _check_patience(search):
     patience = search.patience
-    if not (isinstance(patience, (bool, np.bool_)) or (isinstance(patience, numbers.Integral) and patience >= 1)):
+    if not (isinstance(patience, (bool, np.bool_)) or (_is_integer(patience) and patience >= 1)):
         raise ValueError(f"{type(search).__name__}: patience must be True, False or an integer >= 1 "
                          f"(epochs), got {patience!r}.")
     if not (isinstance(search.tol, numbers.Real) and search.tol >= 0):
@@ -815,94 +837,6 @@ def _resolve_scoring(estimator, scoring):
     if callable(scoring):
         return None, scoring
     raise ValueError(f"scoring must be None, a scorer name or a callable (one metric), got {scoring!r}.")
-
-
-def _best_trial(trials):
-    """The best of the trials that went furthest (budget, then score, then the first)."""
-    scored = [t for t in trials if t.status != "failed" and t.rung >= 0]
-    return max(scored, key=lambda t: (t.budget, _finite(t.scores[t.rung]), -t.id))
-
-
-def _finite(score):
-    return score if np.isfinite(score) else -np.inf
-
-
-def _rank(trials):
-    """``rank_test_score``: by budget reached, then score; failed trials last; ties share."""
-    keys = [(-1, -np.inf) if t.status == "failed" or t.rung < 0 else (t.budget, _finite(t.scores[t.rung]))
-            for t in trials]
-    ordered = sorted(set(keys), reverse=True)
-    position, ranks = 1, {}
-    for key in ordered:
-        ranks[key] = position
-        position += keys.count(key)
-    return np.array([ranks[key] for key in keys], dtype=np.int32)
-
-
-def _cv_results(trials, error_score, n_folds, with_splits, with_bracket):
-    from numpy import ma
-
-    def final(trial):
-        return error_score if trial.status == "failed" or trial.rung < 0 else trial.scores[trial.rung]
-
-    results = {"params": [t.params for t in trials]}
-    names = sorted({name for t in trials for name in t.params})
-    for name in names:
-        column = ma.masked_all(len(trials), dtype=object)
-        for i, t in enumerate(trials):
-            if name in t.params:
-                column[i] = t.params[name]
-        results[f"param_{name}"] = column
-    scores = np.array([final(t) for t in trials], dtype=float)
-    if with_splits:
-        for k in range(n_folds):
-            results[f"split{k}_test_score"] = np.array(
-                [t.fold_scores[k] if t.fold_scores and t.status != "failed" else error_score for t in trials],
-                dtype=float)
-    results["mean_test_score"] = scores
-    results["std_test_score"] = np.array([np.std(t.fold_scores) if t.fold_scores and t.status != "failed"
-                                          else np.nan for t in trials])
-    results["rank_test_score"] = _rank(trials)
-    results["test_score"] = scores
-    results["budget"] = np.array([t.budget for t in trials])
-    results["rung"] = np.array([t.rung for t in trials])
-    results["state"] = np.array([t.status for t in trials], dtype=object)
-    results["mean_fit_time"] = np.array([t.fit_time for t in trials])
-    if with_bracket:
-        results["bracket"] = np.array([t.bracket for t in trials])
-    return results
-
-
-def _trials_frame(trials, with_bracket):
-    import pandas as pd
-
-    rows = []
-    n_rungs = max(len(t.budgets) for t in trials)
-    for t in trials:
-        row = {"trial": t.id}
-        if with_bracket:
-            row["bracket"] = t.bracket
-        for name, value in t.params.items():
-            row[f"param_{name}" if name in _RESERVED else name] = value
-        row.update(params=t.params, budget=t.budget, rung=t.rung,
-                   score=t.scores.get(t.rung, np.nan),
-                   std_score=float(np.std(t.fold_scores)) if t.fold_scores and t.status != "failed" else np.nan)
-        for k in range(n_rungs):
-            row[f"score_rung_{k}"] = t.scores.get(k, np.nan)
-        row.update(state=t.status, error=t.error, fit_time=t.fit_time, ended=t.ended)
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def _all_failed_message(search, trials):
-    errors = {}
-    for trial in trials:
-        errors.setdefault(trial.error, []).append(trial.id)
-    listing = "\n".join(f"  {error} ({'trial' if len(ids) == 1 else 'trials'} {', '.join(map(str, ids))})"
-                        for error, ids in errors.items())
-    return (f"All {len(trials)} trials of {type(search).__name__} failed, so there is no best candidate. "
-            f"The errors:\n{listing}\nFix the estimator or the parameter space; with error_score='raise' "
-            "the first error is raised with its traceback.")
 
 
 def _fit_failed_warning():

@@ -158,7 +158,7 @@ def test_stopped_trials_release_their_state(straggler_run):
     search, _, snapshots = straggler_run
     stopped = search.trials_[search.trials_["state"].str.startswith("stopped")]
     checked = 0
-    for trial, ended in zip(stopped["trial"], stopped["ended"]):
+    for trial, ended in zip(stopped["trial"], stopped["time"]):
         later = [held for when, held in snapshots[:-1] if when > ended + 0.5]
         assert all(trial not in held for held in later), trial
         checked += len(later)
@@ -184,7 +184,9 @@ def test_a_failing_trial_is_recorded_and_the_search_completes(client):
 def test_every_trial_failing_ends_the_search(client):
     """When every trial fails the search raises with the errors; error_score='raise' raises the first."""
     estimator = FailingSGD(failing_alpha="all")
-    with pytest.raises(ValueError, match=r"All 3 trials of ASHASearchCV failed.*\n  RuntimeError: this trial fails on purpose \(alpha=.*\) \(trial 0\)\n"):
+    listing = (r"All 3 trials of ASHASearchCV failed.*\n"
+               r"  RuntimeError: this trial fails on purpose \(alpha=.*\) \(trial 0\)\n")
+    with pytest.raises(ValueError, match=listing):
         ASHASearchCV(estimator, ALPHAS, n_trials=3, max_epochs=3, random_state=0).fit(_data())
     with pytest.raises(RuntimeError, match="fails on purpose"):
         ASHASearchCV(estimator, ALPHAS, n_trials=3, max_epochs=3, error_score="raise",
@@ -305,10 +307,13 @@ def _tiny():
      r"parallel\['strategy'\] must be one of sync, async, sequential, got 'synk'. Did you mean 'sync'\?"),
     (ASHASearchCV(SGDClassifier(), _SMALL, parallel="sync"), r"parallel must be None or a dict"),
     (ASHASearchCV(SGDClassifier(), _SMALL, error_score="ignore"), r"error_score must be 'raise' or a number"),
-    (ASHASearchCV(SGDClassifier(), _SMALL, scoring=["accuracy", "f1"]), r"scoring must be None, a scorer name"),
-    (SuccessiveHalvingSearchCV(SGDClassifier(), _SMALL, patience=0), r"patience must be True, False or an integer"),
+    (ASHASearchCV(SGDClassifier(), _SMALL, scoring=["accuracy", "f1"]),
+     r"scoring must be None, a scorer name"),
+    (SuccessiveHalvingSearchCV(SGDClassifier(), _SMALL, patience=0),
+     r"patience must be True, False or an integer"),
     (SuccessiveHalvingSearchCV(SGDClassifier(), _SMALL, tol=-1), r"tol must be a number >= 0, got -1"),
-    (HyperbandSearchCV(SGDClassifier(), _SMALL, aggressiveness=2.5), r"aggressiveness must be an integer >= 2"),
+    (HyperbandSearchCV(SGDClassifier(), _SMALL, aggressiveness=2.5),
+     r"aggressiveness must be an integer >= 2"),
     (HyperbandSearchCV(SGDClassifier(), _SMALL, max_iter=0), r"max_iter must be an integer >= 1, got 0"),
 ], ids=lambda value: value if isinstance(value, str) else type(value).__name__)
 def test_parameter_errors_name_the_parameter(search, message):
