@@ -33,15 +33,21 @@ a step's score arrives the policy decides, and the freed slot is filled at once.
   trade-offs between trials and epochs) all at once, taking jobs from the brackets in turn.
 
 **Hybrid parallelism.** With ``parallel={"strategy": "sync", "sync_every": k}`` (or
-``"async"``) each step may train data-parallel with the engine
-(:func:`taskdml.parallel.engine.train`). Workers are divided by how many trials can run:
-while at least as many trials are runnable (in flight, promotable or not started) as there are
-workers, each step is one sequential chain (task parallelism: one trial per worker thread);
-when fewer remain (late rungs), a step gets ``n_workers // (runnable * n_folds)`` replicas.
-The engine makes replicated trainings on one cluster take turns (a distributed lock), so in
-that regime the replicated steps run one after the other, each on its share of the workers,
-while single-replica steps keep the remaining threads busy. The engine's task waits outside
-the worker's thread pool, so waiting for a turn holds no thread.
+``"async"``) a step may train data-parallel with the engine
+(:func:`taskdml.parallel.engine.train`). How workers are divided depends on how many trials
+are *runnable* (in flight, promotable, or not started), counted in fold chains:
+
+- while there are at least half as many runnable chains as workers, every step is one
+  sequential chain: task parallelism, one trial per worker thread, no synchronisation;
+- when fewer remain (the late rungs, the last survivors), a step trains with one replica per
+  worker. The engine makes replicated trainings on one cluster take turns (a distributed
+  lock), so two such steps never split the workers between them: each gets the whole
+  cluster for its turn (``n_workers // runnable`` replicas each would leave the rest idle
+  while the other waits). The engine's task waits for its turn outside the worker's thread
+  pool, so waiting holds no thread, and single-replica steps keep running meanwhile.
+
+The refit uses every worker too when ``parallel`` is set. Replicated steps are deterministic
+for a seed and a number of workers (``sync``), not with ``async``.
 
 **Results.** ``cv_results_`` is scikit-learn's (one row per trial: ``params``, ``param_*``,
 ``mean_test_score`` at the budget reached, ``rank_test_score``, and ``budget``, ``rung``,

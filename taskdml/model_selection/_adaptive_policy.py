@@ -9,9 +9,10 @@ state can be released at once.
 - :class:`ASHA` (Li et al., MLSys 2020, Algorithm 2): a result at rung ``k`` is compared with
   the results recorded at ``k`` *so far*; a trial in the top ``len(rung_k) // eta`` is
   promotable. The trial that just reported is promoted first, then the promotable trials of
-  the highest rungs, then a new trial starts. Nothing waits for a rung to fill. A paused trial
-  is finished (stopped) as soon as it can never be promoted: more results better than its own
-  are recorded than the rung can ever promote, counting every trial that could still arrive.
+  the highest rungs, then a new trial starts. Nothing waits for a rung to fill, and a promotion
+  is never taken back (so, as in the paper, early promotions can exceed ``1/eta`` of a rung's
+  final count). A paused trial is finished (stopped) as soon as it can never be promoted:
+  its rank at its rung is beyond ``1/eta`` of every result that rung could still receive.
 - :class:`Halving`: synchronous successive halving. Every trial of a rung reports, then the
   top ``max(1, n // eta)`` go on and the others stop.
 - :class:`Concurrent`: several policies side by side (Hyperband's brackets): jobs are taken
@@ -132,7 +133,13 @@ class ASHA:
         return trial, rung + 1
 
     def _stop_hopeless(self):
-        """Finish paused trials that no future result can make promotable."""
+        """Finish paused trials that no future result can make promotable.
+
+        A result only pushes the ranks of those recorded before it down, so a trial ranked
+        ``slots`` or worse at its rung, where ``slots = (recorded + could still arrive) // eta``,
+        is never promoted. At most the unpromoted trials of a rung (paused there, or still to
+        arrive) can be promoted out of it later, which bounds the arrivals at the next rung.
+        """
         arriving = len(self.unstarted)
         for rung in range(len(self.budgets) - 1):
             arriving += sum(1 for target in self.running.values() if target == rung)
@@ -141,7 +148,7 @@ class ASHA:
                 if rank >= slots and self.paused.get(trial) == rung:
                     del self.paused[trial]
                     self.finished.append(trial)
-            arriving = max(0, slots - len(self.promoted[rung]))
+            arriving += sum(1 for at in self.paused.values() if at == rung)
 
     def done(self):
         return not (self.running or self.unstarted or self.paused)

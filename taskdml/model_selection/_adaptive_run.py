@@ -474,7 +474,10 @@ class Driver:
         replicas = 1
         if self.parallel:
             runnable = len(self.in_flight) + self.policy.n_waiting() + 1
-            replicas = max(1, self.backend.n_workers // (runnable * self.n_folds))
+            if self.backend.n_workers // (runnable * self.n_folds) >= 2:
+                # Replicated trainings take turns on the cluster (the engine's lock), so a
+                # replicated step gets every worker for its turn rather than a share of them.
+                replicas = self.backend.n_workers
         trial.status = "running"
         job = Job(trial, rung, trial.budget, stop, replicas, self.clock())
         self.in_flight[self.backend.launch(job)] = job

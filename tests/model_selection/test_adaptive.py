@@ -8,6 +8,8 @@ import warnings
 import dask.array as da
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.stats import loguniform
 from sklearn.datasets import make_classification as sk_make_classification
 from sklearn.exceptions import FitFailedWarning
@@ -90,6 +92,48 @@ def test_asha_stops_a_trial_as_soon_as_it_can_never_be_promoted():
     policy.record(2, 0, 0.5)
     assert policy.next_job() == (1, 1)
     assert sorted(policy.take_finished()) == [2]
+
+
+class _NeverPrunes(ASHA):
+    """ASHA that keeps every paused trial: the reference for the early stops."""
+
+    def _stop_hopeless(self):
+        pass
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), n_trials=st.integers(1, 30), eta=st.integers(2, 4), slots=st.integers(1, 6),
+       n_rungs=st.integers(1, 4))
+def test_asha_stops_only_trials_it_would_never_promote(data, n_trials, eta, slots, n_rungs):
+    """Any order of results and failures: every promotion comes from the top 1/eta recorded so
+    far, stopping hopeless trials early changes no decision, and every trial ends finished."""
+    budgets = [1, 3, 9, 27][:n_rungs]
+    policy, reference = ASHA(range(n_trials), budgets, eta), _NeverPrunes(range(n_trials), budgets, eta)
+    running, finished, recorded = {}, set(), [{} for _ in budgets]
+    while True:
+        while len(running) < slots and (job := policy.next_job()) is not None:
+            assert reference.next_job() == job
+            trial, rung = job
+            assert trial not in finished and trial not in running
+            if rung > 0:
+                top = sorted(recorded[rung - 1], key=lambda t: (-recorded[rung - 1][t], t))
+                assert trial in top[:len(top) // eta]
+            running[trial] = rung
+        if not running:
+            assert reference.next_job() is None
+            break
+        trial = data.draw(st.sampled_from(sorted(running)))
+        rung = running.pop(trial)
+        if data.draw(st.integers(0, 9)) == 0:
+            policy.fail(trial)
+            reference.fail(trial)
+            finished.add(trial)
+        else:
+            recorded[rung][trial] = data.draw(st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]))
+            policy.record(trial, rung, recorded[rung][trial])
+            reference.record(trial, rung, recorded[rung][trial])
+        finished.update(policy.take_finished())
+    assert policy.done() and finished == set(range(n_trials))
 
 
 def test_halving_waits_for_the_whole_rung():
