@@ -37,7 +37,7 @@ a step's score arrives the policy decides, and the freed slot is filled at once.
 (:func:`taskdml.parallel.engine.train`). How workers are divided depends on how many trials
 are *runnable* (in flight, promotable, or not started), counted in fold chains:
 
-- while there are at least half as many runnable chains as workers, every step is one
+- while there are more than half as many runnable chains as workers, every step is one
   sequential chain: task parallelism, one trial per worker thread, no synchronisation;
 - when fewer remain (the late rungs, the last survivors), a step trains with one replica per
   worker. The engine makes replicated trainings on one cluster take turns (a distributed
@@ -65,10 +65,12 @@ budget, data-parallel on every worker when ``parallel`` is set. It is not the be
 state continued: that one never saw the validation chunks, and with ``cv`` there is one per
 fold.
 
-**Keys.** Every key is named by :func:`taskdml._keys.key_name` with phases ``trial-fit``
-(tuple keys ``(name, trial, fold, epoch, position)``), ``trial-train`` (an engine step),
-``trial-subsample``, ``trial-score`` and ``trial-result``; the prefix is the pipeline step,
-or ``asha``, ``halving``, ``hyperband`` outside one. Trial parameters are never in a prefix.
+**Keys.** The search's keys are named by :func:`taskdml._keys.key_name` with phases
+``trial-fit`` (tuple keys ``(name, trial, fold, epoch, position)``), ``trial-train`` (an
+engine step), ``trial-subsample``, ``trial-score``, ``trial-result`` and ``classes``; the
+prefix is the pipeline step, or ``asha``, ``halving``, ``hyperband`` outside one. Trial
+parameters are never in a prefix. Chunk-wise scoring runs :mod:`taskdml.metrics`' graph
+(``evaluate-*`` keys, or the step's name).
 
 Without a distributed client the same searches run in this process, one step at a time
 (small in-memory data); they are then deterministic.
@@ -93,7 +95,7 @@ from taskdml.model_selection._adaptive_run import (AllTrialsFailed, ClusterBacke
 
 __all__ = ["ASHASearchCV", "HyperbandSearchCV", "SuccessiveHalvingSearchCV"]
 
-_PARALLEL_KEYS = ("strategy", "sync_every", "staleness")
+_PARALLEL_KEYS = ("strategy", "sync_every", "staleness", "shuffle")
 _STRATEGIES = ("sync", "async", "sequential")
 
 
@@ -214,7 +216,7 @@ class _AdaptiveSearchCV:
                         classes, y is not None)
         plan = {"prefix": self._prefix, "token": token, "seed": seed, "metric": metric, "scorer": scorer,
                 "partial_fit": partial_fit, "max_budget": self._max_budget(), "dtypes": dtypes,
-                "parallel": parallel or {},
+                "parallel": parallel or {}, "shuffle": self._shuffle(),
                 "fit_kwargs": {"classes": classes} if classes is not None and classifier else {}}
         if client is None:
             return LocalBackend(chunks, layout, plan)
@@ -340,22 +342,31 @@ class _AdaptiveSearchCV:
         if not isinstance(parallel, dict):
             raise ValueError(f"{name}: parallel must be None or a dict such as "
                              f"{{'strategy': 'sync', 'sync_every': 1}}, got {parallel!r}.")
+        if "epochs" in parallel:
+            raise ValueError(f"{name}: parallel['epochs'] does not apply to a search: the budget sets how "
+                             f"many epochs each trial trains ({self._budget_names}); remove it.")
         for key in parallel:
             if key not in _PARALLEL_KEYS:
-                raise ValueError(f"{name}: unknown key {key!r} in parallel.{did_you_mean(key, _PARALLEL_KEYS)}"
-                                 f" Valid keys: {', '.join(_PARALLEL_KEYS)}.")
+                hint = did_you_mean(key, _PARALLEL_KEYS)
+                raise ValueError(f"{name}: unknown key {key!r} in parallel.{hint} "
+                                 f"Valid keys: {', '.join(_PARALLEL_KEYS)}.")
         strategy = parallel.get("strategy", "sync")
         if strategy not in _STRATEGIES:
             raise ValueError(f"{name}: parallel['strategy'] must be one of {', '.join(_STRATEGIES)}, "
                              f"got {strategy!r}.{did_you_mean(strategy, _STRATEGIES)}")
         if strategy == "sequential":
             return None
+        parallel = {key: value for key, value in parallel.items() if key != "shuffle"}
         reason = unmergeable_reason(self.estimator) if partial_fit else "it has no partial_fit"
         if reason is not None:
             warnings.warn(f"{name}: trials of {type(self.estimator).__name__} train as sequential chains "
                           f"instead of {strategy!r}: {reason}", SequentialFallbackWarning, stacklevel=3)
             return None
         return dict(parallel, strategy=strategy)
+
+    def _shuffle(self):
+        """Whether each epoch visits the chunks in a new seeded order (``parallel['shuffle']``)."""
+        return bool(self.parallel.get("shuffle", True)) if isinstance(self.parallel, dict) else True
 
     def _validate_data(self, X, y):
         """Dask arrays as they are (light checks); anything else through scikit-learn's checks."""
@@ -394,6 +405,7 @@ class _AdaptiveSearchCV:
                 "partial_fit_calls": int(sum(t.budget for t in trials))}
 
     _has_brackets = False
+    _budget_names = "max_epochs"
 
 
 # --------------------------------------------------------------------------------------------
@@ -435,6 +447,8 @@ class ASHASearchCV(_AdaptiveSearchCV, MetaEstimatorMixin, BaseEstimator):
     parallel : dict, optional
         ``{"strategy": "sync" | "async", "sync_every": k, "staleness": s}``: steps may train
         data-parallel with the engine when fewer trials are runnable than workers.
+        ``"shuffle": False`` keeps the chunks in one order every epoch (default: a new seeded
+        order per trial and epoch).
     refit : bool, default=True
         Train the best candidate on all the data into ``best_estimator_``.
     error_score : 'raise' or float, default=np.nan
@@ -658,6 +672,7 @@ class HyperbandSearchCV(_AdaptiveSearchCV, MetaEstimatorMixin, BaseEstimator):
 
     _prefix = "hyperband"
     _has_brackets = True
+    _budget_names = "max_iter"
 
     def __init__(self, estimator, parameters, *, max_iter=81, aggressiveness=3, patience=False, tol=1e-3,
                  scoring=None, cv=None, validation_fraction=0.2, parallel=None, refit=True,

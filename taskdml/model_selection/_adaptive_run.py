@@ -170,8 +170,10 @@ def make_folds(n_chunks, cv, validation_fraction, seed):
     return [(sorted(i for g in groups[:k] + groups[k + 1:] for i in g), groups[k]) for k in range(cv)]
 
 
-def epoch_order(train, seed, trial, fold, epoch):
+def epoch_order(train, seed, trial, fold, epoch, shuffle=True):
     """The order a trial visits its fold's training chunks in one epoch (seeded)."""
+    if not shuffle:
+        return list(train)
     rng = np.random.default_rng([seed, trial + 1, fold + 1, epoch])   # the refit is trial -1, fold -1
     return [train[i] for i in rng.permutation(len(train))]
 
@@ -264,14 +266,15 @@ class ClusterBackend:
                 state = submit(fit_parts, trial.estimator, parts,
                                key=(self.names["trial-fit"], trial.id, fold, job.stop, 0), priority=priority)
             elif job.replicas > 1:
-                options = dict(self.plan["parallel"], n_replicas=job.replicas)
+                options = dict(self.plan["parallel"], n_replicas=job.replicas, shuffle=self.plan["shuffle"])
                 state = submit(engine_step, state, self._published(fold, train), job.stop - job.start,
                                options, [self.plan["seed"], trial.id + 1, _fold_number(fold) + 1, job.start],
                                self.layout.classes,
                                key=(self.names["trial-train"], trial.id, fold, job.start), priority=priority)
             else:
                 for epoch in range(job.start, job.stop):
-                    order = epoch_order(train, self.plan["seed"], trial.id, _fold_number(fold), epoch)
+                    order = epoch_order(train, self.plan["seed"], trial.id, _fold_number(fold), epoch,
+                                        self.plan["shuffle"])
                     for position, c in enumerate(order):
                         state = submit(partial_fit_chunk, state, *self.chunks[c], (), self.plan["fit_kwargs"],
                                        key=(self.names["trial-fit"], trial.id, fold, epoch, position),
@@ -349,7 +352,8 @@ class LocalBackend:
                 state = fit_parts(trial.estimator, parts)
             else:
                 for epoch in range(job.start, job.stop):
-                    for c in epoch_order(train, self.plan["seed"], trial.id, _fold_number(fold), epoch):
+                    for c in epoch_order(train, self.plan["seed"], trial.id, _fold_number(fold), epoch,
+                                         self.plan["shuffle"]):
                         state = partial_fit_chunk(state, *self.chunks[c], (), self.plan["fit_kwargs"])
             states.append(state)
             if score:

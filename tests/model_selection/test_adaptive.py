@@ -350,6 +350,8 @@ def _tiny():
     (ASHASearchCV(SGDClassifier(), _SMALL, parallel={"strategy": "synk"}),
      r"parallel\['strategy'\] must be one of sync, async, sequential, got 'synk'. Did you mean 'sync'\?"),
     (ASHASearchCV(SGDClassifier(), _SMALL, parallel="sync"), r"parallel must be None or a dict"),
+    (HyperbandSearchCV(SGDClassifier(), _SMALL, parallel={"epochs": 3}),
+     r"parallel\['epochs'\] does not apply to a search: the budget sets .* \(max_iter\); remove it"),
     (ASHASearchCV(SGDClassifier(), _SMALL, error_score="ignore"), r"error_score must be 'raise' or a number"),
     (ASHASearchCV(SGDClassifier(), _SMALL, scoring=["accuracy", "f1"]),
      r"scoring must be None, a scorer name"),
