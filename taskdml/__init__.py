@@ -14,6 +14,8 @@ Examples
 from taskdml.exceptions import (ClusterUnavailable, DataError, PipelineError, ResumeImpossible,
                                 StepFailed, TaskdmlError)
 from taskdml.metrics import available_metrics, evaluate
+from taskdml.model_selection import (ASHASearchCV, GridSearchCV, HyperbandSearchCV,
+                                     RandomizedSearchCV, SuccessiveHalvingSearchCV)
 from taskdml.parallel.engine import SequentialFallbackWarning, TrainResult, train
 from taskdml.parallel.estimator import DataParallel
 from taskdml.parallel.merge import (MergeRule, get_merge_rule, register_merge, register_unmergeable,
@@ -26,6 +28,11 @@ from taskdml.steps.call import builds_graph
 __version__ = "0.1.0"
 
 __all__ = [
+    "ASHASearchCV",
+    "GridSearchCV",
+    "HyperbandSearchCV",
+    "RandomizedSearchCV",
+    "SuccessiveHalvingSearchCV",
     "ClusterUnavailable",
     "DataError",
     "DataParallel",

@@ -38,10 +38,42 @@ PARALLEL = {
     },
 }
 
+_distribution = {
+    "type": "object",
+    "minProperties": 1,
+    "additionalProperties": False,
+    "title": "a list of values or one of {uniform: [low, high]}, {loguniform: [low, high]}, "
+             "{randint: [low, high]}, {choice: [values]}",
+    "properties": {
+        "uniform": {"type": "array", "items": {"type": "number"}},
+        "loguniform": {"type": "array", "items": {"type": "number"}},
+        "randint": {"type": "array", "items": {"type": "integer"}},
+        "choice": {"type": "array"},
+    },
+}
+_space = {
+    "type": "object",
+    "minProperties": 1,
+    "description": "parameter -> list of values or a distribution",
+    "additionalProperties": {"anyOf": [{"type": "array"}, _distribution]},
+}
+
+BUDGET = {
+    "type": "object",
+    "description": "how much a search may train",
+    "additionalProperties": False,
+    "properties": {
+        "trials": {"type": "integer", "minimum": 1, "description": "candidates to sample (random, asha, halving)"},
+        "max_epochs": {"type": "integer", "minimum": 1, "description": "most epochs of partial_fit a trial gets"},
+        "min_epochs": {"type": "integer", "minimum": 1, "description": "epochs of the first rung"},
+        "reduction_factor": {"type": "integer", "minimum": 2, "description": "eta: 1/eta of a rung is promoted"},
+    },
+}
+
 STEP = {
     "type": "object",
-    "description": "one step: exactly one of call, fit, evaluate",
-    "title": "a step: a mapping with one of call, fit, evaluate",
+    "description": "one step: exactly one of call, fit, evaluate, search",
+    "title": "a step: a mapping with one of call, fit, evaluate, search",
     "additionalProperties": False,
     "properties": {
         "description": {"type": "string"},
@@ -71,6 +103,14 @@ STEP = {
             "additionalProperties": {"type": "array"},
             "items": {"type": "object"},
         },
+        "search": {**_callable, "description": "search hyperparameters of this estimator class"},
+        "method": {"enum": ["grid", "random", "halving", "hyperband", "asha"]},
+        "space": {"anyOf": [_space, {"type": "array", "items": _space}],
+                  "description": "the search space (a list of spaces for conditional parameters)"},
+        "budget": BUDGET,
+        "cv": {"type": "integer", "minimum": 2, "description": "k-fold cross-validation"},
+        "validation_fraction": {"type": "number", "description": "hold-out fraction for scoring"},
+        "scoring": {"type": "string", "description": "a scikit-learn scorer name"},
         "classes": {"type": "array", "description": "all class labels, when fitting a classifier"},
         "parallel": PARALLEL,
     },

@@ -73,7 +73,15 @@ class Step:
     classes : sequence, optional
         All class labels of a classifier fit.
     parallel : mapping, optional
-        How a fit trains: ``{strategy, sync_every, staleness, epochs, shuffle, random_state}``.
+        How a fit (or each search trial) trains: ``{strategy, sync_every, staleness, epochs,
+        shuffle, random_state}``.
+    search : str, optional
+        ``"module:Class"`` of an estimator whose hyperparameters are searched on
+        ``inputs["data"]``; with ``method`` (grid, random, halving, hyperband, asha), ``space``,
+        ``budget`` (``trials``, ``max_epochs``, ``min_epochs``, ``reduction_factor``), ``cv`` or
+        ``validation_fraction``, and ``scoring``.
+    method, space, budget, cv, validation_fraction, scoring : optional
+        The search's settings (see ``search``).
     description : str, optional
 
     Examples
@@ -94,6 +102,13 @@ class Step:
     foreach: dict | tuple | None = None
     classes: tuple | None = None
     parallel: dict | None = None
+    search: str | None = None
+    method: str | None = None
+    space: dict | tuple | None = None
+    budget: dict | None = None
+    cv: int | None = None
+    validation_fraction: float | None = None
+    scoring: str | None = None
     description: str = ""
 
     def __post_init__(self):
@@ -108,7 +123,7 @@ class Step:
 
     @property
     def kind(self):
-        """``"call"``, ``"fit"`` or ``"evaluate"``."""
+        """``"call"``, ``"fit"``, ``"search"`` or ``"evaluate"``."""
         return next(kind for kind in KINDS if getattr(self, kind) is not None)
 
     @property
@@ -304,6 +319,8 @@ class Pipeline:
             if step.kind == "evaluate":
                 problems += _metric_problems(step)
                 continue
+            if step.kind == "search":
+                problems += _search_problems(step)
             path = ("steps", step.name, step.kind)
             try:
                 target = resolve_callable(step.target, self.allow)
@@ -340,6 +357,31 @@ def resolve_callable(path, allow=DEFAULT_ALLOW):
                             f"{attr!r}.{hint}") from None
 
 
+_SEARCH_NEEDS = {"grid": (), "random": ("trials",), "halving": ("trials", "max_epochs"),
+                 "hyperband": ("max_epochs",), "asha": ("trials", "max_epochs")}
+
+
+def _search_problems(step):
+    """A search names its method and budget; ``grid`` needs lists only."""
+    from taskdml.model_selection._space import from_spec, is_grid
+
+    if step.method is None:
+        return [(("steps", step.name), f"a search step needs 'method': one of {', '.join(_SEARCH_NEEDS)}.")]
+    if step.space is None:
+        return [(("steps", step.name), "a search step needs 'space': parameter -> values or distribution.")]
+    problems = [(("steps", step.name, "budget"), f"method {step.method!r} needs budget.{need} "
+                 f"(e.g. budget: {{{need}: 27}}).")
+                for need in _SEARCH_NEEDS[step.method] if need not in (step.budget or {})]
+    try:
+        space = from_spec(thaw(step.space))
+    except PipelineError as error:
+        return problems + [(("steps", step.name, "space"), str(error))]
+    if step.method == "grid" and not is_grid(space):
+        problems.append((("steps", step.name, "space"), "a grid search needs lists of values; use "
+                         "method: random (or asha, hyperband) for distributions."))
+    return problems
+
+
 def _metric_problems(step):
     from taskdml.metrics import available_metrics
 
@@ -369,11 +411,13 @@ def _estimator_value_problems(step, target):
 def _argument_problems(step, target):
     """Check ``with``, ``inputs`` and ``foreach`` against the callable's parameters."""
     foreach = [("foreach", key) for key in sorted({key for _, item in step.items() for key in item})]
-    if step.kind == "fit":
+    if step.kind in ("fit", "search"):
         if not (isinstance(target, type) and hasattr(target, "fit")):
-            return [(("fit",), f"{step.target!r} is not an estimator class with a fit method.")]
-        accepted = set(target().get_params(deep=False))
-        given = [("with", name) for name in step.with_ or {}] + foreach
+            return [((step.kind,), f"{step.target!r} is not an estimator class with a fit method.")]
+        accepted = set(target().get_params(deep=True))
+        space = step.space if isinstance(step.space, tuple) else (step.space or {},)
+        searched = [("space", name) for branch in space for name in branch]
+        given = [("with", name) for name in step.with_ or {}] + foreach + searched
         return (_unknown(step, given, accepted, "parameter")
                 or _estimator_value_problems(step, target))
     if not callable(target):

@@ -85,6 +85,16 @@ class StepContext:
         self.record.step(self.step.name, training=entry if item is None else {
             **self.record.steps.get(self.step.name, {}).get("training", {}), item: entry})
 
+    def record_search(self, trials, plot):
+        """Write a search's ``trials.csv`` and its picture (``plot(path)``) to the run directory."""
+        if self.record.directory is None:
+            return
+        directory, name = self.record.directory, f"trials-{self.step.name}"
+        directory.write_text(f"{name}.csv", trials.to_csv(index=False))
+        directory.write_with(f"{name}.png", plot)
+        self.record.add_artifact(self.step.name, "trials", {"path": f"{name}.csv", "format": "csv"})
+        self.record.add_artifact(self.step.name, "plot", {"path": f"{name}.png", "format": "png"})
+
     def record_metrics(self, values):
         self.record.metrics[self.step.name] = values
         if self.record.directory is not None:

@@ -60,6 +60,14 @@ class RunDirectory:
     def write_text(self, name, text):
         atomic_write(self.path / name, text)
 
+    def write_with(self, name, write):
+        """Let ``write(path)`` produce file *name*, atomically (a temporary name, then rename)."""
+        final = self.path / name
+        temporary = final.with_name(f".{final.stem}.tmp{final.suffix}")
+        write(temporary)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, final)
+
     def update_manifest(self, **fields):
         """Merge *fields* into the manifest and rewrite it."""
         with self._lock:

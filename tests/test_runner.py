@@ -146,3 +146,42 @@ cluster:
     manifest = json.loads((run.path / "manifest.json").read_text())
     assert manifest["cluster"]["cluster"] == "LocalCluster" and manifest["cluster"]["workers"] == 1
     assert manifest["cluster"]["scheduler"].startswith("tcp://127.0.0.1:")
+
+
+SEARCH = """\
+taskdml: 1
+name: search_small
+steps:
+  data:
+    call: taskdml.datasets:load_sklearn
+    with: {name: digits, chunk_size: 300}
+  tune:
+    search: sklearn.linear_model:SGDClassifier
+    method: METHOD
+    with: {random_state: 0}
+    space: SPACE
+    budget: {trials: 4, max_epochs: 3}
+    cv: 3
+    inputs: {data: data}
+  report:
+    evaluate: [accuracy]
+    inputs: {model: tune.best_model, data: data}
+"""
+
+
+@pytest.mark.parametrize("method,space", [
+    ("grid", "{alpha: [1.0e-4, 1.0e-2], penalty: [l2, l1]}"),
+    ("random", "{alpha: {loguniform: [1.0e-5, 1.0e-1]}}"),
+    ("asha", "{alpha: {loguniform: [1.0e-5, 1.0e-1]}}"),
+])
+def test_search_step_outputs_and_records_trials(client, tmp_path, method, space):
+    """A search step gives the best model and parameters, and writes trials.csv and a PNG."""
+    import pandas as pd
+
+    pipeline = loads_pipeline(SEARCH.replace("METHOD", method).replace("SPACE", space))
+    run = run_pipeline(pipeline, client, run_root=tmp_path)
+    assert set(run.outputs["tune"]["best_params"]) <= {"alpha", "penalty"}
+    trials = pd.read_csv(run.path / "trials-tune.csv")
+    assert len(trials) == (4 if method != "asha" else 4) and {"score", "state"} <= set(trials.columns)
+    assert (run.path / "trials-tune.png").read_bytes()[:4] == b"\x89PNG"
+    assert run.metrics["report"]["accuracy"] > 0.8

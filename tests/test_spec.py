@@ -73,6 +73,12 @@ BROKEN = [
     ("unknown-interpolation", VALID.replace("${params.seed}", "${params.sed}"), 11, "Did you mean 'seed'"),
     ("interpolation-cycle", VALID.replace("seed: 0,", "seed: '${params.alpha}',").replace("alpha: 1.0e-4", "alpha: '${params.seed}'"), 3, "cycle"),
     ("missing-env", VALID.replace("${params.seed}", "${oc.env:TASKDML_TEST_SURELY_UNSET}"), 11, "not set"),
+    ("search-without-budget", VALID.replace("    evaluate: [accuracy]\n    inputs: {model: model, data: split.test}",
+                                            "    search: sklearn.linear_model:SGDClassifier\n    method: asha\n"
+                                            "    space: {alpha: [0.1, 0.01]}\n    inputs: {data: split.train}"), 17, "needs budget.trials"),
+    ("grid-with-distribution", VALID.replace("    evaluate: [accuracy]\n    inputs: {model: model, data: split.test}",
+                                             "    search: sklearn.linear_model:SGDClassifier\n    method: grid\n"
+                                             "    space: {alpha: {loguniform: [1.0e-5, 1.0]}}\n    inputs: {data: split.train}"), 20, "needs lists of values"),
     ("bad-cluster-key", VALID.replace("params:", "cluster: {n_wrkers: 2}\nparams:"), 3, "Did you mean 'n_workers'"),
     ("negative-workers", VALID.replace("params:", "cluster: {n_workers: 0}\nparams:"), 3, ">= 1"),
 ]

@@ -46,6 +46,16 @@ KINDS = {
             run="taskdml.steps.fit:run",
         ),
         StepKind(
+            "search",
+            keys=frozenset({"with", "method", "space", "budget", "cv", "validation_fraction",
+                            "scoring", "classes", "parallel"}),
+            outputs=("best_model", "best_params", "trials"),
+            outputs_fixed=True,
+            required_inputs=frozenset({"data"}),
+            allowed_inputs=frozenset({"data", "preprocess"}),
+            run="taskdml.steps.search:run",
+        ),
+        StepKind(
             "evaluate",
             keys=frozenset(),
             outputs=("metrics",),

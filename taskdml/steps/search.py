@@ -1,0 +1,57 @@
+"""``search:`` steps: a hyperparameter search over the step's estimator, as Dask tasks.
+
+``method`` picks the search class (grid and random: every candidate × fold a task; halving,
+hyperband, asha: incremental trials that continue from their state and stop early). Every
+trial may train data-parallel (``parallel``). The outputs are the best model (refitted), its
+parameters and the trials table; the run directory gets ``trials.csv`` and ``trials.png``.
+"""
+
+from taskdml.model_selection._report import plot_trials, trials_frame
+from taskdml.model_selection._space import from_spec
+from taskdml.parallel._tasks import transformed
+from taskdml.pipeline import resolve_callable, thaw
+from taskdml.steps.fit import as_transformers
+
+
+def run(step, inputs, context):
+    """Search on ``inputs["data"]``; return the best model, its parameters and the trials."""
+    estimator = resolve_callable(step.target, context.pipeline.allow)(**thaw(step.with_ or {}))
+    search = make_search(step, estimator)
+    data = inputs["data"]
+    X = transformed(data["X"].data, as_transformers(inputs.get("preprocess", [])))
+    y = data["y"].data if "y" in data else None
+    fit_kwargs = {"classes": list(step.classes)} if step.classes is not None else {}
+    search.fit(X, y, **fit_kwargs)
+    trials = trials_frame(search)
+    context.record_search(trials, lambda path: plot_trials(search, path))
+    context.save_model(search.best_estimator_)
+    return {"best_model": search.best_estimator_, "best_params": dict(search.best_params_),
+            "trials": trials}
+
+
+def make_search(step, estimator):
+    """The search object a step describes."""
+    from taskdml.model_selection import (ASHASearchCV, GridSearchCV, HyperbandSearchCV,
+                                         RandomizedSearchCV, SuccessiveHalvingSearchCV)
+
+    budget = thaw(step.budget or {})
+    space = from_spec(thaw(step.space))
+    parallel = thaw(step.parallel) if step.parallel else None
+    seed = (parallel or {}).pop("random_state", None) if parallel else None
+    scoring = step.scoring
+    validation = {"cv": step.cv} if step.cv else (
+        {"validation_fraction": step.validation_fraction} if step.validation_fraction else {})
+    if step.method == "grid":
+        return GridSearchCV(estimator, space, scoring=scoring, cv=step.cv, parallel=parallel)
+    if step.method == "random":
+        return RandomizedSearchCV(estimator, space, n_iter=budget["trials"], scoring=scoring, cv=step.cv,
+                                  parallel=parallel, random_state=seed)
+    incremental = {"scoring": scoring, "parallel": parallel, "random_state": seed, **validation}
+    if step.method == "hyperband":
+        return HyperbandSearchCV(estimator, space, max_iter=budget["max_epochs"],
+                                 aggressiveness=budget.get("reduction_factor", 3), **incremental)
+    rungs = {"max_epochs": budget["max_epochs"], "min_epochs": budget.get("min_epochs", 1),
+             "reduction_factor": budget.get("reduction_factor", 3)}
+    if step.method == "halving":
+        return SuccessiveHalvingSearchCV(estimator, space, n_trials=budget["trials"], **rungs, **incremental)
+    return ASHASearchCV(estimator, space, n_trials=budget["trials"], **rungs, **incremental)
