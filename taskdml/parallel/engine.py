@@ -298,12 +298,13 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
                           rule=rule, key=_keys.key_name("train", name, phase="prepare"))
     plan = dict(plan, rounds_per_epoch=-(-max(len(o) for o in owned) // plan["sync_every"]))
     if strategy == "sync":
-        service = client.submit(_collective.AllReduceActor, n_replicas, rule, actor=True,
-                                workers=[placement[0]], key=_keys.key_name("train", name, phase="allreduce"))
+        holder = client.submit(_collective.AllReduceActor, n_replicas, rule, actor=True,
+                               workers=[placement[0]], key=_keys.key_name("train", name, phase="allreduce"))
     else:
-        service = client.submit(_collective.ParameterServerActor, start, n_replicas, staleness, rule, actor=True,
-                                workers=[placement[0]], key=_keys.key_name("train", name, phase="server"))
-    service = service.result()
+        holder = client.submit(_collective.ParameterServerActor, start, n_replicas, staleness, rule,
+                               actor=True, workers=[placement[0]],
+                               key=_keys.key_name("train", name, phase="server"))
+    service = holder.result()  # the actor lives as long as ``holder`` does: keep it to the end
     with _taking_turns(client, n_replicas):
         tasks = [client.submit(_replica.sync_replica if strategy == "sync" else _replica.async_replica,
                                rank, *((start,) if strategy == "sync" else ()), owned[rank], service, plan,
@@ -311,7 +312,9 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
                                key=(name, rank))
                  for rank in range(n_replicas)]
         outcomes = client.gather(tasks)
-    return _result(strategy, outcomes, service, plan, n_replicas)
+    result = _result(strategy, outcomes, service, plan, n_replicas)
+    del holder
+    return result
 
 
 def _taking_turns(client, n_replicas):
