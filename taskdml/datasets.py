@@ -53,7 +53,6 @@ import dask
 import dask.array as da
 import numpy as np
 import xarray as xr
-from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from taskdml._keys import key_name

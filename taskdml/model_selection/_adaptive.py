@@ -76,7 +76,6 @@ Without a distributed client the same searches run in this process, one step at 
 (small in-memory data); they are then deterministic.
 """
 
-import copy
 import numbers
 import time
 import warnings
@@ -125,14 +124,9 @@ class _AdaptiveSearchCV:
     # -- the estimator contract ---------------------------------------------------------------
 
     def __sklearn_tags__(self):
-        from sklearn.utils import get_tags
+        from taskdml._tags import wrapped_tags
 
-        tags = super().__sklearn_tags__()
-        inner = get_tags(self.estimator)
-        tags.estimator_type = inner.estimator_type
-        tags.classifier_tags = copy.deepcopy(inner.classifier_tags)
-        tags.regressor_tags = copy.deepcopy(inner.regressor_tags)
-        tags.target_tags.required = inner.target_tags.required
+        tags = wrapped_tags(super().__sklearn_tags__(), self.estimator)
         tags.input_tags.sparse = False
         return tags
 

@@ -21,7 +21,6 @@ Results are formatted as scikit-learn formats them, so split scores, means, stan
 deviations and ranks agree with scikit-learn's to rounding on the same folds.
 """
 
-import copy
 import numbers
 import warnings
 from collections import Counter, defaultdict
@@ -78,11 +77,10 @@ class BaseSearchCV(MetaEstimatorMixin, BaseEstimator):
     def __sklearn_tags__(self):
         from sklearn.utils import get_tags
 
-        tags = super().__sklearn_tags__()
+        from taskdml._tags import wrapped_tags
+
+        tags = wrapped_tags(super().__sklearn_tags__(), self.estimator, target=False)
         inner = get_tags(self.estimator)
-        tags.estimator_type = inner.estimator_type
-        tags.classifier_tags = copy.deepcopy(inner.classifier_tags)
-        tags.regressor_tags = copy.deepcopy(inner.regressor_tags)
         tags.input_tags.pairwise = inner.input_tags.pairwise
         tags.input_tags.sparse = inner.input_tags.sparse
         return tags

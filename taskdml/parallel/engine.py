@@ -32,7 +32,6 @@ import dataclasses
 import time
 import warnings
 
-import numpy as np
 
 from taskdml import _keys
 from taskdml.exceptions import DataError

@@ -26,7 +26,6 @@ line. The wrapper itself does four things and leaves the training to the engine:
    ``check_estimator`` treat the wrapper as what it wraps.
 """
 
-import copy
 import math
 import numbers
 
@@ -47,6 +46,7 @@ from sklearn.utils.validation import (
 )
 
 from taskdml._keys import key_name
+from taskdml._tags import wrapped_tags
 from taskdml.exceptions import DataError, did_you_mean
 from taskdml.parallel.engine import STRATEGIES, current_client, train
 
@@ -614,13 +614,8 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
                              f"{self.n_features_in_} features as input.")
 
     def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
+        tags = wrapped_tags(super().__sklearn_tags__(), self.estimator)
         inner = get_tags(self.estimator)
-        tags.estimator_type = inner.estimator_type
-        tags.target_tags = copy.deepcopy(inner.target_tags)
-        tags.classifier_tags = copy.deepcopy(inner.classifier_tags)
-        tags.regressor_tags = copy.deepcopy(inner.regressor_tags)
-        tags.transformer_tags = copy.deepcopy(inner.transformer_tags)
         tags.input_tags.positive_only = inner.input_tags.positive_only
         # Chunks are dense and must be finite (the engine checks every chunk).
         tags.input_tags.sparse = False
