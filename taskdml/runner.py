@@ -2,9 +2,11 @@
 
 The runner walks the DAG with ``graphlib.TopologicalSorter``: every step whose inputs are
 ready starts at once in its own client-side thread, so independent steps (and the ``foreach``
-items inside a step) run side by side on the cluster. A step's thread builds the step's Dask
-graph under three contexts: ``Client.as_current`` (the client, without making it the
-process default), ``distributed.span(pipeline, step)`` (Fine Performance Metrics by step) and
+items inside a step) run side by side on the cluster. The run's client is made current once,
+in the calling thread (``Client.as_current`` also sets dask's process-wide config, so entering
+it from several threads would leave it behind), and every step thread starts from a copy of
+that context. A step's thread builds the step's Dask graph inside
+``distributed.span(pipeline, step)`` (Fine Performance Metrics by step) and
 :func:`taskdml._keys.step_scope` (every key prefixed by the step's name). Steps exchange lazy
 values — persisted ``xarray.Dataset``s and ``Future``s — so data stays on the workers.
 
@@ -14,6 +16,7 @@ transition, and every transition is also handed to ``on_event`` for live display
 """
 
 import concurrent.futures
+import contextvars
 import dataclasses
 import datetime
 import graphlib
@@ -189,7 +192,8 @@ def run_pipeline(pipeline, client=None, *, run_root=DEFAULT_ROOT, record=True, s
                                           cluster=info, versions=_versions())
             recorder.event("run_started", pipeline=pipeline.name, run_id=_run_id(directory),
                            run_dir=str(directory.path) if directory else None, **info)
-            outputs, status = _execute(pipeline, active, recorder)
+            with active.as_current():  # entered once here: dask's config is process-wide
+                outputs, status = _execute(pipeline, active, recorder)
     except KeyboardInterrupt:
         status = "interrupted"
         raise
@@ -252,7 +256,8 @@ def _execute(pipeline, client, recorder):
             for name in sorter.get_ready():
                 step = pipeline.step(name)
                 inputs = _inputs(step, outputs)
-                running[pool.submit(_run_step, pipeline, step, inputs, client, recorder)] = name
+                running[pool.submit(contextvars.copy_context().run, _run_step, pipeline, step, inputs,
+                                    client, recorder)] = name
             if not running:
                 break
             done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
@@ -302,7 +307,7 @@ def _run_step(pipeline, step, inputs, client, recorder):
                       started=datetime.datetime.now().isoformat(timespec="seconds"))
         recorder.event("step_started", step=step.name, kind=step.kind, items=items)
         context = StepContext(client, pipeline, step, recorder)
-        with client.as_current(), span(pipeline.name, step.name), _keys.step_scope(step.name):
+        with span(pipeline.name, step.name), _keys.step_scope(step.name):
             produced = KINDS[step.kind].runner()(step, inputs, context)
     except Exception as error:
         if recorder.interrupted:  # the cluster went away under us: already marked interrupted

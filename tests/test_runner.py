@@ -2,6 +2,7 @@
 
 import json
 
+import dask
 import pytest
 
 from taskdml import Pipeline, Step, StepFailed, loads_pipeline, run_pipeline
@@ -77,7 +78,9 @@ def test_independent_steps_run_concurrently(client, tmp_path):
         Step("total", call="pipeline_functions:add", inputs={"a": "slow_a", "b": "slow_b"}),
     ], imports=ALLOW)
     events = []
+    scheduler_before = dask.config.get("scheduler", None)
     run = run_pipeline(pipeline, client, run_root=tmp_path, on_event=events.append)
+    assert dask.config.get("scheduler", None) == scheduler_before  # no process-wide leftovers
     assert run.outputs["total"]["result"].result() == 3
     order = [(e["event"], e.get("step")) for e in events if e.get("step") in ("slow_a", "slow_b")]
     assert order.index(("step_started", "slow_b")) < order.index(("step_finished", "slow_a"))
