@@ -26,6 +26,7 @@ chunks (small data), with the same arithmetic. An estimator without ``partial_fi
 once on all chunks concatenated, in one task.
 """
 
+import collections
 import concurrent.futures
 import copy
 import dataclasses
@@ -100,8 +101,8 @@ def train(estimator, X, y=None, *, sample_weight=None, classes=None, preprocess=
     if client is not None:
         arrays = client.persist(arrays)
     chunks = _chunk_lists(arrays, X, y, sample_weight)
-    facts = _gather(client, [_delayed(_chunks.inspect_chunk, "inspect", i, chunk[0], chunk[1], chunk[2],
-                                      is_classifier(estimator)) for i, chunk in enumerate(chunks)])
+    facts = _inspect(client, [_delayed(_chunks.inspect_chunk, "inspect", i, chunk[0], chunk[1], chunk[2],
+                                       is_classifier(estimator)) for i, chunk in enumerate(chunks)])
     classes = _chunks.check(facts, X.shape[1], classes, is_classifier(estimator) and y is not None)
     seed = int(check_random_state(random_state).randint(2**31 - 1))
     plan = {"epochs": int(epochs), "sync_every": int(sync_every), "shuffle": shuffle,
@@ -209,7 +210,7 @@ def _blocks(array):
 def _delayed(function, phase, index, *args):
     import dask
 
-    name = _keys.key_name("train", function.__name__, [getattr(a, "key", a) for a in args[:3]],
+    name = _keys.key_name("train", function.__name__, [getattr(a, "key", a) for a in args],
                           phase=phase)
     return dask.delayed(function, pure=True)(*args, dask_key_name=(name, index))
 
@@ -220,6 +221,25 @@ def _gather(client, values):
     if client is not None:
         return client.gather(client.compute(values))
     return list(dask.compute(*values))
+
+
+_INSPECTED = collections.OrderedDict()  # inspection key -> facts, for chunks already looked at
+_INSPECTED_MAX = 100_000
+
+
+def _inspect(client, tasks):
+    """The facts of every chunk, inspecting only chunks not seen before.
+
+    An inspection's key is a token of the chunk keys it reads, and Dask keys name immutable
+    data, so a repeated ``train`` on the same data (epochs through ``partial_fit``, search
+    trials, benchmarks) does not read all of it again.
+    """
+    missing = [task for task in tasks if task.key not in _INSPECTED]
+    for task, facts in zip(missing, _gather(client, missing) if missing else []):
+        _INSPECTED[task.key] = facts
+    while len(_INSPECTED) > _INSPECTED_MAX:
+        _INSPECTED.popitem(last=False)
+    return [_INSPECTED[task.key] for task in tasks]
 
 
 def _scorer(scoring):
