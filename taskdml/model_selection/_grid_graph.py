@@ -31,6 +31,8 @@ fitted steps and the raw test rows.
 import dataclasses
 import os
 
+import uuid
+
 import dask
 from dask.base import tokenize
 
@@ -173,9 +175,13 @@ def place(data, client):
     """Context manager yielding ``(node, token)``: *data* as one graph key, scattered once.
 
     With a client the data is scattered under the ``search-data`` key and released on exit;
-    without one it is a literal in the local graph.
+    without one it is a literal in the local graph. The token carries a fresh nonce: keys stay
+    shared inside one search (prefixes fitted once per fold), but a search started right
+    after another on the same data must not reuse keys the scheduler is still releasing
+    (that cancelled the new search's tasks).
     """
-    token = tokenize(data.X, data.y, data.fit_params, data.splits, ensure_deterministic=False)
+    token = tokenize(data.X, data.y, data.fit_params, data.splits, uuid.uuid4().hex,
+                     ensure_deterministic=False)
     return _Placed(data, key_name(PREFIX, token, phase="data"), token, client)
 
 

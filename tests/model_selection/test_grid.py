@@ -373,3 +373,16 @@ def test_clone_and_params_round_trip():
     with pytest.raises(TypeError, match="Parameter grid for parameter 'C' needs to be a list"):
         GridSearchCV(SVC(), {"C": 1}).fit(*load_iris(return_X_y=True))
     assert dask.config.get("scheduler", None) is None
+
+
+def test_searches_back_to_back_on_one_cluster(client):
+    """A search started right after another on the same data gets keys of its own."""
+    from sklearn.datasets import load_iris
+    from sklearn.linear_model import LogisticRegression
+
+    from taskdml import GridSearchCV as TaskdmlGrid
+
+    X, y = load_iris(return_X_y=True)
+    scores = [TaskdmlGrid(LogisticRegression(max_iter=300), {"C": [0.1, 1.0]}, cv=3).fit(X, y).best_score_
+              for _ in range(4)]
+    assert len(set(scores)) == 1
