@@ -406,7 +406,20 @@ class _AdaptiveSearchCV:
 # The three searches.
 
 
-class ASHASearchCV(_AdaptiveSearchCV, MetaEstimatorMixin, BaseEstimator):
+class _SampledTrials:
+    """What ASHA and successive halving share: sampled candidates and epoch rungs."""
+
+    def _space(self):
+        return self.param_distributions
+
+    def _n_candidates(self):
+        return self.n_trials
+
+    def _max_budget(self):
+        return self.max_epochs
+
+
+class ASHASearchCV(_SampledTrials, _AdaptiveSearchCV, MetaEstimatorMixin, BaseEstimator):
     """Asynchronous successive halving (ASHA) over trials trained with ``partial_fit``.
 
     Trials start from seeded samples of *param_distributions*; each trains in epochs over the
@@ -497,15 +510,6 @@ class ASHASearchCV(_AdaptiveSearchCV, MetaEstimatorMixin, BaseEstimator):
     def _check_params(self):
         _check_rungs(self)
 
-    def _space(self):
-        return self.param_distributions
-
-    def _n_candidates(self):
-        return self.n_trials
-
-    def _max_budget(self):
-        return self.max_epochs
-
     def _policy(self, trials):
         budgets = policies.rung_budgets(self.min_epochs, self.max_epochs, self.reduction_factor)
         for trial in trials:
@@ -513,7 +517,7 @@ class ASHASearchCV(_AdaptiveSearchCV, MetaEstimatorMixin, BaseEstimator):
         return policies.ASHA([t.id for t in trials], budgets, self.reduction_factor)
 
 
-class SuccessiveHalvingSearchCV(_AdaptiveSearchCV, MetaEstimatorMixin, BaseEstimator):
+class SuccessiveHalvingSearchCV(_SampledTrials, _AdaptiveSearchCV, MetaEstimatorMixin, BaseEstimator):
     """Synchronous successive halving over trials trained with ``partial_fit``.
 
     All *n_trials* train to ``min_epochs``; when every one has reported, the top
@@ -580,15 +584,6 @@ class SuccessiveHalvingSearchCV(_AdaptiveSearchCV, MetaEstimatorMixin, BaseEstim
     def _check_params(self):
         _check_rungs(self)
         _check_patience(self)
-
-    def _space(self):
-        return self.param_distributions
-
-    def _n_candidates(self):
-        return self.n_trials
-
-    def _max_budget(self):
-        return self.max_epochs
 
     def _schedule(self, n_trials):
         budgets = policies.rung_budgets(self.min_epochs, self.max_epochs, self.reduction_factor)

@@ -36,8 +36,9 @@ def make_search(step, estimator):
 
     budget = thaw(step.budget or {})
     space = from_spec(thaw(step.space))
-    parallel = thaw(step.parallel) if step.parallel else None
-    seed = (parallel or {}).pop("random_state", None) if parallel else None
+    parallel = thaw(step.parallel or {})
+    seed = parallel.pop("random_state", None)
+    parallel = parallel or None
     scoring = step.scoring
     validation = {"cv": step.cv} if step.cv else (
         {"validation_fraction": step.validation_fraction} if step.validation_fraction else {})
