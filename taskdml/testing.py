@@ -10,9 +10,8 @@ import copy
 import inspect
 
 import numpy as np
-from sklearn.utils import _safe_indexing
-from sklearn.utils.validation import _num_samples
 
+from taskdml._sklearn_compat import _num_samples, _safe_indexing
 from taskdml.parallel._merge_registry import _START_ATTR, _merge_with, _prepare_with
 from taskdml.parallel.merge import MergeRule, get_merge_rule, unmergeable_reason
 

@@ -25,7 +25,7 @@ import numpy as np
 
 def split_fold(data, fold, pairwise):
     """The first part of *fold*: its training and test rows, and its fit parameters."""
-    from sklearn.utils import _safe_indexing
+    from taskdml._sklearn_compat import _safe_indexing
 
     train, test = data.splits[fold]
     if pairwise:

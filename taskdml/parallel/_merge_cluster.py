@@ -18,9 +18,14 @@ import copy
 import numpy as np
 from sklearn.base import clone
 from sklearn.utils import check_array, check_random_state
-from sklearn.utils._openmp_helpers import _openmp_effective_n_threads
 from sklearn.utils.extmath import row_norms
-from sklearn.utils.validation import _check_sample_weight, _is_arraylike_not_scalar, validate_data
+from sklearn.utils.validation import validate_data
+
+from taskdml._sklearn_compat import (
+    _check_sample_weight,
+    _is_arraylike_not_scalar,
+    _openmp_effective_n_threads,
+)
 
 from taskdml.parallel._merge_registry import round_start
 

@@ -21,10 +21,10 @@ import copy
 
 import numpy as np
 from sklearn.base import clone
-from sklearn.decomposition._online_lda_fast import _dirichlet_expectation_2d
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import validate_data
 
+from taskdml._sklearn_compat import _dirichlet_expectation_2d
 from taskdml.parallel._merge_registry import round_start
 from taskdml.parallel._merge_util import proportions, weighted_mean
 

@@ -18,9 +18,9 @@ import itertools
 import numpy as np
 from sklearn.base import clone
 from sklearn.preprocessing import LabelBinarizer
-from sklearn.utils.multiclass import _check_partial_fit_first_call
 from sklearn.utils.validation import validate_data
 
+from taskdml._sklearn_compat import _check_partial_fit_first_call
 from taskdml.parallel._merge_registry import (
     _prepare_with,
     _require_rule,

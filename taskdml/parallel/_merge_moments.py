@@ -21,8 +21,8 @@ import copy
 
 import numpy as np
 from scipy import linalg
-from sklearn.preprocessing._data import _handle_zeros_in_scale, _is_constant_feature
 
+from taskdml._sklearn_compat import _handle_zeros_in_scale, _is_constant_feature
 from taskdml.parallel._merge_registry import round_start
 from taskdml.parallel._merge_util import proportions, sum_of_deltas
 

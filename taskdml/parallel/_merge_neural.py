@@ -19,10 +19,10 @@ import math
 
 import numpy as np
 from sklearn.base import clone, is_classifier
-from sklearn.neural_network._stochastic_optimizers import AdamOptimizer, SGDOptimizer
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import validate_data
 
+from taskdml._sklearn_compat import AdamOptimizer, SGDOptimizer
 from taskdml.parallel._merge_registry import round_start
 from taskdml.parallel._merge_util import proportions, seen_since_start, weighted_mean
 

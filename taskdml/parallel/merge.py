@@ -62,7 +62,6 @@ from sklearn.decomposition import (
 from sklearn.feature_extraction.text import HashingVectorizer
 from sklearn.feature_selection import SelectFromModel
 from sklearn.linear_model import SGDOneClassSVM
-from sklearn.linear_model._stochastic_gradient import BaseSGDClassifier, BaseSGDRegressor
 from sklearn.multiclass import OneVsOneClassifier, OneVsRestClassifier
 from sklearn.multioutput import MultiOutputClassifier, MultiOutputRegressor
 from sklearn.naive_bayes import (
@@ -75,6 +74,7 @@ from sklearn.naive_bayes import (
 from sklearn.neural_network import BernoulliRBM, MLPClassifier, MLPRegressor
 from sklearn.preprocessing import MaxAbsScaler, MinMaxScaler, StandardScaler
 
+from taskdml._sklearn_compat import BaseSGDClassifier, BaseSGDRegressor
 from taskdml.parallel import (
     _merge_bayes,
     _merge_cluster,

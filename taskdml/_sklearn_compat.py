@@ -1,0 +1,33 @@
+"""Every private scikit-learn name taskdml uses, in one place.
+
+The merge rules read and write estimators' whole learned state, and some of that state is
+built by scikit-learn helpers that are not public. Importing them here alone means a
+scikit-learn release that moves one breaks this file, not the modules that use it. No version
+branches: ``pyproject.toml`` pins the supported range, and this module follows its newest
+release.
+"""
+
+from sklearn.decomposition._online_lda_fast import _dirichlet_expectation_2d
+from sklearn.linear_model._stochastic_gradient import BaseSGDClassifier, BaseSGDRegressor
+from sklearn.neural_network._stochastic_optimizers import AdamOptimizer, SGDOptimizer
+from sklearn.preprocessing._data import _handle_zeros_in_scale, _is_constant_feature
+from sklearn.utils import _safe_indexing
+from sklearn.utils._openmp_helpers import _openmp_effective_n_threads
+from sklearn.utils.multiclass import _check_partial_fit_first_call
+from sklearn.utils.validation import _check_sample_weight, _is_arraylike_not_scalar, _num_samples
+
+__all__ = [
+    "AdamOptimizer",
+    "BaseSGDClassifier",
+    "BaseSGDRegressor",
+    "SGDOptimizer",
+    "_check_partial_fit_first_call",
+    "_check_sample_weight",
+    "_dirichlet_expectation_2d",
+    "_handle_zeros_in_scale",
+    "_is_arraylike_not_scalar",
+    "_is_constant_feature",
+    "_num_samples",
+    "_openmp_effective_n_threads",
+    "_safe_indexing",
+]
