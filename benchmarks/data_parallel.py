@@ -14,7 +14,7 @@ What is compared, on the same synthetic classification data (taskdml's chunk-ind
                     data-parallel engine can reach here;
 ``dask-ml Incremental``  one ``fit`` plus ``epochs - 1`` ``partial_fit`` calls on the
                     persisted dask arrays;
-``taskdml sync`` / ``taskdml async``  :func:`taskdml.parallel.engine.train` on the same
+``taskdml sync`` / ``taskdml async``  :func:`taskdml.train` on the same
                     persisted arrays (``shuffle=False``, the serial loop's chunk order).
 
 Design of the measurement (the methodology of ``research/baselines.md`` sections 1 and 7):
@@ -347,7 +347,7 @@ def taskdml_imports():
     """Import, in a process of the cluster, what the taskdml configurations need."""
     import sklearn.linear_model  # noqa: F401
 
-    import taskdml.parallel.engine  # noqa: F401
+    import taskdml.parallel  # noqa: F401
 
 
 def worker_imports():
@@ -370,7 +370,7 @@ def holdout_accuracy(model, X_test, y_test):
 
 def run_on_cluster(config, epochs, client, data):
     """Run one cluster configuration; return its measurements."""
-    from taskdml.parallel.engine import train
+    from taskdml import train
 
     X_train, y_train = data["X_train"], data["y_train"]
     transfers = sum(client.run(worker_transfers).values())
@@ -402,7 +402,7 @@ def fixed_cost_timeline(client, data, runs=3):
     from dask.utils import key_split
     from distributed import get_task_stream
 
-    from taskdml.parallel.engine import train
+    from taskdml import train
 
     timelines = []
     for _ in range(runs):
