@@ -82,7 +82,7 @@ import warnings
 
 import numpy as np
 from dask.base import tokenize
-from sklearn.base import BaseEstimator, MetaEstimatorMixin
+from sklearn.utils.metaestimators import available_if
 
 from taskdml._keys import key_name
 from taskdml.model_selection import _adaptive_policy as policies
@@ -91,6 +91,7 @@ from taskdml.model_selection._adaptive_results import (all_failed_message, best_
 from taskdml.model_selection._adaptive_run import (AllTrialsFailed, ClusterBackend, Driver, Job,
                                                    Layout, LocalBackend, Trial, find_classes,
                                                    make_folds, prepare)
+from taskdml.model_selection._base import SearchBase, best_has, score_chunk_wise
 
 __all__ = ["ASHASearchCV", "HyperbandSearchCV", "SuccessiveHalvingSearchCV"]
 
@@ -98,21 +99,7 @@ _PARALLEL_KEYS = ("strategy", "sync_every", "staleness", "shuffle")
 _STRATEGIES = ("sync", "async", "sequential")
 
 
-def _estimator_has(attribute):
-    """For ``available_if``: the refitted estimator (or, before fit, the estimator) has it."""
-    def check(search):
-        getattr(search.best_estimator_ if hasattr(search, "best_estimator_") else search.estimator, attribute)
-        return True
-    return check
-
-
-def _available_if(attribute):
-    from sklearn.utils.metaestimators import available_if
-
-    return available_if(_estimator_has(attribute))
-
-
-class _AdaptiveSearchCV:
+class _AdaptiveSearchCV(SearchBase):
     """What the three searches share: validation, data layout, the driver, the results.
 
     A subclass says how many candidates it samples (:meth:`_n_candidates`), the budget of the
@@ -124,7 +111,7 @@ class _AdaptiveSearchCV:
     # -- the estimator contract ---------------------------------------------------------------
 
     def __sklearn_tags__(self):
-        from taskdml._tags import wrapped_tags
+        from taskdml._meta import wrapped_tags
 
         tags = wrapped_tags(super().__sklearn_tags__(), self.estimator)
         tags.input_tags.sparse = False
@@ -246,44 +233,18 @@ class _AdaptiveSearchCV:
         self.history_ = history
         self.metadata_ = self._metadata_(trials)
 
-    # -- prediction: the refitted estimator ---------------------------------------------------
+    # -- prediction: the refitted estimator (delegation: SearchBase) --------------------------
 
-    def _refitted(self, method):
-        from sklearn.utils.validation import check_is_fitted
+    _refit_gates_methods = False
 
-        check_is_fitted(self)
-        if not self.refit:
-            raise AttributeError(f"This {type(self).__name__} was initialized with refit=False. "
-                                 f"{method} is available only after refitting on the best parameters; "
-                                 "set refit=True.")
-        return self.best_estimator_
+    def _no_refit_message(self, attribute):
+        return (f"This {type(self).__name__} was initialized with refit=False. {attribute} is "
+                "available only after refitting on the best parameters; set refit=True.")
 
-    @_available_if("predict")
-    def predict(self, X):
-        """Predict with the refitted best estimator (a dask array for chunked input)."""
-        return _apply(self._refitted("predict"), "predict", X)
+    def _apply_best(self, estimator, method, X):
+        return _apply(estimator, method, X)
 
-    @_available_if("predict_proba")
-    def predict_proba(self, X):
-        """Class probabilities from the refitted best estimator."""
-        return _apply(self._refitted("predict_proba"), "predict_proba", X)
-
-    @_available_if("predict_log_proba")
-    def predict_log_proba(self, X):
-        """Log class probabilities from the refitted best estimator."""
-        return _apply(self._refitted("predict_log_proba"), "predict_log_proba", X)
-
-    @_available_if("decision_function")
-    def decision_function(self, X):
-        """Decision function of the refitted best estimator."""
-        return _apply(self._refitted("decision_function"), "decision_function", X)
-
-    @_available_if("transform")
-    def transform(self, X):
-        """Transform with the refitted best estimator."""
-        return _apply(self._refitted("transform"), "transform", X)
-
-    @_available_if("score")
+    @available_if(best_has("score"))
     def score(self, X, y=None):
         """The search's scoring of the refitted best estimator on *X*, *y*."""
         estimator = self._refitted("score")
@@ -291,20 +252,10 @@ class _AdaptiveSearchCV:
         X, y = _to_dask(X, y)
         if hasattr(X, "dask"):
             if metric is not None:
-                import xarray as xr
-
-                from taskdml.metrics import evaluate
-
-                data = xr.Dataset({"X": (("sample", "feature"), X.rechunk({1: -1})),
-                                   "y": (("sample",), y.rechunk((X.chunks[0],)))})
-                return evaluate(estimator, data, [metric])[metric]
+                X = X.rechunk({1: -1})
+                return score_chunk_wise(estimator, X, y.rechunk((X.chunks[0],)), metric)
             X, y = X.compute(), None if y is None else y.compute()
         return self.scorer_(estimator, X, y)
-
-    @property
-    def classes_(self):
-        """Class labels of the refitted best estimator."""
-        return self._refitted("classes_").classes_
 
     # -- shared checks ------------------------------------------------------------------------
 
@@ -419,7 +370,7 @@ class _SampledTrials:
         return self.max_epochs
 
 
-class ASHASearchCV(_SampledTrials, _AdaptiveSearchCV, MetaEstimatorMixin, BaseEstimator):
+class ASHASearchCV(_SampledTrials, _AdaptiveSearchCV):
     """Asynchronous successive halving (ASHA) over trials trained with ``partial_fit``.
 
     Trials start from seeded samples of *param_distributions*; each trains in epochs over the
@@ -517,7 +468,7 @@ class ASHASearchCV(_SampledTrials, _AdaptiveSearchCV, MetaEstimatorMixin, BaseEs
         return policies.ASHA([t.id for t in trials], budgets, self.reduction_factor)
 
 
-class SuccessiveHalvingSearchCV(_SampledTrials, _AdaptiveSearchCV, MetaEstimatorMixin, BaseEstimator):
+class SuccessiveHalvingSearchCV(_SampledTrials, _AdaptiveSearchCV):
     """Synchronous successive halving over trials trained with ``partial_fit``.
 
     All *n_trials* train to ``min_epochs``; when every one has reported, the top
@@ -608,7 +559,7 @@ class SuccessiveHalvingSearchCV(_SampledTrials, _AdaptiveSearchCV, MetaEstimator
                 "rungs": schedule}
 
 
-class HyperbandSearchCV(_AdaptiveSearchCV, MetaEstimatorMixin, BaseEstimator):
+class HyperbandSearchCV(_AdaptiveSearchCV):
     """Hyperband over trials trained with ``partial_fit``: a working stand-in for dask-ml's.
 
     The same brackets as ``dask_ml.model_selection.HyperbandSearchCV`` (bracket ``s`` starts

@@ -26,38 +26,19 @@ import warnings
 from collections import Counter, defaultdict
 
 import numpy as np
-from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
-from sklearn.utils.metaestimators import available_if
+from sklearn.base import clone
 
 from taskdml.model_selection import _grid_chunked, _grid_graph
+from taskdml.model_selection._base import SearchBase, score_chunk_wise
 
 __all__ = ["GridSearchCV", "RandomizedSearchCV"]
 
 
-def _search_estimator_has(attr):
-    """``available_if`` check: refit is on and the (best) estimator has *attr*."""
-
-    def check(self):
-        _check_refit(self, attr)
-        getattr(self.best_estimator_ if hasattr(self, "best_estimator_") else self.estimator, attr)
-        return True
-
-    return check
-
-
-def _check_refit(search, attr):
-    if not search.refit:
-        raise AttributeError(
-            f"This {type(search).__name__} instance was initialized with `refit=False`. {attr} is "
-            "available only after refitting on the best parameters. You can refit an estimator "
-            "manually using the `best_params_` attribute")
-
-
-class BaseSearchCV(MetaEstimatorMixin, BaseEstimator):
+class BaseSearchCV(SearchBase):
     """Shared machinery of :class:`GridSearchCV` and :class:`RandomizedSearchCV`.
 
     Subclasses set their search space in ``__init__`` and return the candidates from
-    ``_candidates()``.
+    ``_candidates()``. The delegation to ``best_estimator_`` is :class:`SearchBase`'s.
     """
 
     def __init__(self, estimator, *, scoring=None, n_jobs=None, refit=True, cv=None, verbose=0,
@@ -77,7 +58,7 @@ class BaseSearchCV(MetaEstimatorMixin, BaseEstimator):
     def __sklearn_tags__(self):
         from sklearn.utils import get_tags
 
-        from taskdml._tags import wrapped_tags
+        from taskdml._meta import wrapped_tags
 
         tags = wrapped_tags(super().__sklearn_tags__(), self.estimator, target=False)
         inner = get_tags(self.estimator)
@@ -259,7 +240,8 @@ class BaseSearchCV(MetaEstimatorMixin, BaseEstimator):
         """
         from sklearn.utils.validation import check_is_fitted
 
-        _check_refit(self, "score")
+        if not self.refit:
+            raise AttributeError(self._no_refit_message("score"))
         check_is_fitted(self)
         if getattr(self, "_chunked", False) or _grid_chunked.is_chunked(X):
             return self._score_chunked(X, y)
@@ -275,58 +257,12 @@ class BaseSearchCV(MetaEstimatorMixin, BaseEstimator):
     def _score_chunked(self, X, y):
         import dask.array as da
 
-        from taskdml.metrics import evaluate
-
         if not _grid_chunked.is_chunked(X):
             X = da.from_array(np.asarray(X), chunks=(max(1, len(X)), -1))
         X, y = _grid_chunked.as_arrays(X, y)
         metrics = _grid_chunked.metric_names(self.estimator, self.scoring)
         metric = metrics[self.refit] if self.multimetric_ else metrics["score"]
-        import xarray as xr
-
-        data = xr.Dataset({"X": (("sample", "feature"), X), "y": ("sample", y)})
-        return evaluate(self.best_estimator_, data, [metric])[metric]
-
-    @available_if(_search_estimator_has("score_samples"))
-    def score_samples(self, X):
-        """Call ``score_samples`` on the estimator with the best found parameters."""
-        return self._delegate("score_samples", X)
-
-    @available_if(_search_estimator_has("predict"))
-    def predict(self, X):
-        """Call ``predict`` on the estimator with the best found parameters."""
-        return self._delegate("predict", X)
-
-    @available_if(_search_estimator_has("predict_proba"))
-    def predict_proba(self, X):
-        """Call ``predict_proba`` on the estimator with the best found parameters."""
-        return self._delegate("predict_proba", X)
-
-    @available_if(_search_estimator_has("predict_log_proba"))
-    def predict_log_proba(self, X):
-        """Call ``predict_log_proba`` on the estimator with the best found parameters."""
-        return self._delegate("predict_log_proba", X)
-
-    @available_if(_search_estimator_has("decision_function"))
-    def decision_function(self, X):
-        """Call ``decision_function`` on the estimator with the best found parameters."""
-        return self._delegate("decision_function", X)
-
-    @available_if(_search_estimator_has("transform"))
-    def transform(self, X):
-        """Call ``transform`` on the estimator with the best found parameters."""
-        return self._delegate("transform", X)
-
-    @available_if(_search_estimator_has("inverse_transform"))
-    def inverse_transform(self, X):
-        """Call ``inverse_transform`` on the estimator with the best found parameters."""
-        return self._delegate("inverse_transform", X)
-
-    def _delegate(self, method, X):
-        from sklearn.utils.validation import check_is_fitted
-
-        check_is_fitted(self)
-        return getattr(self.best_estimator_, method)(X)
+        return score_chunk_wise(self.best_estimator_, X, y, metric)
 
     @property
     def n_features_in_(self):
@@ -339,12 +275,6 @@ class BaseSearchCV(MetaEstimatorMixin, BaseEstimator):
         except NotFittedError as error:
             raise AttributeError(f"{type(self).__name__} object has no n_features_in_ attribute.") from error
         return self.best_estimator_.n_features_in_
-
-    @property
-    def classes_(self):
-        """Class labels (only with ``refit`` and a classifier)."""
-        _search_estimator_has("classes_")(self)
-        return self.best_estimator_.classes_
 
 
 class GridSearchCV(BaseSearchCV):

@@ -1,0 +1,202 @@
+"""What every search shares: the refitted best estimator answers for the search.
+
+:class:`SearchBase` is the base of the grid searches (:mod:`taskdml.model_selection._grid`)
+and of the adaptive ones (:mod:`taskdml.model_selection._adaptive`). It holds the methods
+that delegate to ``best_estimator_`` — ``predict``, ``predict_proba``,
+``predict_log_proba``, ``decision_function``, ``transform``, ``inverse_transform``,
+``score_samples`` and ``classes_`` — each offered (``available_if``) only when the wrapped
+estimator has it, and the chunk-wise score of the best estimator on chunked data.
+
+A subclass chooses three things:
+
+- ``_refit_gates_methods``: with ``True`` (the grid searches, as scikit-learn's) a search
+  built with ``refit=False`` has no ``predict`` at all; with ``False`` (the adaptive ones) it
+  has one that raises an ``AttributeError`` saying why.
+- :meth:`SearchBase._no_refit_message`: that error's text.
+- :meth:`SearchBase._apply_best`: how a method is applied to the data; the adaptive searches
+  apply it chunk by chunk to dask and xarray input.
+"""
+
+from sklearn.base import BaseEstimator, MetaEstimatorMixin
+from sklearn.utils.metaestimators import available_if
+
+__all__ = ["SearchBase"]
+
+
+def best_has(attribute):
+    """``available_if`` check: the refitted best estimator (before fit: the estimator) has it.
+
+    Where the class says so (``_refit_gates_methods``), a search without refit has nothing to
+    delegate to.
+    """
+
+    def check(search):
+        if search._refit_gates_methods and not search.refit:
+            raise AttributeError(search._no_refit_message(attribute))
+        fitted = search.best_estimator_ if hasattr(search, "best_estimator_") else search.estimator
+        getattr(fitted, attribute)
+        return True
+
+    return check
+
+
+def score_chunk_wise(estimator, X, y, metric):
+    """*metric* of :mod:`taskdml.metrics` for *estimator* on dask arrays *X*, *y*, chunk by chunk.
+
+    Parameters
+    ----------
+    estimator : fitted estimator
+    X : dask array of shape (n_samples, n_features)
+        One chunk along features.
+    y : dask array of shape (n_samples,)
+        Chunked as *X* along samples.
+    metric : str
+        A name of :func:`taskdml.metrics.available_metrics`.
+
+    Returns
+    -------
+    score : float
+    """
+    import xarray as xr
+
+    from taskdml.metrics import evaluate
+
+    data = xr.Dataset({"X": (("sample", "feature"), X), "y": ("sample", y)})
+    return evaluate(estimator, data, [metric])[metric]
+
+
+class SearchBase(MetaEstimatorMixin, BaseEstimator):
+    """Base of taskdml's searches: delegation to the refitted best estimator.
+
+    Not for direct use; see :class:`~taskdml.model_selection.GridSearchCV` and
+    :class:`~taskdml.model_selection.ASHASearchCV`.
+    """
+
+    _refit_gates_methods = True
+
+    def _no_refit_message(self, attribute):
+        """Why *attribute* is missing from a search built with ``refit=False``."""
+        return (f"This {type(self).__name__} instance was initialized with `refit=False`. "
+                f"{attribute} is available only after refitting on the best parameters. You can "
+                "refit an estimator manually using the `best_params_` attribute")
+
+    def _refitted(self, attribute):
+        """``best_estimator_``, once fitted with refit; else the error that says why not."""
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self)
+        if not self.refit:
+            raise AttributeError(self._no_refit_message(attribute))
+        return self.best_estimator_
+
+    def _apply_best(self, estimator, method, X):
+        """``estimator.method(X)``: how the search applies the best estimator to *X*."""
+        return getattr(estimator, method)(X)
+
+    def _delegate(self, method, X):
+        return self._apply_best(self._refitted(method), method, X)
+
+    @available_if(best_has("score_samples"))
+    def score_samples(self, X):
+        """Call ``score_samples`` on the estimator with the best found parameters.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        scores : ndarray of shape (n_samples,)
+        """
+        return self._delegate("score_samples", X)
+
+    @available_if(best_has("predict"))
+    def predict(self, X):
+        """Call ``predict`` on the estimator with the best found parameters.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,)
+        """
+        return self._delegate("predict", X)
+
+    @available_if(best_has("predict_proba"))
+    def predict_proba(self, X):
+        """Call ``predict_proba`` on the estimator with the best found parameters.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+        """
+        return self._delegate("predict_proba", X)
+
+    @available_if(best_has("predict_log_proba"))
+    def predict_log_proba(self, X):
+        """Call ``predict_log_proba`` on the estimator with the best found parameters.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        log_proba : ndarray of shape (n_samples, n_classes)
+        """
+        return self._delegate("predict_log_proba", X)
+
+    @available_if(best_has("decision_function"))
+    def decision_function(self, X):
+        """Call ``decision_function`` on the estimator with the best found parameters.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        scores : ndarray of shape (n_samples,) or (n_samples, n_classes)
+        """
+        return self._delegate("decision_function", X)
+
+    @available_if(best_has("transform"))
+    def transform(self, X):
+        """Call ``transform`` on the estimator with the best found parameters.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        X_new : array-like of shape (n_samples, n_components)
+        """
+        return self._delegate("transform", X)
+
+    @available_if(best_has("inverse_transform"))
+    def inverse_transform(self, X):
+        """Call ``inverse_transform`` on the estimator with the best found parameters.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_components)
+
+        Returns
+        -------
+        X_original : array-like of shape (n_samples, n_features)
+        """
+        return self._delegate("inverse_transform", X)
+
+    @property
+    def classes_(self):
+        """Class labels of the refitted best estimator (classifiers, with ``refit``)."""
+        if self._refit_gates_methods:
+            best_has("classes_")(self)
+        return self._refitted("classes_").classes_
