@@ -34,7 +34,7 @@ a step's score arrives the policy decides, and the freed slot is filled at once.
 
 **Hybrid parallelism.** With ``parallel={"strategy": "sync", "sync_every": k}`` (or
 ``"async"``) a step may train data-parallel with the engine
-(:func:`taskdml.parallel.engine.train`). How workers are divided depends on how many trials
+(:func:`taskdml.train`). How workers are divided depends on how many trials
 are *runnable* (in flight, promotable, or not started), counted in fold chains:
 
 - while there are more than half as many runnable chains as workers, every step is one
@@ -89,8 +89,8 @@ from taskdml.model_selection import _adaptive_policy as policies
 from taskdml.model_selection._adaptive_results import (all_failed_message, best_trial, cv_results,
                                                        trials_frame)
 from taskdml.model_selection._adaptive_run import (AllTrialsFailed, ClusterBackend, Driver, Job,
-                                                   Layout, LocalBackend, Trial, find_classes,
-                                                   make_folds, prepare)
+                                                   Layout, LocalBackend, SearchPlan, Trial,
+                                                   find_classes, make_folds, prepare)
 from taskdml.model_selection._base import SearchBase, best_has, score_chunk_wise
 
 __all__ = ["ASHASearchCV", "HyperbandSearchCV", "SuccessiveHalvingSearchCV"]
@@ -149,7 +149,7 @@ class _AdaptiveSearchCV(SearchBase):
         params = candidates(self._space(), self._n_candidates(), random_state=rng)
         backend = self._backend(X, y, classes, params, int(rng.randint(2**31 - 1)), scoring, parallel)
         trials = [Trial(i, p, clone(self.estimator).set_params(**p)) for i, p in enumerate(params)]
-        driver = Driver(self._policy(trials), backend, trials, parallel=bool(backend.plan["parallel"]),
+        driver = Driver(self._policy(trials), backend, trials, parallel=bool(backend.plan.parallel),
                         patience=self._patience(), tol=getattr(self, "tol", 0.0),
                         raise_errors=self.error_score == "raise", started=began)
         try:
@@ -180,7 +180,7 @@ class _AdaptiveSearchCV(SearchBase):
         """Lay the data out (chunks, folds, classes) and choose where steps run."""
         from sklearn.base import is_classifier
 
-        from taskdml.parallel.engine import current_client
+        from taskdml.parallel._engine import current_client
 
         n_folds = self.cv or 1
         metric, scorer = scoring
@@ -195,10 +195,10 @@ class _AdaptiveSearchCV(SearchBase):
         classes = None if classes is None else np.asarray(classes)
         layout = Layout(rows, make_folds(len(rows), self.cv, self.validation_fraction, seed), X.shape[1],
                         classes, y is not None)
-        plan = {"prefix": self._prefix, "token": token, "seed": seed, "metric": metric, "scorer": scorer,
-                "partial_fit": partial_fit, "max_budget": self._max_budget(), "dtypes": dtypes,
-                "parallel": parallel or {}, "shuffle": self._shuffle(),
-                "fit_kwargs": {"classes": classes} if classes is not None and classifier else {}}
+        plan = SearchPlan(prefix=self._prefix, token=token, seed=seed, metric=metric, scorer=scorer,
+                          partial_fit=partial_fit, max_budget=self._max_budget(), dtypes=dtypes,
+                          parallel=parallel or {}, shuffle=self._shuffle(),
+                          fit_kwargs={"classes": classes} if classes is not None and classifier else {})
         if client is None:
             return LocalBackend(chunks, layout, plan)
         return ClusterBackend(client, chunks, layout, plan)
@@ -207,18 +207,18 @@ class _AdaptiveSearchCV(SearchBase):
         """A fresh estimator with the best parameters trained on every chunk to the best budget."""
         from sklearn.base import clone
 
-        replicas = backend.n_workers if backend.plan["parallel"] else 1
+        replicas = backend.n_workers if backend.plan.parallel else 1
         trial = Trial(-1, best.params, clone(self.estimator).set_params(**best.params))
         return backend.train_all(Job(trial, best.rung, 0, best.budget, replicas))
 
     def _store_results(self, trials, history, best, backend):
         layout, plan = backend.layout, backend.plan
-        n_train = sum(layout.rows[i] for i in layout.folds[0][0])
+        n_train = sum(layout.rows[i] for i in layout.folds[0].train)
         for event in history:
-            if plan["partial_fit"]:
+            if plan.partial_fit:
                 event["epochs"] = event["budget"]
             else:
-                event["n_samples"] = round(n_train * event["budget"] / plan["max_budget"])
+                event["n_samples"] = round(n_train * event["budget"] / plan.max_budget)
         self.cv_results_ = cv_results(trials, self.error_score, layout.n_folds, self.cv is not None,
                                        with_bracket=self._has_brackets)
         self.best_index_ = best.id
@@ -228,7 +228,7 @@ class _AdaptiveSearchCV(SearchBase):
         self.n_iter_ = best.budget
         self.n_splits_ = layout.n_folds
         self.multimetric_ = False
-        self.scorer_ = plan["scorer"]
+        self.scorer_ = plan.scorer
         self.trials_ = trials_frame(trials, self._has_brackets)
         self.history_ = history
         self.metadata_ = self._metadata_(trials)
@@ -278,8 +278,8 @@ class _AdaptiveSearchCV(SearchBase):
     def _parallel_options(self, partial_fit):
         """The engine's options for replicated steps, or ``None`` for sequential chains."""
         from taskdml.exceptions import did_you_mean
-        from taskdml.parallel.merge import unmergeable_reason
-        from taskdml.parallel.engine import SequentialFallbackWarning
+        from taskdml.parallel import unmergeable_reason
+        from taskdml.parallel import SequentialFallbackWarning
 
         name, parallel = type(self).__name__, self.parallel
         if parallel is None:
@@ -650,18 +650,19 @@ class HyperbandSearchCV(_AdaptiveSearchCV):
         eta, brackets = self.aggressiveness, {}
         for s, (n, r) in policies.hyperband_brackets(self.max_iter, eta).items():
             schedule = policies.halving_schedule(n, r, eta, s + 1)
-            schedule[-1] = (schedule[-1][0], self.max_iter)
+            n_last, _ = schedule[-1]
+            schedule[-1] = (n_last, self.max_iter)
             brackets[s] = schedule
         return brackets
 
     def _n_candidates(self):
-        return sum(schedule[0][0] for schedule in self._brackets().values())
+        return sum(_n_starting(schedule) for schedule in self._brackets().values())
 
     def _policy(self, trials):
         halvings, owner, offset = [], {}, 0
         for s, schedule in self._brackets().items():       # most adaptive first, as dask-ml
-            members = trials[offset:offset + schedule[0][0]]
-            offset += schedule[0][0]
+            members = trials[offset:offset + _n_starting(schedule)]
+            offset += _n_starting(schedule)
             if not members:
                 continue
             halving = policies.Halving([t.id for t in members], schedule)
@@ -676,7 +677,8 @@ class HyperbandSearchCV(_AdaptiveSearchCV):
         """The plan before fitting, as dask-ml's: ``n_models``, ``partial_fit_calls`` (in
         epochs) and ``brackets`` (each with its ``decisions``: the rung budgets)."""
         self._check_params()
-        brackets = [{"bracket": s, "n_models": schedule[0][0], "partial_fit_calls": _planned_budget(schedule),
+        brackets = [{"bracket": s, "n_models": _n_starting(schedule),
+                     "partial_fit_calls": _planned_budget(schedule),
                      "decisions": [budget for _, budget in schedule]}
                     for s, schedule in sorted(self._brackets().items())]
         return {"n_models": sum(b["n_models"] for b in brackets),
@@ -731,12 +733,18 @@ def _patience_epochs(patience, max_budget, eta):
     return int(patience) or None
 
 
+def _n_starting(schedule):
+    """How many trials a halving schedule ``[(n_trials, budget), ...]`` starts."""
+    n_trials, _ = schedule[0]
+    return n_trials
+
+
 def _planned_budget(schedule):
     """Epochs trained by all trials of one halving schedule, each to the last rung it reaches."""
     total = 0
-    for i, (n, budget) in enumerate(schedule):
-        leaving = n - (schedule[i + 1][0] if i + 1 < len(schedule) else 0)
-        total += leaving * budget
+    sizes = [n_trials for n_trials, _ in schedule] + [0]
+    for i, (n_trials, budget) in enumerate(schedule):
+        total += (n_trials - sizes[i + 1]) * budget
     return total
 
 

@@ -195,7 +195,8 @@ class Halving:
             self.finished.extend(ranked)
             self.rung += 1
             return
-        keep = ranked[:self.schedule[self.rung + 1][0]] if ranked else []
+        n_next, _ = self.schedule[self.rung + 1]
+        keep = ranked[:n_next] if ranked else []
         self.finished.extend(t for t in ranked if t not in keep)
         self.rung += 1
         self.queue.extend(keep)

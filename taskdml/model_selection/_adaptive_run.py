@@ -21,6 +21,7 @@ import copy
 import dataclasses
 import math
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,16 +36,16 @@ from taskdml.parallel._tasks import partial_fit_chunk
 def subsample_chunk(X, y, fraction, seed, index):
     """The rows of one chunk kept at *fraction* (a task): nested as the fraction grows."""
     keep = np.random.default_rng([seed, index]).random(len(X)) < fraction
-    return X[keep], None if y is None else y[keep]
+    return Chunk(X[keep], None if y is None else y[keep])
 
 
 def fit_parts(estimator, parts):
     """A copy of *estimator* fitted on the subsampled chunks *parts* (a task)."""
     estimator = copy.deepcopy(estimator)
-    X = np.concatenate([part[0] for part in parts])
-    if parts[0][1] is None:
+    X = np.concatenate([part.X for part in parts])
+    if parts[0].y is None:
         return estimator.fit(X)
-    return estimator.fit(X, np.concatenate([part[1] for part in parts]))
+    return estimator.fit(X, np.concatenate([part.y for part in parts]))
 
 
 def engine_step(estimator, dataset, epochs, options, seed, classes):
@@ -56,7 +57,7 @@ def engine_step(estimator, dataset, epochs, options, seed, classes):
     """
     from distributed import worker_client
 
-    from taskdml.parallel.engine import train
+    from taskdml.parallel import train
 
     seed = int(np.random.SeedSequence(seed).generate_state(1)[0])
     with worker_client() as client:
@@ -82,12 +83,47 @@ def collect(scores, metric=None):
 # The data layout.
 
 
+@dataclasses.dataclass(frozen=True)
+class SearchPlan:
+    """How a search's steps train and score, fixed before the first step runs.
+
+    The model is dask-ml's ``Results`` namedtuple: one record with names, rather than a
+    string-keyed dict that every reader has to spell the same way.
+    """
+
+    prefix: str                # key prefix: the pipeline step, or the search's own name
+    token: str                 # tokenize() of the search's inputs: its keys' token
+    seed: int                  # the search's seed: chunk orders, subsamples, engine seeds
+    metric: object             # a metric name of taskdml.metrics (chunk-wise), or None
+    scorer: object             # the scikit-learn scorer, used when metric is None
+    partial_fit: bool          # budget in epochs of partial_fit, else in subsampled rows
+    max_budget: int            # the top rung's budget
+    dtypes: tuple              # (X dtype, y dtype or None)
+    parallel: dict             # the engine's options for replicated steps; {}: chains only
+    shuffle: bool              # a new seeded chunk order per trial and epoch
+    fit_kwargs: dict           # partial_fit's keyword arguments (classes)
+
+
+class Fold(NamedTuple):
+    """One fold of chunks: the chunk indices to train on and those to validate on."""
+
+    train: list
+    valid: list
+
+
+class Chunk(NamedTuple):
+    """One chunk of the training data: its X and y (``None`` when unsupervised)."""
+
+    X: object
+    y: object
+
+
 @dataclasses.dataclass
 class Layout:
     """Chunks and folds of the training data, whatever holds them."""
 
     rows: list                 # rows per chunk
-    folds: list                # [(train chunk indices, validation chunk indices)]
+    folds: list                # [Fold(train chunk indices, validation chunk indices)]
     n_features: int
     classes: object            # numpy array for classifiers, else None
     supervised: bool
@@ -121,11 +157,12 @@ def prepare(X, y, *, client, n_chunks_min):
     dtypes = (X.dtype, None if y is None else y.dtype)
     if not isinstance(X, da.Array):
         bounds = split_rows(len(X), chunk_count(len(X), n_chunks_min))
-        chunks = [(X[a:b], None if y is None else y[a:b]) for a, b in bounds]
+        chunks = [Chunk(X[a:b], None if y is None else y[a:b]) for a, b in bounds]
         if client is not None:
             flat = client.scatter([part for chunk in chunks for part in chunk if part is not None])
             step = 1 if y is None else 2
-            chunks = [(flat[i], None if y is None else flat[i + 1]) for i in range(0, len(flat), step)]
+            chunks = [Chunk(flat[i], None if y is None else flat[i + 1])
+                      for i in range(0, len(flat), step)]
         return chunks, [b - a for a, b in bounds], dtypes
     X = X.compute_chunk_sizes() if any(math.isnan(c) for c in X.chunks[0]) else X
     if len(X.chunks[0]) < n_chunks_min:
@@ -140,7 +177,7 @@ def prepare(X, y, *, client, n_chunks_min):
     else:
         blocks = [_block_futures(a) for a in client.persist(arrays)]
     keep = [i for i, rows in enumerate(X.chunks[0]) if rows]       # empty chunks teach nothing
-    chunks = [(blocks[0][i], None if y is None else blocks[1][i]) for i in keep]
+    chunks = [Chunk(blocks[0][i], None if y is None else blocks[1][i]) for i in keep]
     return chunks, [X.chunks[0][i] for i in keep], dtypes
 
 
@@ -165,9 +202,10 @@ def make_folds(n_chunks, cv, validation_fraction, seed):
     order = [int(i) for i in np.random.default_rng([seed, 7]).permutation(n_chunks)]
     if cv is None:
         n_valid = min(n_chunks - 1, max(1, round(validation_fraction * n_chunks)))
-        return [(sorted(order[n_valid:]), sorted(order[:n_valid]))]
+        return [Fold(sorted(order[n_valid:]), sorted(order[:n_valid]))]
     groups = [sorted(order[k::cv]) for k in range(cv)]
-    return [(sorted(i for g in groups[:k] + groups[k + 1:] for i in g), groups[k]) for k in range(cv)]
+    return [Fold(sorted(i for g in groups[:k] + groups[k + 1:] for i in g), groups[k])
+            for k in range(cv)]
 
 
 def epoch_order(train, seed, trial, fold, epoch, shuffle=True):
@@ -204,13 +242,13 @@ class ClusterBackend:
         self.chunks = chunks                    # [(X future, y future or None)]
         self.layout = layout
         self.plan = plan
-        self.names = {phase: _keys.key_name(plan["prefix"], plan["token"], phase=phase)
+        self.names = {phase: _keys.key_name(plan.prefix, plan.token, phase=phase)
                       for phase in ("trial-fit", "trial-train", "trial-subsample", "trial-score",
                                     "trial-result")}
         self.pending = as_completed()
         self.handles = {}
         self.datasets = []
-        self.validation = [self._dataset(valid) if plan["metric"] else None for _, valid in layout.folds]
+        self.validation = [self._dataset(fold.valid) if plan.metric else None for fold in layout.folds]
         nthreads = client.nthreads()
         self.n_workers, self.n_threads = len(nthreads), sum(nthreads.values())
 
@@ -218,12 +256,12 @@ class ClusterBackend:
         """Dask arrays over the persisted chunks *indices* (no data moves)."""
         import dask.array as da
 
-        rows, n_features, (x_dtype, y_dtype) = self.layout.rows, self.layout.n_features, self.plan["dtypes"]
-        X = da.concatenate([da.from_delayed(self.chunks[i][0], (rows[i], n_features), x_dtype)
+        rows, n_features, (x_dtype, y_dtype) = self.layout.rows, self.layout.n_features, self.plan.dtypes
+        X = da.concatenate([da.from_delayed(self.chunks[i].X, (rows[i], n_features), x_dtype)
                             for i in indices])
         if not self.layout.supervised:
             return X, None
-        y = da.concatenate([da.from_delayed(self.chunks[i][1], (rows[i],), y_dtype) for i in indices])
+        y = da.concatenate([da.from_delayed(self.chunks[i].y, (rows[i],), y_dtype) for i in indices])
         return X, y
 
     def _dataset(self, indices):
@@ -245,7 +283,7 @@ class ClusterBackend:
     def launch(self, job):
         """Submit one step of every fold and its scoring; the handle is the score's future."""
         states, scores = self._step(job, range(self.layout.n_folds), score=True)
-        result = self.client.submit(collect, scores, self.plan["metric"],
+        result = self.client.submit(collect, scores, self.plan.metric,
                                     key=(self.names["trial-result"], job.trial.id, job.stop),
                                     priority=job.rung + 1000)
         self.handles[result] = states
@@ -256,27 +294,27 @@ class ClusterBackend:
         trial, submit, priority = job.trial, self.client.submit, job.rung
         states, scores = [], []
         for fold in folds:
-            train = list(range(len(self.chunks))) if fold == "all" else self.layout.folds[fold][0]
+            train = list(range(len(self.chunks))) if fold == "all" else self.layout.folds[fold].train
             state = trial.states[fold] if trial.states else trial.estimator
-            if not self.plan["partial_fit"]:
-                fraction = job.stop / self.plan["max_budget"]
-                parts = [submit(subsample_chunk, *self.chunks[c], fraction, self.plan["seed"], c,
+            if not self.plan.partial_fit:
+                fraction = job.stop / self.plan.max_budget
+                parts = [submit(subsample_chunk, *self.chunks[c], fraction, self.plan.seed, c,
                                 key=(self.names["trial-subsample"], job.stop, c), priority=priority)
                          for c in train]
                 state = submit(fit_parts, trial.estimator, parts,
                                key=(self.names["trial-fit"], trial.id, fold, job.stop, 0), priority=priority)
             elif job.replicas > 1:
-                options = dict(self.plan["parallel"], n_replicas=job.replicas, shuffle=self.plan["shuffle"])
+                options = dict(self.plan.parallel, n_replicas=job.replicas, shuffle=self.plan.shuffle)
                 state = submit(engine_step, state, self._published(fold, train), job.stop - job.start,
-                               options, [self.plan["seed"], trial.id + 1, _fold_number(fold) + 1, job.start],
+                               options, [self.plan.seed, trial.id + 1, _fold_number(fold) + 1, job.start],
                                self.layout.classes,
                                key=(self.names["trial-train"], trial.id, fold, job.start), priority=priority)
             else:
                 for epoch in range(job.start, job.stop):
-                    order = epoch_order(train, self.plan["seed"], trial.id, _fold_number(fold), epoch,
-                                        self.plan["shuffle"])
+                    order = epoch_order(train, self.plan.seed, trial.id, _fold_number(fold), epoch,
+                                        self.plan.shuffle)
                     for position, c in enumerate(order):
-                        state = submit(partial_fit_chunk, state, *self.chunks[c], (), self.plan["fit_kwargs"],
+                        state = submit(partial_fit_chunk, state, *self.chunks[c], (), self.plan.fit_kwargs,
                                        key=(self.names["trial-fit"], trial.id, fold, epoch, position),
                                        priority=priority)
             states.append(state)
@@ -285,14 +323,14 @@ class ClusterBackend:
         return states, scores
 
     def _score(self, state, fold, job, priority):
-        if self.plan["metric"] is not None:
+        if self.plan.metric is not None:
             from taskdml.metrics import evaluate_graph
 
-            graph = evaluate_graph(state, self.validation[fold], [self.plan["metric"]])
+            graph = evaluate_graph(state, self.validation[fold], [self.plan.metric])
             return self.client.compute(graph, priority=priority)
-        valid = self.layout.folds[fold][1]
-        return self.client.submit(score_parts, self.plan["scorer"], state,
-                                  [self.chunks[i][0] for i in valid], [self.chunks[i][1] for i in valid],
+        valid = self.layout.folds[fold].valid
+        return self.client.submit(score_parts, self.plan.scorer, state,
+                                  [self.chunks[i].X for i in valid], [self.chunks[i].y for i in valid],
                                   key=(self.names["trial-score"], job.trial.id, fold, job.stop),
                                   priority=priority)
 
@@ -344,22 +382,22 @@ class LocalBackend:
     def _step(self, job, folds, score):
         trial, states, scores = job.trial, [], []
         for fold in folds:
-            train = list(range(len(self.chunks))) if fold == "all" else self.layout.folds[fold][0]
+            train = list(range(len(self.chunks))) if fold == "all" else self.layout.folds[fold].train
             state = trial.states[fold] if trial.states else trial.estimator
-            if not self.plan["partial_fit"]:
-                fraction = job.stop / self.plan["max_budget"]
-                parts = [subsample_chunk(*self.chunks[c], fraction, self.plan["seed"], c) for c in train]
+            if not self.plan.partial_fit:
+                fraction = job.stop / self.plan.max_budget
+                parts = [subsample_chunk(*self.chunks[c], fraction, self.plan.seed, c) for c in train]
                 state = fit_parts(trial.estimator, parts)
             else:
                 for epoch in range(job.start, job.stop):
-                    for c in epoch_order(train, self.plan["seed"], trial.id, _fold_number(fold), epoch,
-                                         self.plan["shuffle"]):
-                        state = partial_fit_chunk(state, *self.chunks[c], (), self.plan["fit_kwargs"])
+                    for c in epoch_order(train, self.plan.seed, trial.id, _fold_number(fold), epoch,
+                                         self.plan.shuffle):
+                        state = partial_fit_chunk(state, *self.chunks[c], (), self.plan.fit_kwargs)
             states.append(state)
             if score:
-                valid = self.layout.folds[fold][1]
-                scores.append(score_parts(self.plan["scorer"], state, [self.chunks[i][0] for i in valid],
-                                          [self.chunks[i][1] for i in valid]))
+                valid = self.layout.folds[fold].valid
+                scores.append(score_parts(self.plan.scorer, state, [self.chunks[i].X for i in valid],
+                                          [self.chunks[i].y for i in valid]))
         return states, scores
 
     def wait(self):
