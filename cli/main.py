@@ -1,7 +1,7 @@
 """The ``taskdml`` command: parse, call one library function, print.
 
 Heavy imports (dask, scikit-learn) happen inside command bodies so ``--help`` stays fast.
-Errors the user can fix print one message and exit with the code DESIGN.md documents;
+Errors the user can fix print one message and exit with their code from ``EXIT_CODES``;
 ``--verbose`` or ``TASKDML_FULL_ERROR=1`` adds the traceback.
 """
 
@@ -12,8 +12,18 @@ import traceback
 
 import click
 
-EXIT_CODES = """Exit codes: 0 success, 1 a step failed, 2 usage error, 3 invalid pipeline,
-4 cluster unavailable, 5 run not found / resume impossible, 130 interrupted."""
+# The one table of exit codes: `--help` prints it and README quotes the same sentence (a test
+# compares them, and compares each exception's exit_code with it).
+EXIT_CODES = (
+    (0, "success"),
+    (1, "a step failed"),
+    (2, "usage error"),
+    (3, "invalid pipeline"),
+    (4, "cluster unavailable"),
+    (5, "run not found"),
+    (130, "interrupted"),
+)
+EXIT_CODES_TEXT = "Exit codes: " + " · ".join(f"{code} {text}" for code, text in EXIT_CODES) + "."
 
 
 class TaskdmlClickError(click.ClickException):
@@ -52,20 +62,29 @@ def _verbose():
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "TASKDML"},
-             epilog=EXIT_CODES)
+             epilog=EXIT_CODES_TEXT)
 @click.version_option(package_name="taskdml", prog_name="taskdml")
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks of errors.")
 def cli(verbose):
     """Run machine-learning pipelines on Dask."""
 
 
-@cli.command(epilog=EXIT_CODES)
+def _run_dir_option(function):
+    """``--run-dir`` of every command that reads or writes runs.
+
+    The default folder is the library's (``taskdml.runs.DEFAULT_ROOT``, used when the option
+    is absent); it is only named here, in the help, and a test checks that the two agree.
+    """
+    return click.option("--run-dir", type=click.Path(file_okay=False),
+                        help="Folder of the run directories [default: .taskdml/runs].")(function)
+
+
+@cli.command(epilog=EXIT_CODES_TEXT)
 @click.argument("pipeline_file", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
 @click.option("--scheduler", metavar="ADDRESS", help="Use a running scheduler (tcp://127.0.0.1:8786).")
 @click.option("--workers", type=click.IntRange(min=1), help="Workers of the embedded LocalCluster.")
-@click.option("--run-dir", type=click.Path(file_okay=False), default=".taskdml/runs", show_default=True,
-              help="Folder that receives the run directory.")
+@_run_dir_option
 @click.option("--dry-run", is_flag=True, help="Validate and print the plan; run nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 @_errors
@@ -74,6 +93,7 @@ def run(pipeline_file, overrides, scheduler, workers, run_dir, dry_run, as_json)
     from taskdml import load_pipeline, run_pipeline
     from taskdml.exceptions import StepFailed
     from taskdml.render import render
+    from taskdml.runs import run_summary
 
     from cli.progress import Progress
 
@@ -92,8 +112,8 @@ def run(pipeline_file, overrides, scheduler, workers, run_dir, dry_run, as_json)
         result = run_pipeline(pipeline, run_root=run_dir, scheduler=scheduler, n_workers=workers,
                               on_event=progress)
     except StepFailed as error:
-        if as_json:
-            click.echo(json.dumps(_summary_from_dir(error.run_dir, error.exit_code), indent=2))
+        if as_json and error.run_dir is not None:
+            click.echo(json.dumps(run_summary(error.run_dir, exit_code=error.exit_code), indent=2))
         click.echo(f"\nrun failed; what finished is kept in {error.run_dir}\n"
                    f"see it with: taskdml runs show {error.run_dir}", err=True)
         raise
@@ -101,7 +121,7 @@ def run(pipeline_file, overrides, scheduler, workers, run_dir, dry_run, as_json)
         click.echo("\ninterrupted; the run directory keeps what finished.", err=True)
         sys.exit(130)
     if as_json:
-        click.echo(json.dumps(_summary_from_dir(result.path, 0), indent=2))
+        click.echo(json.dumps(run_summary(result.path, exit_code=0), indent=2))
     else:
         order = [step.name for step in pipeline.ordered_steps()]
         click.echo(_results_table({name: result.steps[name] for name in order if name in result.steps},
@@ -114,17 +134,6 @@ def _local(pipeline, workers):
 
     n = workers or pipeline.cluster.get("n_workers") or default_workers()
     return f"embedded LocalCluster on 127.0.0.1 with {n} workers"
-
-
-def _summary_from_dir(path, exit_code):
-    manifest = json.loads(open(os.path.join(path, "manifest.json"), encoding="utf-8").read())
-    metrics_file = os.path.join(path, "metrics.json")
-    metrics = json.loads(open(metrics_file, encoding="utf-8").read()) if os.path.exists(metrics_file) else {}
-    return {"run_id": manifest["run_id"], "run_dir": str(path), "status": manifest["status"],
-            "exit_code": exit_code, "duration_s": manifest.get("duration_s"),
-            "steps": {name: {k: v for k, v in entry.items() if k != "traceback"}
-                      for name, entry in manifest.get("steps", {}).items()},
-            "metrics": metrics}
 
 
 def _results_table(steps, metrics):
@@ -156,7 +165,7 @@ def _metric_lines(values, indent):
     return lines
 
 
-@cli.command(epilog=EXIT_CODES)
+@cli.command(epilog=EXIT_CODES_TEXT)
 @click.argument("pipeline_file", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
 @_errors
@@ -168,7 +177,7 @@ def validate(pipeline_file, overrides):
     click.echo(f"{pipeline_file}: valid pipeline {pipeline.name!r} with {len(pipeline.steps)} steps.")
 
 
-@cli.command(epilog=EXIT_CODES)
+@cli.command(epilog=EXIT_CODES_TEXT)
 @click.argument("pipeline_file", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
 @click.option("--format", "fmt", type=click.Choice(["text", "mermaid", "dot", "json"]), default="text",
@@ -188,39 +197,38 @@ def runs():
 
 
 @runs.command("list")
-@click.option("--run-dir", type=click.Path(file_okay=False), default=".taskdml/runs", show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@_run_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON on stdout.")
 def runs_list(run_dir, as_json):
     """List the runs under --run-dir, oldest first."""
-    from taskdml.runs import list_runs
+    from taskdml.runs import DEFAULT_ROOT, list_runs
 
     entries = list_runs(run_dir)
     if as_json:
-        click.echo(json.dumps([{k: e.get(k) for k in ("run_id", "pipeline", "status", "duration_s", "path")}
-                               for e in entries], indent=2))
+        keys = ("run_id", "pipeline", "status", "duration_s", "path")
+        click.echo(json.dumps([{k: e.get(k) for k in keys} for e in entries], indent=2))
         return
     if not entries:
-        click.echo(f"no runs under {run_dir}")
+        click.echo(f"no runs under {run_dir or DEFAULT_ROOT}")
     for entry in entries:
-        click.echo(f"{entry['run_id']}  {entry.get('pipeline', '?'):<20} {entry.get('status', '?'):<11} "
-                   f"{entry.get('duration_s', '')}s")
+        click.echo(f"{entry['run_id']}  {entry.get('pipeline', '?'):<20} "
+                   f"{entry.get('status', '?'):<11} {entry.get('duration_s', '')}s")
 
 
-@runs.command("show")
+@runs.command("show", epilog=EXIT_CODES_TEXT)
 @click.argument("run")
-@click.option("--run-dir", type=click.Path(file_okay=False), default=".taskdml/runs", show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@_run_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print the run's summary as JSON on stdout.")
 @_errors
 def runs_show(run, run_dir, as_json):
     """Show RUN (an id, an id prefix, a path, or 'latest')."""
-    from taskdml.runs import find_run
+    from taskdml.runs import run_summary
 
-    manifest = find_run(run, run_dir)
-    summary = _summary_from_dir(manifest["path"], 0 if manifest.get("status") == "succeeded" else 1)
+    summary = run_summary(run, run_dir)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
-    click.echo(f"run {summary['run_id']} of {manifest.get('pipeline')}: {summary['status']} "
+    click.echo(f"run {summary['run_id']} of {summary['pipeline']}: {summary['status']} "
                f"in {summary['duration_s']}s ({summary['run_dir']})")
     click.echo(_results_table(summary["steps"], summary["metrics"]))
 
@@ -228,24 +236,25 @@ def runs_show(run, run_dir, as_json):
 @cli.command()
 def schema():
     """Print the JSON Schema of the pipeline file format."""
-    from taskdml._schema import SCHEMA
+    from taskdml import schema
 
-    click.echo(json.dumps(SCHEMA, indent=2))
+    click.echo(json.dumps(schema(), indent=2))
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the versions as JSON on stdout.")
 def version(as_json):
     """Print the versions of taskdml and its stack."""
-    from taskdml.runner import _versions
+    from taskdml import versions
 
-    versions = _versions()
+    found = versions()
     if as_json:
-        click.echo(json.dumps(versions, indent=2))
+        click.echo(json.dumps(found, indent=2))
     else:
-        for name, value in versions.items():
+        for name, value in found.items():
             click.echo(f"{name:<14} {value}")
 
 
 def main():
+    """The ``taskdml`` console script."""
     cli(prog_name="taskdml")

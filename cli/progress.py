@@ -6,6 +6,8 @@ import time
 
 import click
 
+from taskdml.cluster import NO_DASHBOARD
+
 SYMBOLS = {"pending": "·", "running": "▶", "completed": "✓", "failed": "✗", "skipped": "-"}
 
 
@@ -43,8 +45,10 @@ class Progress:
         kind = event["event"]
         with self.lock:
             if kind == "run_started":
+                dashboard = (f"dashboard: {event['dashboard']}" if event["dashboard"]
+                             else NO_DASHBOARD)
                 self._line(f"taskdml: running {event['pipeline']} on {event['workers']} workers "
-                           f"({event['threads']} threads); dashboard: {event['dashboard']}")
+                           f"({event['threads']} threads); {dashboard}")
                 if event.get("run_dir"):
                     self._line(f"run directory: {event['run_dir']}")
             elif kind.startswith("step_"):

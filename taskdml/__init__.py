@@ -11,21 +11,22 @@ Examples
 >>> run = taskdml.run_pipeline(pipeline)  # doctest: +SKIP
 """
 
-from taskdml.exceptions import (ClusterUnavailable, DataError, PipelineError, ResumeImpossible,
+from taskdml._pipeline import Pipeline, Step
+from taskdml._runner import Run, run_pipeline
+from taskdml._schema import schema
+from taskdml._versions import versions
+from taskdml.exceptions import (ClusterUnavailable, DataError, PipelineError, RunNotFound,
                                 StepFailed, TaskdmlError)
 from taskdml.metrics import available_metrics, evaluate
 from taskdml.model_selection import (ASHASearchCV, GridSearchCV, HyperbandSearchCV,
                                      RandomizedSearchCV, SuccessiveHalvingSearchCV)
-from taskdml.parallel.engine import SequentialFallbackWarning, TrainResult, train
-from taskdml.parallel.estimator import DataParallel
-from taskdml.parallel.merge import (MergeRule, get_merge_rule, register_merge, register_unmergeable,
-                                    unmergeable_reason)
-from taskdml.pipeline import Pipeline, Step
-from taskdml.runner import Run, run_pipeline
+from taskdml.parallel import (DataParallel, MergeRule, SequentialFallbackWarning, TrainResult,
+                              get_merge_rule, register_merge, register_unmergeable, train,
+                              unmergeable_reason)
 from taskdml.spec import dump_pipeline, load_pipeline, loads_pipeline
 from taskdml.steps.call import builds_graph
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place the version is written; pyproject.toml reads it
 
 __all__ = [
     "ASHASearchCV",
@@ -39,8 +40,8 @@ __all__ = [
     "MergeRule",
     "Pipeline",
     "PipelineError",
-    "ResumeImpossible",
     "Run",
+    "RunNotFound",
     "SequentialFallbackWarning",
     "Step",
     "StepFailed",
@@ -57,6 +58,8 @@ __all__ = [
     "register_merge",
     "register_unmergeable",
     "run_pipeline",
+    "schema",
     "train",
     "unmergeable_reason",
+    "versions",
 ]

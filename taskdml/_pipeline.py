@@ -143,7 +143,7 @@ class Step:
                 step, _, output = ref.partition(".")
                 yield argument, (position if not isinstance(refs, str) else None), step, output or None
 
-    def items(self):
+    def foreach_items(self):
         """The fan-out: ``[(label, kwargs)]``, or ``[(None, {})]`` for a step without foreach."""
         if self.foreach is None:
             return [(None, {})]
@@ -394,7 +394,7 @@ def _metric_problems(step):
 def _estimator_value_problems(step, target):
     """Let scikit-learn check parameter values now rather than when the fit starts."""
     problems = []
-    for label, item in step.items():
+    for label, item in step.foreach_items():
         estimator = target(**thaw(step.with_ or {}), **item)
         try:
             validate = estimator._validate_params  # scikit-learn >= 1.2 estimators
@@ -410,7 +410,8 @@ def _estimator_value_problems(step, target):
 
 def _argument_problems(step, target):
     """Check ``with``, ``inputs`` and ``foreach`` against the callable's parameters."""
-    foreach = [("foreach", key) for key in sorted({key for _, item in step.items() for key in item})]
+    keys = {key for _, item in step.foreach_items() for key in item}
+    foreach = [("foreach", key) for key in sorted(keys)]
     if step.kind in ("fit", "search"):
         if not (isinstance(target, type) and hasattr(target, "fit")):
             return [((step.kind,), f"{step.target!r} is not an estimator class with a fit method.")]

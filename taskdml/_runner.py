@@ -26,7 +26,8 @@ import traceback
 
 from taskdml import _keys
 from taskdml.exceptions import StepFailed, TaskdmlError
-from taskdml.runs import DEFAULT_ROOT, RunDirectory, load_model
+from taskdml._versions import versions
+from taskdml.runs import RunDirectory, load_model
 from taskdml.steps import KINDS
 
 MAX_CONCURRENT_STEPS = 16
@@ -71,37 +72,37 @@ class StepContext:
     client: object
     pipeline: object
     step: object
-    record: object
+    recorder: object
 
     def save_model(self, model, item=None):
         """Persist *model* in the run directory (if recording) and note it in the manifest."""
-        if self.record.directory is not None:
+        if self.recorder.directory is not None:
             name = self.step.name if item is None else f"{self.step.name}[{item}]"
-            artifact = self.record.directory.save_model(name, model)
-            self.record.add_artifact(self.step.name, "model" if item is None else f"model[{item}]",
+            artifact = self.recorder.directory.save_model(name, model)
+            self.recorder.add_artifact(self.step.name, "model" if item is None else f"model[{item}]",
                                      artifact)
 
     def record_training(self, result, item=None):
         """Note the engine's strategy, history and facts of a fit in the manifest."""
         entry = {"strategy": result.strategy, "history": result.history,
                  "stats": {k: v for k, v in result.stats.items()}}
-        self.record.step(self.step.name, training=entry if item is None else {
-            **self.record.steps.get(self.step.name, {}).get("training", {}), item: entry})
+        self.recorder.step(self.step.name, training=entry if item is None else {
+            **self.recorder.steps.get(self.step.name, {}).get("training", {}), item: entry})
 
     def record_search(self, trials, plot):
         """Write a search's ``trials.csv`` and its picture (``plot(path)``) to the run directory."""
-        if self.record.directory is None:
+        if self.recorder.directory is None:
             return
-        directory, name = self.record.directory, f"trials-{self.step.name}"
+        directory, name = self.recorder.directory, f"trials-{self.step.name}"
         directory.write_text(f"{name}.csv", trials.to_csv(index=False))
         directory.write_with(f"{name}.png", plot)
-        self.record.add_artifact(self.step.name, "trials", {"path": f"{name}.csv", "format": "csv"})
-        self.record.add_artifact(self.step.name, "plot", {"path": f"{name}.png", "format": "png"})
+        self.recorder.add_artifact(self.step.name, "trials", {"path": f"{name}.csv", "format": "csv"})
+        self.recorder.add_artifact(self.step.name, "plot", {"path": f"{name}.png", "format": "png"})
 
     def record_metrics(self, values):
-        self.record.metrics[self.step.name] = values
-        if self.record.directory is not None:
-            self.record.directory.record_metrics(self.step.name, values)
+        self.recorder.metrics[self.step.name] = values
+        if self.recorder.directory is not None:
+            self.recorder.directory.record_metrics(self.step.name, values)
 
 
 class _Recorder:
@@ -136,7 +137,7 @@ class _Recorder:
             self.on_event(event)
 
 
-def run_pipeline(pipeline, client=None, *, run_root=DEFAULT_ROOT, record=True, scheduler=None,
+def run_pipeline(pipeline, client=None, *, run_root=None, record=True, scheduler=None,
                  n_workers=None, on_event=None):
     """Run *pipeline* and return a :class:`Run`.
 
@@ -146,8 +147,9 @@ def run_pipeline(pipeline, client=None, *, run_root=DEFAULT_ROOT, record=True, s
     client : distributed.Client, optional
         Run on this client's cluster. Otherwise the pipeline's ``cluster`` block (or
         *scheduler*, *n_workers*) decides, and a cluster started here is closed at the end.
-    run_root : path, default ``.taskdml/runs``
-        Where the run directory is created.
+    run_root : path, optional
+        Where the run directory is created; default :data:`taskdml.runs.DEFAULT_ROOT`
+        (``.taskdml/runs`` in the working directory).
     record : bool, default True
         Write a run directory.
     scheduler : str, optional
@@ -189,7 +191,7 @@ def run_pipeline(pipeline, client=None, *, run_root=DEFAULT_ROOT, record=True, s
             info = clusters.describe(active)
             if directory is not None:
                 directory.update_manifest(pipeline=pipeline.name, status="running",
-                                          cluster=info, versions=_versions())
+                                          cluster=info, versions=versions())
             recorder.event("run_started", pipeline=pipeline.name, run_id=_run_id(directory),
                            run_dir=str(directory.path) if directory else None, **info)
             with active.as_current():  # entered once here: dask's config is process-wide
@@ -229,19 +231,6 @@ def _write_definition(directory, pipeline):
                               source=source.path if source else None, overrides=list(overrides),
                               steps={step.name: {"kind": step.kind, "state": "pending"}
                                      for step in pipeline.steps})
-
-
-def _versions():
-    import importlib.metadata
-
-    names = ("taskdml", "dask", "distributed", "scikit-learn", "xarray", "numpy", "pandas")
-    versions = {}
-    for name in names:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
 
 
 def _execute(pipeline, client, recorder):
@@ -302,7 +291,7 @@ def _run_step(pipeline, step, inputs, client, recorder):
 
     started = time.perf_counter()
     try:
-        items = [label for label, _ in step.items() if label is not None]
+        items = [label for label, _ in step.foreach_items() if label is not None]
         recorder.step(step.name, state="running",
                       started=datetime.datetime.now().isoformat(timespec="seconds"))
         recorder.event("step_started", step=step.name, kind=step.kind, items=items)

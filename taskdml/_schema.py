@@ -4,8 +4,10 @@ The schema is the single description of the format: ``taskdml schema`` publishes
 editors, and :func:`check` walks a loaded file against it to report every problem with its key
 path, what was expected, what was found and, for a mistyped key, the closest allowed one.
 Only the JSON Schema keywords used here are implemented. Rules that span several keys (step
-references, cycles, which keys a step kind allows) live in :mod:`taskdml.pipeline`.
+references, cycles, which keys a step kind allows) live in :mod:`taskdml._pipeline`.
 """
+
+import copy
 
 from taskdml.exceptions import did_you_mean
 
@@ -194,6 +196,24 @@ _NAMES = {
     "boolean": "true or false",
     "null": "null",
 }
+
+
+def schema():
+    """The JSON Schema of the pipeline file format (a copy the caller may change).
+
+    Returns
+    -------
+    dict
+        A JSON Schema (draft 2020-12) that every valid pipeline file satisfies; ``taskdml
+        schema`` prints it for editors.
+
+    Examples
+    --------
+    >>> import taskdml
+    >>> taskdml.schema()["properties"]["taskdml"]
+    {'const': 1, 'description': 'the format version: 1'}
+    """
+    return copy.deepcopy(SCHEMA)
 
 
 def check(value, schema, path=()):

@@ -13,7 +13,7 @@ import logging
 import os
 
 from taskdml.exceptions import ClusterUnavailable
-from taskdml.pipeline import resolve_callable
+from taskdml._pipeline import resolve_callable
 
 CLUSTER_CLASSES = ("distributed", "distributed.*", "dask_jobqueue", "dask_jobqueue.*",
                    "dask_kubernetes", "dask_kubernetes.*", "dask_cloudprovider.*", "dask_gateway")
@@ -100,15 +100,62 @@ def _client(target, what):
 
 
 def describe(client):
-    """What the run ran on, for the manifest: scheduler, dashboard, workers, threads."""
+    """What the run ran on, for the manifest and the progress line.
+
+    Parameters
+    ----------
+    client : distributed.Client
+
+    Returns
+    -------
+    dict
+        ``scheduler`` (address), ``dashboard`` (the link, or ``None`` when the scheduler serves
+        no dashboard), ``workers``, ``threads`` and ``cluster`` (the deployment's class name,
+        or ``"address"`` for a scheduler reached by address).
+    """
     threads = client.nthreads()
     return {
         "scheduler": client.scheduler.address,
-        "dashboard": client.dashboard_link,
+        "dashboard": client.dashboard_link if serves_dashboard(client) else None,
         "workers": len(threads),
         "threads": sum(threads.values()),
         "cluster": type(client.cluster).__name__ if client.cluster is not None else "address",
     }
+
+
+NO_DASHBOARD = ("no dashboard: the scheduler serves none (it needs bokeh>=3.1 installed where "
+                "it runs, and its dashboard enabled)")
+
+
+def serves_dashboard(client):
+    """Whether the scheduler of *client* really serves the Bokeh dashboard.
+
+    A scheduler always answers HTTP on its dashboard port (health, metrics, a page asking for
+    bokeh), so ``client.dashboard_link`` alone does not say a dashboard is there: this asks
+    the scheduler whether a Bokeh application is mounted on its HTTP server.
+
+    Parameters
+    ----------
+    client : distributed.Client
+
+    Returns
+    -------
+    bool
+        ``False`` also when the scheduler refuses to run the check.
+    """
+    try:
+        return bool(client.run_on_scheduler(_bokeh_mounted))
+    except Exception:  # a scheduler that forbids run_on_scheduler: nothing proves a dashboard
+        return False
+
+
+def _bokeh_mounted(dask_scheduler):
+    try:
+        from bokeh.server.tornado import BokehTornado
+    except ImportError:
+        return False
+    application = getattr(dask_scheduler, "http_application", None)
+    return any(isinstance(app, BokehTornado) for app in getattr(application, "applications", ()))
 
 
 def _kwargs(kwargs):

@@ -2,7 +2,7 @@
 
 ``TaskdmlError`` is the base. Each subclass also subclasses the builtin it refines, so code
 written for scikit-learn (``except ValueError``) still catches it, and carries the exit code
-the CLI uses for it (see DESIGN.md, "Exit codes").
+the CLI uses for it (the table is ``cli.main.EXIT_CODES``; README, "Command line").
 """
 
 import difflib
@@ -53,8 +53,12 @@ class ClusterUnavailable(TaskdmlError, ConnectionError):
     exit_code = 4
 
 
-class ResumeImpossible(TaskdmlError, LookupError):
-    """A run to resume or show does not exist or does not match."""
+class RunNotFound(TaskdmlError, LookupError):
+    """No recorded run matches the name given, or a run holds no model for the step asked.
+
+    Raised by :func:`taskdml.runs.find_run` (an unknown or ambiguous id) and
+    :func:`taskdml.runs.load_model`; the message names the run and how to list the recorded ones.
+    """
 
     exit_code = 5
 

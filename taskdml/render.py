@@ -27,7 +27,7 @@ def _text(pipeline):
         line = f"  {step.name:<{width}}  {step.kind:<8}  {_target(step)}"
         if sources:
             line += f"  <- {', '.join(sources)}"
-        items = [label for label, _ in step.items() if label]
+        items = [label for label, _ in step.foreach_items() if label]
         if items:
             line += f"  [{len(items)} items: {'; '.join(items[:4])}{' ...' if len(items) > 4 else ''}]"
         lines.append(line)

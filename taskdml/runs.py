@@ -22,9 +22,10 @@ import tempfile
 import threading
 from pathlib import Path
 
-from taskdml.exceptions import ResumeImpossible, did_you_mean
+from taskdml.exceptions import RunNotFound, did_you_mean
 
 DEFAULT_ROOT = Path(".taskdml") / "runs"
+"""Where runs are recorded when no folder is given (relative to the working directory)."""
 
 
 def atomic_write(path, data):
@@ -48,10 +49,10 @@ def _json(value):
 class RunDirectory:
     """The folder of one run, written as the run goes."""
 
-    def __init__(self, root=DEFAULT_ROOT, run_id=None):
+    def __init__(self, root=None, run_id=None):
         now = datetime.datetime.now()
         self.run_id = run_id or f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
-        self.path = Path(root) / self.run_id
+        self.path = Path(DEFAULT_ROOT if root is None else root) / self.run_id
         self.path.mkdir(parents=True, exist_ok=False)
         self._lock = threading.Lock()
         self.manifest = {"run_id": self.run_id, "created": now.isoformat(timespec="seconds")}
@@ -114,7 +115,26 @@ class RunDirectory:
 
 
 def load_model(run_path, step):
-    """Load a model a run saved (skops files are loaded with only trusted types)."""
+    """Load a model a run saved.
+
+    Parameters
+    ----------
+    run_path : path
+        The run directory.
+    step : str
+        The step name, or ``"step[item]"`` for one item of a ``foreach`` step.
+
+    Returns
+    -------
+    estimator
+        skops files are loaded with only the types skops trusts; joblib files (written where
+        skops could not persist the model) with joblib.
+
+    Raises
+    ------
+    RunNotFound
+        When the run saved no model for *step*.
+    """
     folder = Path(run_path) / "models"
     skops_file, joblib_file = folder / f"{step}.skops", folder / f"{step}.joblib"
     if skops_file.exists():
@@ -125,33 +145,109 @@ def load_model(run_path, step):
         import joblib
 
         return joblib.load(joblib_file)
-    raise ResumeImpossible(f"run {run_path} saved no model for step {step!r}.")
+    raise RunNotFound(f"run {run_path} saved no model for step {step!r}; the artifacts of "
+                      f"each step are listed in {Path(run_path) / 'manifest.json'}.")
 
 
-def list_runs(root=DEFAULT_ROOT):
-    """Manifests of the runs under *root*, oldest first."""
-    root = Path(root)
+def list_runs(root=None):
+    """Manifests of the runs under *root*, oldest first.
+
+    Parameters
+    ----------
+    root : path, optional
+        The folder of run directories; default :data:`DEFAULT_ROOT` (``.taskdml/runs``).
+
+    Returns
+    -------
+    list of dict
+        Each run's ``manifest.json`` with its ``path`` added; unreadable manifests are skipped.
+    """
+    root = Path(DEFAULT_ROOT if root is None else root)
     runs = []
     for manifest in sorted(root.glob("*/manifest.json")):
         try:
-            runs.append(json.loads(manifest.read_text(encoding="utf-8")) | {"path": str(manifest.parent)})
+            runs.append(_read_json(manifest) | {"path": str(manifest.parent)})
         except (OSError, ValueError):
             continue
     return runs
 
 
-def find_run(run, root=DEFAULT_ROOT):
-    """The manifest of *run*: an id, a unique id prefix, a path, or ``latest``."""
+def find_run(run, root=None):
+    """The manifest of *run*: an id, a unique id prefix, a path, or ``latest``.
+
+    Parameters
+    ----------
+    run : str or path
+        A run id, a prefix that matches one run id, a run directory, or ``"latest"``.
+    root : path, optional
+        The folder of run directories; default :data:`DEFAULT_ROOT` (``.taskdml/runs``).
+
+    Returns
+    -------
+    dict
+        The run's ``manifest.json`` with its ``path`` added.
+
+    Raises
+    ------
+    RunNotFound
+        When no run matches, or a prefix matches several; the message names *run* and how to
+        list the recorded runs.
+    """
+    root = Path(DEFAULT_ROOT if root is None else root)
     runs = list_runs(root)
     if run == "latest" and runs:
         return runs[-1]
     if Path(run, "manifest.json").exists():
-        return json.loads(Path(run, "manifest.json").read_text(encoding="utf-8")) | {"path": str(run)}
-    matches = [entry for entry in runs if entry["run_id"].startswith(run)]
+        return _read_json(Path(run, "manifest.json")) | {"path": str(run)}
+    matches = [entry for entry in runs if entry["run_id"].startswith(str(run))]
     if len(matches) == 1:
         return matches[0]
-    ids = [entry["run_id"] for entry in runs]
+    listing = "taskdml runs list" + ("" if root == DEFAULT_ROOT else f" --run-dir {root}")
     if not matches:
-        raise ResumeImpossible(f"no run {run!r} under {root}.{did_you_mean(run, ids)} "
-                               "'taskdml runs list' shows the runs.")
-    raise ResumeImpossible(f"{run!r} matches {len(matches)} runs: {', '.join(m['run_id'] for m in matches)}.")
+        ids = [entry["run_id"] for entry in runs]
+        held = f"{len(runs)} recorded runs" if runs else "no recorded runs"
+        raise RunNotFound(f"no run {run!r} under {root} ({held}).{did_you_mean(run, ids)} "
+                          f"See the recorded runs with '{listing}'.")
+    raise RunNotFound(f"{run!r} matches {len(matches)} runs under {root}: "
+                      f"{', '.join(m['run_id'] for m in matches)}. Give more of the id; "
+                      f"'{listing}' shows them all.")
+
+
+def run_summary(run, root=None, *, exit_code=None):
+    """What a recorded run did, as one JSON-able dict (``taskdml runs show --json``).
+
+    Parameters
+    ----------
+    run : str or path
+        Anything :func:`find_run` accepts: an id, an id prefix, a run directory or ``"latest"``.
+    root : path, optional
+        The folder of run directories; default :data:`DEFAULT_ROOT` (``.taskdml/runs``).
+    exit_code : int, optional
+        The exit code to report; default 0 for a run that succeeded and 1 otherwise.
+
+    Returns
+    -------
+    dict
+        ``run_id``, ``pipeline``, ``run_dir``, ``status``, ``exit_code``, ``duration_s``,
+        ``steps`` (each step's manifest entry without its traceback) and ``metrics``.
+
+    Raises
+    ------
+    RunNotFound
+        When *run* matches no recorded run, or several.
+    """
+    manifest = find_run(run, root)
+    metrics_file = Path(manifest["path"], "metrics.json")
+    metrics = _read_json(metrics_file) if metrics_file.exists() else {}
+    if exit_code is None:
+        exit_code = 0 if manifest.get("status") == "succeeded" else 1
+    return {"run_id": manifest["run_id"], "pipeline": manifest.get("pipeline"),
+            "run_dir": str(manifest["path"]), "status": manifest["status"],
+            "exit_code": exit_code, "duration_s": manifest.get("duration_s"),
+            "steps": {name: {k: v for k, v in entry.items() if k != "traceback"}
+                      for name, entry in manifest.get("steps", {}).items()},
+            "metrics": metrics}
+
+
+def _read_json(path):
+    return json.loads(Path(path).read_text(encoding="utf-8"))

@@ -14,7 +14,7 @@ and column of the offending key (see :mod:`taskdml._yaml`):
    Environment values are parsed like command-line values (``SEED=3`` gives the integer 3),
    where OmegaConf would need ``oc.decode``;
 4. **validate** against the JSON Schema (:mod:`taskdml._schema`) and build the
-   :class:`~taskdml.pipeline.Pipeline`, which checks references, cycles and callables.
+   :class:`~taskdml.Pipeline`, which checks references, cycles and callables.
 """
 
 import dataclasses
@@ -27,7 +27,7 @@ import yaml
 from taskdml import _schema
 from taskdml._yaml import Location, load_with_locations, parse_scalar
 from taskdml.exceptions import PipelineError, did_you_mean, dotted
-from taskdml.pipeline import Pipeline, Step
+from taskdml._pipeline import Pipeline, Step
 
 SECTIONS = tuple(_schema.SCHEMA["properties"])
 _INTERPOLATION = re.compile(r"(?<!\\)\$\{([^}]*)\}")

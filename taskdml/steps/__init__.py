@@ -1,6 +1,6 @@
 """The built-in step kinds: what each one accepts, what it returns, and where its code lives.
 
-A kind is declared here once; :mod:`taskdml.pipeline` validates steps against these
+A kind is declared here once; :mod:`taskdml._pipeline` validates steps against these
 declarations and the runner imports ``run`` only when a step of that kind executes, so
 validating a file stays fast.
 """

@@ -16,7 +16,7 @@ import operator
 
 from taskdml import _keys
 from taskdml.exceptions import StepFailed
-from taskdml.pipeline import resolve_callable, thaw
+from taskdml._pipeline import resolve_callable, thaw
 
 
 def builds_graph(function):
@@ -35,7 +35,7 @@ def is_graph_builder(function):
 def run(step, inputs, context):
     """Run a ``call`` step; return ``{output: value}`` (``{output: {item: value}}`` for foreach)."""
     function = resolve_callable(step.target, context.pipeline.allow)
-    items = step.items()
+    items = step.foreach_items()
     run_item = _build if is_graph_builder(function) else _submit
     results = [run_item(function, step, {**thaw(step.with_ or {}), **inputs, **kwargs}, index, context)
                for index, (_, kwargs) in enumerate(items)]

@@ -9,8 +9,8 @@ its own client thread, in the step's context (client, span and key names).
 import concurrent.futures
 import contextvars
 
-from taskdml.parallel.engine import train
-from taskdml.pipeline import resolve_callable, thaw
+from taskdml.parallel import train
+from taskdml._pipeline import resolve_callable, thaw
 
 
 def run(step, inputs, context):
@@ -29,7 +29,7 @@ def run(step, inputs, context):
         context.record_training(result, item=label)
         return result.estimator
 
-    items = step.items()
+    items = step.foreach_items()
     if items[0][0] is None:
         return {"model": fit_item(None, {})}
     with concurrent.futures.ThreadPoolExecutor(len(items), thread_name_prefix=step.name) as pool:

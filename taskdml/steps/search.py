@@ -9,7 +9,7 @@ parameters and the trials table; the run directory gets ``trials.csv`` and ``tri
 from taskdml.model_selection._report import plot_trials, trials_frame
 from taskdml.model_selection._space import from_spec
 from taskdml.parallel._tasks import transformed
-from taskdml.pipeline import resolve_callable, thaw
+from taskdml._pipeline import resolve_callable, thaw
 from taskdml.steps.fit import as_transformers
 
 
