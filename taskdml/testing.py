@@ -3,7 +3,8 @@
 :func:`check_merge` runs a merge rule the way the data-parallel engine does -- a prepared
 start, replicas trained on different chunks, a merge, a second round from the merged
 estimator -- and checks the laws every rule must keep, and for exact rules the laws that
-make them exact. It needs no Dask.
+make them exact, and for averaging rules the laws that tell an average from a wrong one
+(a copy of one replica, a sum, an unweighted mean). It needs no Dask.
 """
 
 import copy
@@ -13,7 +14,7 @@ import numpy as np
 
 from taskdml._sklearn_compat import _num_samples, _safe_indexing
 from taskdml.parallel._merge_registry import _START_ATTR, _merge_with, _prepare_with
-from taskdml.parallel.merge import MergeRule, get_merge_rule, unmergeable_reason
+from taskdml.parallel import MergeRule, get_merge_rule, unmergeable_reason
 
 __all__ = ["check_merge"]
 
@@ -121,6 +122,183 @@ def _arrays(value, seen=None):
             yield from _arrays(item, seen)
 
 
+# -- the laws of an average ---------------------------------------------------------------
+#
+# Which learned arrays a built-in rule averages (a weighted mean by rows seen, so each lies
+# in the replicas' convex hull), by family. The other families cannot keep these laws, and
+# wrong rules break their other laws instead:
+# - exact families (naive Bayes, scalers, IncrementalPCA) add statistics or pool moments:
+#   a sum is right for them, and law (d), equality with one pass, tells a wrong rule;
+# - "minibatch-kmeans" pools the points each centre absorbed, so a merged centre moves as
+#   far as all the round's points take it, outside the replicas' hull when they all pulled
+#   it the same way; "minibatch-nmf" adds decayed update sums and recomputes H from them;
+# - the ASGD running means (``_average_coef``) are pooled over all iterates, not averaged;
+# - "stateless" (HashingVectorizer) learns nothing: any replica is the merge;
+# - meta-estimators hold sub-estimators: their averaged arrays are the wrapped family's.
+_AVERAGED = {
+    "linear-sgd": lambda e: (
+        ("_standard_coef", "_standard_intercept")
+        if e.average
+        else ("coef_", "intercept_", "offset_")
+    ),
+    "mlp": lambda e: ("coefs_", "intercepts_"),
+    "rbm": lambda e: ("components_", "intercept_hidden_", "intercept_visible_"),
+    "online-lda": lambda e: ("components_",),
+    "dictionary-learning": lambda e: ("components_", "_A", "_B"),
+}
+# Families whose rule reads each replica's rows from its own counter (``t_``) rather than
+# from ``weights``: swapping the weights rightly changes nothing for them, so law (j) checks
+# only that their average is not the unweighted one.
+_SHARES_FROM_COUNTERS = {"linear-sgd", "mlp"}
+
+
+def _registered_family(estimator):
+    rule = get_merge_rule(type(estimator))
+    return None if rule is None else rule.family
+
+
+def _shares_from_counters(estimator):
+    family = _registered_family(estimator)
+    if family == "meta":
+        inner = getattr(estimator, "estimator", None)
+        return inner is not None and _registered_family(inner) in _SHARES_FROM_COUNTERS
+    return family in _SHARES_FROM_COUNTERS
+
+
+def _as_arrays(value):
+    if isinstance(value, (list, tuple)):
+        return [np.asarray(v, dtype=float) for v in value]
+    return [np.asarray(value, dtype=float)]
+
+
+def _averaged_parts(estimator, averaged=None):
+    """``{path: getter}`` of the arrays the rule for *estimator* averages by rows seen."""
+    if averaged is not None:
+        names = tuple(averaged)
+    else:
+        family = _registered_family(estimator)
+        if family == "meta":
+            return _meta_parts(estimator)
+        names = _AVERAGED[family](estimator) if family in _AVERAGED else ()
+    return {
+        name: (lambda e, name=name: _as_arrays(getattr(e, name)))
+        for name in names
+        if hasattr(estimator, name)
+    }
+
+
+def _meta_parts(estimator):
+    parts = {}
+    if hasattr(estimator, "estimators_"):
+        for i, sub in enumerate(estimator.estimators_):
+            for path, get in _averaged_parts(sub).items():
+                parts[f"estimators_[{i}].{path}"] = (
+                    lambda e, i=i, get=get: get(e.estimators_[i])
+                )
+    elif hasattr(estimator, "estimator_"):
+        for path, get in _averaged_parts(estimator.estimator_).items():
+            parts[f"estimator_.{path}"] = lambda e, get=get: get(e.estimator_)
+    return parts
+
+
+def _tolerance(values, rtol, atol):
+    dtype = np.result_type(*[np.asarray(v).dtype for v in values])
+    eps = np.finfo(dtype).eps if np.issubdtype(dtype, np.floating) else 0.0
+    scale = np.max([np.abs(v) for v in values], axis=0)
+    return atol + max(rtol, 64 * eps) * scale
+
+
+def _states_differ(a, b, rule, rtol, atol):
+    try:
+        _assert_same_state(a, b, rule, "", rtol, atol)
+    except AssertionError:
+        return True
+    return False
+
+
+def _check_differs_from_every_replica(merged, replicas, rule, name, rtol, atol):
+    """Law (g): when the replicas moved apart, the merge is none of them."""
+    if not any(_states_differ(replicas[0], r, rule, rtol, atol) for r in replicas[1:]):
+        return  # nothing was learned that tells them apart (a stateless estimator)
+    for i, replica in enumerate(replicas):
+        if not _states_differ(merged, replica, rule, rtol, atol):
+            raise AssertionError(
+                f"{name}: the merge of {len(replicas)} replicas that moved apart equals "
+                f"replica {i}; a merge must combine them (keeping one replica drops the "
+                f"others' rows)."
+            )
+
+
+def _close(a, b, rtol, atol):
+    return all(
+        x.shape == y.shape and np.all(np.abs(x - y) <= _tolerance([x, y], rtol, atol))
+        for x, y in zip(a, b)
+    )
+
+
+def _check_average_laws(rule, replicas, weights, merged, parts, name, rtol, atol):
+    """Laws (h), (i) and (j) on the arrays the rule averages."""
+    for path, get in parts.items():
+        values = [get(r) for r in replicas]
+        # (h) each averaged array lies in the replicas' convex hull, element by element
+        for k, ours in enumerate(get(merged)):
+            theirs = [v[k] for v in values]
+            low, high = np.min(theirs, axis=0), np.max(theirs, axis=0)
+            slack = _tolerance(theirs, rtol, atol)
+            outside = (ours < low - slack) | (ours > high + slack)
+            if np.any(outside):
+                where = tuple(int(i) for i in np.argwhere(outside)[0])
+                raise AssertionError(
+                    f"{name}: attribute {path!r} of the merge leaves the replicas' convex "
+                    f"hull at index {where} ({ours[where]!r} not in [{low[where]!r}, "
+                    f"{high[where]!r}]): an average of the replicas cannot (a sum can)."
+                )
+
+    # (i) merging R copies of one replica gives that replica's averaged arrays
+    copies = _merge_with(
+        rule, [copy.deepcopy(replicas[0]) for _ in replicas], weights[:1] * len(replicas)
+    )
+    for path, get in parts.items():
+        if not _close(get(copies), get(replicas[0]), rtol, atol):
+            raise AssertionError(
+                f"{name}: merging {len(replicas)} copies of one replica changes its "
+                f"attribute {path!r}; an average of equal values is that value."
+            )
+
+    # (j) with unequal rows the rows count: the average is not the unweighted mean, and
+    # (for rules that take the rows from ``weights``) swapping two weights changes it
+    if len(set(weights)) == 1 or len(replicas) < 2:
+        return
+    moved = [
+        path
+        for path, get in parts.items()
+        if not _close(get(replicas[0]), get(replicas[1]), rtol, atol)
+    ]
+    if not moved:
+        return
+    unweighted = {
+        path: [np.mean(arrays, axis=0) for arrays in zip(*[parts[path](r) for r in replicas])]
+        for path in moved
+    }
+    if all(_close(parts[path](merged), unweighted[path], rtol, atol) for path in moved):
+        raise AssertionError(
+            f"{name}: replicas that saw {weights} rows merge into the unweighted mean of "
+            f"{moved}; weight each replica by the rows it saw."
+        )
+    if _shares_from_counters(replicas[0]):
+        return
+    pair, pair_weights = replicas[:2], weights[:2]
+    if pair_weights[0] == pair_weights[1]:
+        return
+    forward = _merge_with(rule, pair, pair_weights)
+    swapped = _merge_with(rule, pair, pair_weights[::-1])
+    if all(_close(parts[p](forward), parts[p](swapped), rtol, atol) for p in moved):
+        raise AssertionError(
+            f"{name}: swapping the weights {pair_weights} of two replicas does not change "
+            f"{moved}; the merge must weight each replica by the rows it saw."
+        )
+
+
 # -- running a rule the way the engine does -----------------------------------------------
 
 
@@ -171,9 +349,21 @@ def _use_output(estimator, X):
 
 
 def _check_round(
-    rule, replicas, weights, exact, reference, idle, X_probe, chunk, classes, rtol, atol, name
+    rule,
+    replicas,
+    weights,
+    exact,
+    reference,
+    idle,
+    X_probe,
+    chunk,
+    classes,
+    rtol,
+    atol,
+    name,
+    averaged,
 ):
-    """Merge one round's replicas and check laws (a), (b), (c), (e) and (f).
+    """Merge one round's replicas and check laws (a) to (j).
 
     ``idle`` is the round's start when it is fitted (round 2), else None.
     """
@@ -200,8 +390,20 @@ def _check_round(
     # (b) same class, usable, trainable again
     if type(merged) is not type(replicas[0]):
         raise AssertionError(f"{name}: the merge returned {type(merged).__name__}")
-    _use_output(merged, X_probe)
-    _partial_fit(copy.deepcopy(merged), *chunk, classes)
+    try:
+        _use_output(merged, X_probe)
+        _partial_fit(copy.deepcopy(merged), *chunk, classes)
+    except Exception as error:
+        raise AssertionError(
+            f"{name}: the merged estimator cannot predict/transform or partial_fit again: "
+            f"{type(error).__name__}: {error}"
+        ) from error
+
+    # (g) replicas that moved apart merge into something that is none of them
+    _check_differs_from_every_replica(merged, replicas, rule, name, rtol, atol)
+    parts = _averaged_parts(replicas[0], averaged)
+    if parts:
+        _check_average_laws(rule, replicas, weights, merged, parts, name, rtol, atol)
 
     # (c) merging one replica gives that replica back
     if reference == "serial" or idle is None:
@@ -242,11 +444,12 @@ def check_merge(
     atol=1e-12,
     random_state=0,
     rule=None,
+    averaged=None,
 ):
     """Check that a merge rule keeps the laws the data-parallel engine relies on.
 
     Splits the rows, in order, into ``2 * n_replicas`` ragged chunks and runs two
-    synchronous rounds as the engine does: :func:`~taskdml.parallel.merge.prepare_start`
+    synchronous rounds as the engine does: :func:`~taskdml.parallel.prepare_start`
     on the first chunk, one replica per chunk trained from the global estimator, a merge,
     and a second round from the merged estimator. Each round checks that
 
@@ -259,6 +462,18 @@ def check_merge(
     (e) for exact rules, the result does not depend on the order of the replicas;
     (f) in round 2, adding a replica that saw no rows (weight 0, a copy of the start)
         changes nothing -- a rule that sums what it should average breaks this;
+    (g) when the replicas moved apart, the merge equals none of them (keeping one replica
+        breaks this);
+
+and for the arrays the rule averages by rows seen (``averaged``; for built-in families
+the ones their rule averages, for example ``coef_`` and ``intercept_`` of SGD):
+
+    (h) each lies, element by element, between the replicas' smallest and largest value
+        (their convex hull): a sum leaves it;
+    (i) merging ``n_replicas`` copies of one replica gives that replica's values;
+    (j) with unequal rows, the merge is not the unweighted mean, and for rules that take
+        the rows from ``weights`` (not from a counter such as SGD's ``t_``) swapping two
+        unequal weights changes it;
 
     and for exact rules, (d) the final merge equals one pass over all chunks in order
     (``partial_fit`` chunk by chunk, or one ``partial_fit`` on all rows for a rule whose
@@ -284,6 +499,10 @@ def check_merge(
         Seeds the chunk sizes.
     rule : MergeRule, optional
         The rule to check; defaults to the registered one.
+    averaged : sequence of str, optional
+        Fitted attributes (arrays, or lists of arrays such as ``coefs_``) the rule
+        averages by rows seen, for laws (h) to (j); defaults to those of the built-in rule
+        registered for the estimator's class, and to none for other classes.
 
     Returns
     -------
@@ -338,6 +557,7 @@ def check_merge(
             rtol,
             atol,
             f"{name}, round {round_ + 1}",
+            averaged,
         )
 
     if exact:

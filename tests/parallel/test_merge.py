@@ -20,6 +20,7 @@ from sklearn.feature_extraction.text import HashingVectorizer
 from sklearn.feature_selection import SelectFromModel
 from sklearn.linear_model import (
     PassiveAggressiveClassifier,
+    PassiveAggressiveRegressor,
     Perceptron,
     SGDClassifier,
     SGDOneClassSVM,
@@ -38,7 +39,7 @@ from sklearn.neural_network import BernoulliRBM, MLPClassifier, MLPRegressor
 from sklearn.preprocessing import MaxAbsScaler, MinMaxScaler, StandardScaler
 from sklearn.utils import all_estimators
 
-from taskdml.parallel.merge import (
+from taskdml.parallel import (
     MergeRule,
     get_merge_rule,
     merge_replicas,
@@ -451,7 +452,7 @@ def _returns_shared_arrays(replicas, weights):
             [0, 1],
             _sum_coefficients,
             False,
-            "adding a replica that saw no rows: attribute 'coef_'",
+            "attribute 'coef_' of the merge leaves the replicas' convex hull",
         ),
         (
             MultinomialNB(),
@@ -488,6 +489,122 @@ def test_check_merge_rejects_wrong_rules(estimator, X, y, classes, fn, exact, me
     rule = MergeRule(fn=fn, exact=exact, family="wrong")
     with pytest.raises(AssertionError, match=message):
         check_merge(estimator, X, y, classes=classes, rule=rule)
+
+
+# Known-wrong rules, written as a new user would, for every registered family. Each keeps the
+# registered rule's bookkeeping (counters, round start) and gets the combination wrong.
+
+
+def _keep_first(replicas, weights):
+    return copy.deepcopy(replicas[0])
+
+
+def _keep_last(replicas, weights):
+    return copy.deepcopy(replicas[-1])
+
+
+def _learned_names(estimator):
+    return [
+        name
+        for name in vars(estimator)
+        if (name.endswith("_") or name.startswith("_"))
+        and not name.startswith("__")
+        and name != "_taskdml_round_start"
+    ]
+
+
+def _combine(values, reduce):
+    """*reduce* over the replicas' float arrays, recursing into lists and sub-estimators."""
+    first = values[0]
+    if isinstance(first, np.ndarray):
+        if first.dtype.kind == "f" and all(
+            isinstance(v, np.ndarray) and v.shape == first.shape for v in values
+        ):
+            return reduce(np.stack(values)).astype(first.dtype)
+        return copy.deepcopy(first)
+    if isinstance(first, list) and all(
+        isinstance(v, list) and len(v) == len(first) for v in values
+    ):
+        return [_combine(list(items), reduce) for items in zip(*values)]
+    if hasattr(first, "get_params"):
+        combined = copy.deepcopy(first)
+        for name in _learned_names(first):
+            setattr(combined, name, _combine([getattr(v, name) for v in values], reduce))
+        return combined
+    return copy.deepcopy(first)
+
+
+def _wrong_combination(reduce):
+    def wrong(replicas, weights):
+        merged = get_merge_rule(replicas[0]).fn(replicas, weights)
+        for name in _learned_names(merged):
+            if all(hasattr(r, name) for r in replicas):
+                values = [getattr(r, name) for r in replicas]
+                setattr(merged, name, _combine(values, reduce))
+        return merged
+
+    return wrong
+
+
+WRONG_RULES = {
+    "keep-first": _keep_first,
+    "keep-last": _keep_last,
+    "sum-instead-of-mean": _wrong_combination(lambda stacked: stacked.sum(axis=0)),
+    "unweighted-mean": _wrong_combination(lambda stacked: stacked.mean(axis=0)),
+}
+
+# HashingVectorizer learns nothing: keeping any replica is its correct rule, and there is
+# nothing to sum or average, so no rule can be wrong for it.
+_WRONG_RULE_CASES = [
+    case for case in EXACT_CASES + APPROXIMATE_CASES if case[0] != "HashingVectorizer"
+]
+
+
+def test_wrong_rule_cases_cover_every_registered_family():
+    """Every family with a rule, but the stateless one, has cases in the wrong-rule matrix."""
+    rules = [get_merge_rule(cls) for _, cls in _partial_fit_estimators()]
+    registered = {rule.family for rule in rules if rule is not None}
+    covered = {get_merge_rule(case[1]).family for case in _WRONG_RULE_CASES}
+    assert registered - covered == {"stateless"}
+    assert {type(case[1]) for case in _WRONG_RULE_CASES} >= {
+        cls for _, cls in _partial_fit_estimators() if get_merge_rule(cls) is not None
+    } - {HashingVectorizer, PassiveAggressiveRegressor}
+
+
+@pytest.mark.parametrize("wrong", list(WRONG_RULES), ids=list(WRONG_RULES))
+@pytest.mark.parametrize("case", _WRONG_RULE_CASES, ids=_ids(_WRONG_RULE_CASES))
+def test_check_merge_fails_every_known_wrong_rule(case, wrong):
+    """check_merge rejects keep-first, keep-last, sum and unweighted mean for every family."""
+    _, estimator, X, y, classes = case
+    registered = get_merge_rule(estimator)
+    rule = MergeRule(
+        fn=WRONG_RULES[wrong],
+        exact=registered.exact,
+        exact_when=registered.exact_when,
+        prepare=registered.prepare,
+        family="wrong",
+        reference=registered.reference,
+        private_state=registered.private_state,
+        start_state=registered.start_state,
+    )
+    with pytest.raises(AssertionError):
+        check_merge(estimator, X, y, classes=classes, n_replicas=3, rule=rule)
+
+
+@pytest.mark.parametrize(
+    "estimator, X, y",
+    [
+        (SGDRegressor(random_state=0), X_DENSE, Y_REAL),
+        (MiniBatchKMeans(n_clusters=3, n_init=1, random_state=0), X_DENSE, None),
+        (LatentDirichletAllocation(n_components=2, random_state=0), X_COUNTS, None),
+        (MiniBatchNMF(n_components=2, random_state=0), X_POSITIVE, None),
+    ],
+    ids=["SGDRegressor", "MiniBatchKMeans", "LatentDirichletAllocation", "MiniBatchNMF"],
+)
+def test_keep_first_as_a_new_user_writes_it_is_rejected(estimator, X, y):
+    """MergeRule(fn=keep_first) alone (no prepare, no start state) fails: it is no merge."""
+    with pytest.raises(AssertionError, match="equals replica 0"):
+        check_merge(estimator, X, y, rule=MergeRule(fn=_keep_first))
 
 
 def test_check_merge_rejects_an_estimator_without_rule():
