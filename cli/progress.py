@@ -12,7 +12,17 @@ SYMBOLS = {"pending": "·", "running": "▶", "completed": "✓", "failed": "✗
 
 
 def describe(summary):
-    """One short phrase for a step's output summary."""
+    """One short phrase for a step's output summary.
+
+    Parameters
+    ----------
+    summary : dict or None
+        A step's ``summary`` from the manifest (:func:`taskdml._runner.summarize`).
+
+    Returns
+    -------
+    str
+    """
     parts = []
     for name, value in (summary or {}).items():
         if isinstance(value, dict) and value.get("type") == "dataset":
@@ -27,7 +37,17 @@ def describe(summary):
 
 
 class Progress:
-    """Receives run events; shows them on *stream*."""
+    """Receives run events; shows them on *stream*.
+
+    Parameters
+    ----------
+    steps : sequence of str
+        Step names, in the order to show them.
+    stream : file, optional
+        Default ``sys.stderr`` (stdout stays free for ``--json``).
+    live : bool, optional
+        Redraw a block of lines in place; default: when *stream* is a terminal.
+    """
 
     def __init__(self, steps, stream=None, live=None):
         self.stream = stream or sys.stderr

@@ -28,7 +28,17 @@ BLOCKED = ("os", "sys", "subprocess", "shutil", "builtins", "importlib", "pickle
 
 
 def freeze(value):
-    """Return *value* with dicts as read-only mappings and lists as tuples, recursively."""
+    """Return *value* with dicts as read-only mappings and lists as tuples, recursively.
+
+    Parameters
+    ----------
+    value : object
+
+    Returns
+    -------
+    object
+        ``types.MappingProxyType`` for mappings, tuples for sequences, *value* otherwise.
+    """
     if isinstance(value, (dict, types.MappingProxyType)):
         return types.MappingProxyType({key: freeze(item) for key, item in value.items()})
     if isinstance(value, (list, tuple)):
@@ -37,7 +47,17 @@ def freeze(value):
 
 
 def thaw(value):
-    """Inverse of :func:`freeze`: plain dicts and lists, ready for YAML, JSON or a call."""
+    """Inverse of :func:`freeze`: plain dicts and lists, ready for YAML, JSON or a call.
+
+    Parameters
+    ----------
+    value : object
+
+    Returns
+    -------
+    object
+        A copy with dicts and lists in place of mappings and tuples.
+    """
     if isinstance(value, (dict, types.MappingProxyType)):
         return {key: thaw(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
@@ -47,9 +67,9 @@ def thaw(value):
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """One step of a pipeline: a callable, an estimator fit, or an evaluation.
+    """One step of a pipeline: a callable, an estimator fit, a search, or an evaluation.
 
-    Exactly one of ``call``, ``fit`` and ``evaluate`` is given; the other arguments mirror the
+    Exactly one of ``call``, ``fit``, ``search`` and ``evaluate`` is given; the other arguments mirror the
     keys of a step in the pipeline file (``with_`` is the file's ``with``).
 
     Parameters
@@ -137,14 +157,39 @@ class Step:
         return self.outputs if self.outputs else KINDS[self.kind].outputs
 
     def references(self):
-        """Yield ``(input_name, position, step, output)`` for every input reference."""
+        """Every input reference of this step.
+
+        Yields
+        ------
+        argument : str
+            The input's name.
+        position : int or None
+            Its index when the input is a list of references.
+        step : str
+            The step referred to.
+        output : str or None
+            The output named (``None`` for the step's first output).
+        """
         for argument, refs in (self.inputs or {}).items():
             for position, ref in enumerate([refs] if isinstance(refs, str) else refs):
                 step, _, output = ref.partition(".")
                 yield argument, (position if not isinstance(refs, str) else None), step, output or None
 
     def foreach_items(self):
-        """The fan-out: ``[(label, kwargs)]``, or ``[(None, {})]`` for a step without foreach."""
+        """The ``foreach`` fan-out: one ``(label, kwargs)`` per item.
+
+        Returns
+        -------
+        list of (str, dict)
+            ``("a=1,b=10", {"a": 1, "b": 10})`` per item, in product order; ``[(None, {})]``
+            for a step without ``foreach``.
+
+        Examples
+        --------
+        >>> step = Step("sweep", call="numpy:add", foreach={"x1": [1, 2], "x2": [10]})
+        >>> step.foreach_items()
+        [('x1=1,x2=10', {'x1': 1, 'x2': 10}), ('x1=2,x2=10', {'x1': 2, 'x2': 10})]
+        """
         if self.foreach is None:
             return [(None, {})]
         if isinstance(self.foreach, types.MappingProxyType):
@@ -155,7 +200,13 @@ class Step:
         return [(",".join(f"{k}={v}" for k, v in combo.items()), combo) for combo in combos]
 
     def to_dict(self):
-        """The step as it is written in a pipeline file (without its name)."""
+        """The step as it is written in a pipeline file (without its name).
+
+        Returns
+        -------
+        dict
+            Only the keys that are set; ``with_`` is written ``with``.
+        """
         result = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
@@ -165,7 +216,18 @@ class Step:
 
     @classmethod
     def from_dict(cls, name, spec):
-        """Build a step from its mapping in a pipeline file."""
+        """Build a step from its mapping in a pipeline file.
+
+        Parameters
+        ----------
+        name : str
+        spec : mapping
+            The step's keys as in the file (``with``, not ``with_``).
+
+        Returns
+        -------
+        Step
+        """
         spec = dict(spec)
         if "with" in spec:
             spec["with_"] = spec.pop("with")
@@ -252,18 +314,43 @@ class Pipeline:
         return tuple(self.imports.get("allow", DEFAULT_ALLOW))
 
     def step(self, name):
-        """The step called *name*."""
+        """The step called *name*.
+
+        Parameters
+        ----------
+        name : str
+
+        Returns
+        -------
+        Step
+
+        Raises
+        ------
+        KeyError
+            When there is no such step (with the closest name).
+        """
         for step in self.steps:
             if step.name == name:
                 return step
         raise KeyError(f"no step {name!r}.{did_you_mean(name, [s.name for s in self.steps])}")
 
     def dependencies(self):
-        """``{step: {steps it reads from}}``."""
+        """The DAG's edges.
+
+        Returns
+        -------
+        dict
+            ``{step name: {names of the steps it reads from}}``.
+        """
         return {step.name: {ref[2] for ref in step.references()} for step in self.steps}
 
     def ordered_steps(self):
-        """Steps in a topological order (ties keep file order)."""
+        """Steps in a topological order (ties keep file order).
+
+        Returns
+        -------
+        list of Step
+        """
         order = {step.name: i for i, step in enumerate(self.steps)}
         sorter = graphlib.TopologicalSorter(self.dependencies())
         sorter.prepare()
@@ -275,7 +362,13 @@ class Pipeline:
         return [self.step(name) for name in result]
 
     def to_dict(self):
-        """The pipeline as a pipeline-file mapping (``taskdml: 1``)."""
+        """The pipeline as a pipeline-file mapping (``taskdml: 1``).
+
+        Returns
+        -------
+        dict
+            Plain dicts and lists, valid against :func:`taskdml.schema`.
+        """
         result = {"taskdml": 1, "name": self.name}
         if self.description:
             result["description"] = self.description
@@ -332,7 +425,25 @@ class Pipeline:
 
 
 def resolve_callable(path, allow=DEFAULT_ALLOW):
-    """Import ``"module:attr"`` if *allow* permits its module; raise PipelineError if not."""
+    """Import ``"module:attr"`` if *allow* permits its module.
+
+    Parameters
+    ----------
+    path : str
+        ``"module:attr"``.
+    allow : sequence of str
+        Module globs (``"sklearn.*"``); modules that run commands are refused whatever it says.
+
+    Returns
+    -------
+    object
+        The attribute.
+
+    Raises
+    ------
+    PipelineError
+        When the module is not allowed, cannot be imported, or has no such attribute.
+    """
     module = path.partition(":")[0]
     top = module.split(".")[0]
     if top in BLOCKED or not any(fnmatch.fnmatchcase(module, glob) or module == glob.removesuffix(".*")

@@ -61,13 +61,42 @@ class Run:
     outputs: dict
 
     def model(self, step, item=None):
-        """Load the model that *step* (foreach *item*, e.g. ``"alpha=0.1"``) saved."""
+        """Load the model that *step* saved.
+
+        Parameters
+        ----------
+        step : str
+            A ``fit`` or ``search`` step.
+        item : str, optional
+            The ``foreach`` item's label, e.g. ``"alpha=0.1"``.
+
+        Returns
+        -------
+        estimator
+
+        Raises
+        ------
+        RunNotFound
+            When the run saved no such model.
+        """
         return load_model(self.path, step if item is None else f"{step}[{item}]")
 
 
 @dataclasses.dataclass
 class StepContext:
-    """What a step kind's ``run`` function may use besides its inputs."""
+    """What a step kind's ``run`` function may use besides its inputs.
+
+    Attributes
+    ----------
+    client : distributed.Client
+        The run's client.
+    pipeline : Pipeline
+    step : Step
+        The step being run.
+    recorder : object
+        The run's recorder of step states, artifacts and metrics (private to the runner);
+        step kinds use the methods below rather than the recorder itself.
+    """
 
     client: object
     pipeline: object
@@ -75,7 +104,14 @@ class StepContext:
     recorder: object
 
     def save_model(self, model, item=None):
-        """Persist *model* in the run directory (if recording) and note it in the manifest."""
+        """Persist *model* in the run directory (if recording) and note it in the manifest.
+
+        Parameters
+        ----------
+        model : estimator
+        item : str, optional
+            The ``foreach`` item the model belongs to.
+        """
         if self.recorder.directory is not None:
             name = self.step.name if item is None else f"{self.step.name}[{item}]"
             artifact = self.recorder.directory.save_model(name, model)
@@ -83,14 +119,29 @@ class StepContext:
                                      artifact)
 
     def record_training(self, result, item=None):
-        """Note the engine's strategy, history and facts of a fit in the manifest."""
+        """Note the engine's strategy, history and facts of a fit in the manifest.
+
+        Parameters
+        ----------
+        result : TrainResult
+        item : str, optional
+            The ``foreach`` item the training belongs to.
+        """
         entry = {"strategy": result.strategy, "history": result.history,
                  "stats": {k: v for k, v in result.stats.items()}}
         self.recorder.step(self.step.name, training=entry if item is None else {
             **self.recorder.steps.get(self.step.name, {}).get("training", {}), item: entry})
 
     def record_search(self, trials, plot):
-        """Write a search's ``trials.csv`` and its picture (``plot(path)``) to the run directory."""
+        """Write a search's trials table and picture to ``trials-<step>.csv`` and ``.png``.
+
+        Parameters
+        ----------
+        trials : pandas.DataFrame
+            One row per trial.
+        plot : callable
+            ``plot(path)`` draws the search's picture into *path*.
+        """
         if self.recorder.directory is None:
             return
         directory, name = self.recorder.directory, f"trials-{self.step.name}"
@@ -100,6 +151,13 @@ class StepContext:
         self.recorder.add_artifact(self.step.name, "plot", {"path": f"{name}.png", "format": "png"})
 
     def record_metrics(self, values):
+        """Keep an evaluate step's metrics for :attr:`Run.metrics` and ``metrics.json``.
+
+        Parameters
+        ----------
+        values : dict
+            ``{metric: value}``, or ``{item: {metric: value}}`` after a foreach.
+        """
         self.recorder.metrics[self.step.name] = values
         if self.recorder.directory is not None:
             self.recorder.directory.record_metrics(self.step.name, values)
@@ -321,7 +379,19 @@ def _describe_error(error):
 
 
 def summarize(value):
-    """A short JSON-able description of a step output for the manifest and the CLI."""
+    """A short JSON-able description of a step output for the manifest and the CLI.
+
+    Parameters
+    ----------
+    value : object
+        A step output: a dataset, a future, an estimator, a scalar, or a dict of them.
+
+    Returns
+    -------
+    dict or scalar
+        Datasets give ``n_samples``, ``n_features``, ``chunks`` and ``nbytes``; other objects
+        their type (and a short repr).
+    """
     import dask
 
     if isinstance(value, dict):

@@ -217,7 +217,22 @@ def schema():
 
 
 def check(value, schema, path=()):
-    """Return ``[(path, text), ...]`` for every way *value* breaks *schema*."""
+    """Every way *value* breaks *schema*.
+
+    Parameters
+    ----------
+    value : object
+        A loaded pipeline file, or a part of one.
+    schema : dict
+        A JSON Schema using the keywords this module implements.
+    path : tuple, default ()
+        The key path of *value*, which prefixes every problem's path.
+
+    Returns
+    -------
+    list of (tuple, str)
+        ``(key path, what was expected and what was found)``; empty when *value* is valid.
+    """
     if "anyOf" in schema:
         if any(not check(value, option, path) for option in schema["anyOf"]):
             return []

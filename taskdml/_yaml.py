@@ -41,9 +41,24 @@ _PLAIN_TAGS = {
 def load_with_locations(text, source="<string>"):
     """Parse YAML *text*; return ``(data, locations)``.
 
-    ``locations`` maps each key path (a tuple of keys and list indices) to its
-    :class:`Location`. Raises :class:`PipelineError` for invalid YAML, Python tags and
-    duplicated keys.
+    Parameters
+    ----------
+    text : str
+        YAML text, loaded safely (no Python tags).
+    source : str, default ``"<string>"``
+        The file name locations carry.
+
+    Returns
+    -------
+    data : object
+        The parsed document.
+    locations : dict
+        Each key path (a tuple of keys and list indices) to its :class:`Location`.
+
+    Raises
+    ------
+    PipelineError
+        For invalid YAML, Python tags and duplicated keys.
     """
     loader = _Loader(text)
     try:
@@ -104,7 +119,22 @@ def _to_python(node, path, loader, source, locations):
 
 
 def parse_scalar(text):
-    """Parse one value written on the command line the way the file would parse it."""
+    """Parse one value written on the command line the way the file would parse it.
+
+    Parameters
+    ----------
+    text : str
+
+    Returns
+    -------
+    object
+        The YAML scalar or collection *text* denotes, or *text* itself when it is not YAML.
+
+    Examples
+    --------
+    >>> parse_scalar("1e-3"), parse_scalar("[1, 2]"), parse_scalar("a: b: c")
+    (0.001, [1, 2], 'a: b: c')
+    """
     try:
         value = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError:

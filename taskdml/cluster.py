@@ -21,7 +21,13 @@ CONNECT_TIMEOUT = "10s"
 
 
 def default_workers():
-    """Worker processes of the embedded cluster when nothing says otherwise: one per core."""
+    """Worker processes of the embedded cluster when nothing says otherwise: one per core.
+
+    Returns
+    -------
+    int
+        The cores this process may run on (at least 1).
+    """
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
 
 
@@ -39,6 +45,17 @@ def connect(cluster=None, *, scheduler=None, n_workers=None, client=None):
         Worker count of an embedded LocalCluster; overrides ``cluster.n_workers``.
     client : distributed.Client, optional
         Use this client as it is and leave it open.
+
+    Yields
+    ------
+    distributed.Client
+        Not the default client: callers activate it with ``Client.as_current``.
+
+    Raises
+    ------
+    ClusterUnavailable
+        When the cluster cannot be started or the scheduler cannot be reached; the message
+        says how to fix it.
     """
     if client is not None:
         yield client

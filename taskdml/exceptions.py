@@ -37,7 +37,15 @@ class DataError(TaskdmlError, ValueError):
 
 
 class StepFailed(TaskdmlError, RuntimeError):
-    """A step raised while the pipeline ran; the run directory keeps what was computed."""
+    """A step raised while the pipeline ran; the run directory keeps what was computed.
+
+    Attributes
+    ----------
+    step : str or None
+        The first step that failed.
+    run_dir : pathlib.Path or None
+        The run directory (``None`` when the run was not recorded).
+    """
 
     exit_code = 1
 
@@ -64,9 +72,24 @@ class RunNotFound(TaskdmlError, LookupError):
 
 
 def did_you_mean(word, choices):
-    """Return ``" Did you mean 'x'?"`` for the closest of *choices*, or ``""``.
+    """A "did you mean" hint for a mistyped name.
 
     A choice that differs only in case (``x`` for ``X``) wins over every other.
+
+    Parameters
+    ----------
+    word : str
+    choices : iterable
+
+    Returns
+    -------
+    str
+        ``" Did you mean 'x'?"`` for the closest of *choices*, or ``""``.
+
+    Examples
+    --------
+    >>> did_you_mean("sed", ["seed", "alpha"])
+    " Did you mean 'seed'?"
     """
     choices = [str(choice) for choice in choices]
     same_but_case = [choice for choice in choices if choice.lower() == str(word).lower()]
@@ -75,7 +98,21 @@ def did_you_mean(word, choices):
 
 
 def dotted(path):
-    """Render a key path as ``steps.scale.inputs[0]`` (``(top level)`` for the root)."""
+    """Render a key path as ``steps.scale.inputs[0]`` (``(top level)`` for the root).
+
+    Parameters
+    ----------
+    path : sequence of str and int
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> dotted(("steps", "scale", "inputs", 0))
+    'steps.scale.inputs[0]'
+    """
     text = ""
     for part in path:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))

@@ -4,7 +4,20 @@ import json
 
 
 def render(pipeline, fmt="text"):
-    """Render *pipeline* as ``text``, ``mermaid``, ``dot`` or ``json``."""
+    """Render *pipeline*'s DAG as text (``taskdml show``).
+
+    Parameters
+    ----------
+    pipeline : Pipeline
+    fmt : {"text", "mermaid", "dot", "json"}, default "text"
+        Plain lines, a Mermaid flowchart, a Graphviz digraph, or the pipeline mapping with its
+        topological order. Mermaid and dot draw one edge per input, labelled
+        ``output -> argument``.
+
+    Returns
+    -------
+    str
+    """
     return {"text": _text, "mermaid": _mermaid, "dot": _dot, "json": _json}[fmt](pipeline)
 
 

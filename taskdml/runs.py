@@ -29,7 +29,15 @@ DEFAULT_ROOT = Path(".taskdml") / "runs"
 
 
 def atomic_write(path, data):
-    """Write *data* (str or bytes) to *path* so readers see the old file or the new one."""
+    """Write *data* to *path* so readers see the old file or the new one, never half of one.
+
+    Parameters
+    ----------
+    path : path
+        The file; its folder is created if needed.
+    data : str or bytes
+        Text (written as UTF-8) or bytes.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = "wb" if isinstance(data, bytes) else "w"
@@ -47,7 +55,25 @@ def _json(value):
 
 
 class RunDirectory:
-    """The folder of one run, written as the run goes."""
+    """The folder of one run, written as the run goes.
+
+    Parameters
+    ----------
+    root : path, optional
+        The folder of run directories; default :data:`DEFAULT_ROOT`.
+    run_id : str, optional
+        Default ``<YYYYmmdd-HHMMSS>-<6 hex digits>``.
+
+    Attributes
+    ----------
+    run_id : str
+    path : pathlib.Path
+        ``root / run_id``, created empty (an existing folder is an error).
+    manifest : dict
+        What ``manifest.json`` holds.
+    metrics : dict
+        What ``metrics.json`` holds.
+    """
 
     def __init__(self, root=None, run_id=None):
         now = datetime.datetime.now()
@@ -59,10 +85,24 @@ class RunDirectory:
         self.metrics = {}
 
     def write_text(self, name, text):
+        """Write the file *name* of the run directory atomically.
+
+        Parameters
+        ----------
+        name : str
+        text : str
+        """
         atomic_write(self.path / name, text)
 
     def write_with(self, name, write):
-        """Let ``write(path)`` produce file *name*, atomically (a temporary name, then rename)."""
+        """Let ``write(path)`` produce file *name*, atomically (a temporary name, then rename).
+
+        Parameters
+        ----------
+        name : str
+        write : callable
+            ``write(path)`` writes the whole file at *path*.
+        """
         final = self.path / name
         temporary = final.with_name(f".{final.stem}.tmp{final.suffix}")
         write(temporary)
@@ -70,28 +110,69 @@ class RunDirectory:
         os.replace(temporary, final)
 
     def update_manifest(self, **fields):
-        """Merge *fields* into the manifest and rewrite it."""
+        """Merge *fields* into the manifest and rewrite it.
+
+        Parameters
+        ----------
+        **fields
+            Top-level manifest keys.
+        """
         with self._lock:
             self.manifest.update(fields)
             atomic_write(self.path / "manifest.json", _json(self.manifest))
 
     def update_step(self, step, **fields):
-        """Merge *fields* into one step's manifest entry and rewrite the manifest."""
+        """Merge *fields* into one step's manifest entry and rewrite the manifest.
+
+        Parameters
+        ----------
+        step : str
+        **fields
+            Keys of the step's entry (``state``, ``duration_s``, ``artifacts``, ...).
+        """
         with self._lock:
             self.manifest.setdefault("steps", {}).setdefault(step, {}).update(fields)
             atomic_write(self.path / "manifest.json", _json(self.manifest))
 
     def record_metrics(self, step, values):
+        """Set an evaluate step's metrics and rewrite ``metrics.json``.
+
+        Parameters
+        ----------
+        step : str
+        values : dict
+        """
         with self._lock:
             self.metrics[step] = values
             atomic_write(self.path / "metrics.json", _json(self.metrics))
 
     def append_event(self, event):
+        """Append one event as a JSON line to ``events.jsonl``.
+
+        Parameters
+        ----------
+        event : dict
+        """
         with self._lock, open(self.path / "events.jsonl", "a", encoding="utf-8") as log:
             log.write(json.dumps(event, default=str) + "\n")
 
     def save_model(self, step, model):
-        """Persist a fitted model; return ``{"path", "format"}`` for the manifest."""
+        """Persist a fitted model under ``models/``.
+
+        skops is tried first, and kept only when it trusts every type of the model; otherwise
+        the model is written with joblib and the manifest says why.
+
+        Parameters
+        ----------
+        step : str
+            The file's stem: the step name, or ``"step[item]"``.
+        model : estimator
+
+        Returns
+        -------
+        dict
+            ``{"path", "format"}`` (and ``"why_not_skops"`` for joblib) for the manifest.
+        """
         import skops.io
 
         try:

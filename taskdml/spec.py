@@ -36,7 +36,17 @@ _OVERRIDE = re.compile(r"^(?P<op>~|\+\+|\+)?(?P<key>[A-Za-z_][\w.\-\[\]]*)(=(?P<
 
 @dataclasses.dataclass(frozen=True)
 class PipelineSource:
-    """Where a pipeline came from: its file, text and command-line overrides."""
+    """Where a pipeline came from: its file, text and command-line overrides.
+
+    Attributes
+    ----------
+    path : str
+        The file (``"<string>"`` for text given in memory).
+    text : str
+        The file's text as read, before overrides and interpolation.
+    overrides : tuple of str
+        The overrides applied, in order.
+    """
 
     path: str
     text: str
@@ -54,11 +64,21 @@ def load_pipeline(path, overrides=()):
         Hydra-style items: ``seed=3``, ``steps.fit.with.alpha=1e-3``, ``+params.new=1``,
         ``~params.unused``.
 
+    Returns
+    -------
+    Pipeline
+        Resolved (no interpolation left), with ``source`` set to the file, text and overrides.
+
     Raises
     ------
     PipelineError
         For anything invalid; nothing has run. The message lists each problem as
         ``file:line:column: key.path: what was expected, what was found, how to fix it``.
+
+    Examples
+    --------
+    >>> import taskdml
+    >>> pipeline = taskdml.load_pipeline("pipelines/quickstart.yaml", ["seed=3"])  # doctest: +SKIP
     """
     path = Path(path)
     try:
@@ -71,7 +91,34 @@ def load_pipeline(path, overrides=()):
 
 
 def loads_pipeline(text, source="<string>", overrides=()):
-    """Like :func:`load_pipeline`, for pipeline text already in memory."""
+    """Like :func:`load_pipeline`, for pipeline text already in memory.
+
+    Parameters
+    ----------
+    text : str
+        The pipeline file's YAML text.
+    source : str, default ``"<string>"``
+        The name messages use in place of a file name.
+    overrides : sequence of str
+        Hydra-style items, as for :func:`load_pipeline`.
+
+    Returns
+    -------
+    Pipeline
+
+    Raises
+    ------
+    PipelineError
+        For anything invalid, each problem located as ``source:line:column``.
+
+    Examples
+    --------
+    >>> from taskdml import loads_pipeline
+    >>> text = ("taskdml: 1\\nname: demo\\nparams: {seed: 0}\\nsteps:\\n  data:\\n"
+    ...         "    call: taskdml.datasets:load_sklearn\\n    with: {name: iris}\\n")
+    >>> loads_pipeline(text, overrides=["seed=3"]).params["seed"]
+    3
+    """
     data, locations = load_with_locations(text, source)
     if not isinstance(data, dict):
         raise PipelineError(f"{Location(source, 1, 1)}: a pipeline file is a mapping with keys "
@@ -90,7 +137,17 @@ def loads_pipeline(text, source="<string>", overrides=()):
 
 
 def dump_pipeline(pipeline):
-    """The pipeline as YAML text (resolved: no interpolation left)."""
+    """The pipeline as YAML text (resolved: no interpolation left).
+
+    Parameters
+    ----------
+    pipeline : Pipeline
+
+    Returns
+    -------
+    str
+        A pipeline file that :func:`loads_pipeline` reads back equal to *pipeline*.
+    """
     return yaml.safe_dump(pipeline.to_dict(), sort_keys=False, default_flow_style=False)
 
 

@@ -11,7 +11,23 @@ import pkgutil
 
 @dataclasses.dataclass(frozen=True)
 class StepKind:
-    """A step kind: its own keys, fixed or default outputs, and its inputs."""
+    """A step kind: its own keys, fixed or default outputs, and its inputs.
+
+    Attributes
+    ----------
+    name : str
+        The key that names the kind in a step (``call``, ``fit``, ``search``, ``evaluate``).
+    keys : frozenset
+        The other step keys this kind accepts.
+    outputs : tuple of str
+        Its outputs (the default names, for ``call``).
+    outputs_fixed : bool
+        Whether a step may rename its outputs.
+    required_inputs, allowed_inputs : frozenset
+        Inputs a step of this kind must have, and may have (``None``: any).
+    run : str
+        ``"module:function"`` of its ``run(step, inputs, context)``.
+    """
 
     name: str
     keys: frozenset
@@ -22,7 +38,13 @@ class StepKind:
     run: str = ""
 
     def runner(self):
-        """The function ``run(step, inputs, context) -> {output: value}`` of this kind."""
+        """The function that runs steps of this kind, imported now.
+
+        Returns
+        -------
+        callable
+            ``run(step, inputs, context) -> {output: value}``.
+        """
         return pkgutil.resolve_name(self.run)
 
 

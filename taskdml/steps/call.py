@@ -20,20 +20,66 @@ from taskdml._pipeline import resolve_callable, thaw
 
 
 def builds_graph(function):
-    """Mark *function* as a graph builder: a pipeline calls it in the client and persists
-    the lazy Dask collections it returns (see the module docstring)."""
+    """Mark *function* as a graph builder.
+
+    A ``call:`` step runs a graph builder in the client and persists the lazy Dask collections
+    it returns on the workers (see the module docstring); other callables run as one task per
+    item and receive in-memory values.
+
+    Parameters
+    ----------
+    function : callable
+
+    Returns
+    -------
+    callable
+        *function* itself, marked.
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> import taskdml
+    >>> @taskdml.builds_graph
+    ... def ones(n):
+    ...     return da.ones(n, chunks=10)
+    >>> taskdml.steps.call.is_graph_builder(ones)
+    True
+    """
     function.__taskdml_builds_graph__ = True
     return function
 
 
 def is_graph_builder(function):
-    """Whether a ``call:`` step runs *function* in the client (see :func:`builds_graph`)."""
+    """Whether a ``call:`` step runs *function* in the client (see :func:`builds_graph`).
+
+    Parameters
+    ----------
+    function : callable
+
+    Returns
+    -------
+    bool
+        True for functions marked with :func:`builds_graph` and taskdml's own functions.
+    """
     return getattr(function, "__taskdml_builds_graph__", False) or (
         getattr(function, "__module__", "") or "").startswith("taskdml.")
 
 
 def run(step, inputs, context):
-    """Run a ``call`` step; return ``{output: value}`` (``{output: {item: value}}`` for foreach)."""
+    """Run a ``call`` step.
+
+    Parameters
+    ----------
+    step : Step
+    inputs : dict
+        ``{argument: value}``, from the steps it reads.
+    context : StepContext
+
+    Returns
+    -------
+    dict
+        ``{output: value}``, or ``{output: {item: value}}`` for a foreach step.
+    """
     function = resolve_callable(step.target, context.pipeline.allow)
     items = step.foreach_items()
     run_item = _build if is_graph_builder(function) else _submit

@@ -11,7 +11,20 @@ from taskdml.steps.fit import as_transformers
 
 
 def run(step, inputs, context):
-    """Evaluate ``inputs["model"]`` on ``inputs["data"]``; return ``{"metrics": {...}}``."""
+    """Evaluate ``inputs["model"]`` on ``inputs["data"]``, chunk-wise.
+
+    Parameters
+    ----------
+    step : Step
+    inputs : dict
+        ``model`` (one model, or ``{item: model}``), ``data`` and optionally ``preprocess``.
+    context : StepContext
+
+    Returns
+    -------
+    dict
+        ``{"metrics": {metric: value}}``, or ``{"metrics": {item: {metric: value}}}``.
+    """
     preprocess = as_transformers(inputs.get("preprocess", []))
     models = inputs["model"]
     single = not isinstance(models, dict)

@@ -14,8 +14,20 @@ from taskdml._pipeline import resolve_callable, thaw
 
 
 def run(step, inputs, context):
-    """Fit the step's estimator on ``inputs["data"]``; return ``{"model": estimator}``
-    (``{"model": {item: estimator}}`` with foreach)."""
+    """Fit the step's estimator on ``inputs["data"]`` with the training engine.
+
+    Parameters
+    ----------
+    step : Step
+    inputs : dict
+        ``data`` (a dataset) and optionally ``preprocess`` (fitted transformers).
+    context : StepContext
+
+    Returns
+    -------
+    dict
+        ``{"model": estimator}``, or ``{"model": {item: estimator}}`` with foreach.
+    """
     estimator_class = resolve_callable(step.target, context.pipeline.allow)
     options = thaw(step.parallel or {})
     preprocess = as_transformers(inputs.get("preprocess", []))
@@ -39,7 +51,21 @@ def run(step, inputs, context):
 
 
 def as_transformers(preprocess):
-    """The ``preprocess`` input as a list of fitted transformers."""
+    """The ``preprocess`` input as a list of fitted transformers.
+
+    Parameters
+    ----------
+    preprocess : estimator or list of estimators
+
+    Returns
+    -------
+    list
+
+    Raises
+    ------
+    PipelineError
+        When it is the dict of models a foreach step produced.
+    """
     from taskdml.exceptions import PipelineError
 
     preprocess = preprocess if isinstance(preprocess, list) else [preprocess]

@@ -3,7 +3,7 @@
 ``method`` picks the search class (grid and random: every candidate × fold a task; halving,
 hyperband, asha: incremental trials that continue from their state and stop early). Every
 trial may train data-parallel (``parallel``). The outputs are the best model (refitted), its
-parameters and the trials table; the run directory gets ``trials.csv`` and ``trials.png``.
+parameters and the trials table; the run directory gets ``trials-<step>.csv`` and ``.png``.
 """
 
 from taskdml.model_selection._report import plot_trials, trials_frame
