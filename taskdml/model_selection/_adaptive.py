@@ -87,16 +87,15 @@ from sklearn.utils.metaestimators import available_if
 from taskdml._keys import key_name
 from taskdml.model_selection import _adaptive_policy as policies
 from taskdml.model_selection._adaptive_results import (all_failed_message, best_trial, cv_results,
-                                                       trials_frame)
+                                                       trial_records_frame)
 from taskdml.model_selection._adaptive_run import (AllTrialsFailed, ClusterBackend, Driver, Job,
                                                    Layout, LocalBackend, SearchPlan, Trial,
                                                    find_classes, make_folds, prepare)
-from taskdml.model_selection._base import SearchBase, best_has, score_chunk_wise
+from taskdml.model_selection._base import (ADAPTIVE_PARALLEL_KEYS, SearchBase, best_has,
+                                          score_chunk_wise)
+from taskdml.parallel._engine import STRATEGIES
 
 __all__ = ["ASHASearchCV", "HyperbandSearchCV", "SuccessiveHalvingSearchCV"]
-
-_PARALLEL_KEYS = ("strategy", "sync_every", "staleness", "shuffle")
-_STRATEGIES = ("sync", "async", "sequential")
 
 
 class _AdaptiveSearchCV(SearchBase):
@@ -229,9 +228,9 @@ class _AdaptiveSearchCV(SearchBase):
         self.n_splits_ = layout.n_folds
         self.multimetric_ = False
         self.scorer_ = plan.scorer
-        self.trials_ = trials_frame(trials, self._has_brackets)
+        self.trials_ = trial_records_frame(trials, self._has_brackets)
         self.history_ = history
-        self.metadata_ = self._metadata_(trials)
+        self.metadata_ = self._metadata_as_run(trials)
 
     # -- prediction: the refitted estimator (delegation: SearchBase) --------------------------
 
@@ -291,14 +290,14 @@ class _AdaptiveSearchCV(SearchBase):
             raise ValueError(f"{name}: parallel['epochs'] does not apply to a search: the budget sets how "
                              f"many epochs each trial trains ({self._budget_names}); remove it.")
         for key in parallel:
-            if key not in _PARALLEL_KEYS:
-                hint = did_you_mean(key, _PARALLEL_KEYS)
+            if key not in ADAPTIVE_PARALLEL_KEYS:
+                hint = did_you_mean(key, ADAPTIVE_PARALLEL_KEYS)
                 raise ValueError(f"{name}: unknown key {key!r} in parallel.{hint} "
-                                 f"Valid keys: {', '.join(_PARALLEL_KEYS)}.")
+                                 f"Valid keys: {', '.join(ADAPTIVE_PARALLEL_KEYS)}.")
         strategy = parallel.get("strategy", "sync")
-        if strategy not in _STRATEGIES:
-            raise ValueError(f"{name}: parallel['strategy'] must be one of {', '.join(_STRATEGIES)}, "
-                             f"got {strategy!r}.{did_you_mean(strategy, _STRATEGIES)}")
+        if strategy not in STRATEGIES:
+            raise ValueError(f"{name}: parallel['strategy'] must be one of {', '.join(STRATEGIES)}, "
+                             f"got {strategy!r}.{did_you_mean(strategy, STRATEGIES)}")
         if strategy == "sequential":
             return None
         parallel = {key: value for key, value in parallel.items() if key != "shuffle"}
@@ -345,7 +344,8 @@ class _AdaptiveSearchCV(SearchBase):
     def _patience(self):
         return None
 
-    def _metadata_(self, trials):
+    def _metadata_as_run(self, trials):
+        """``metadata_``: models started and epochs trained, as the search ran."""
         return {"n_models": sum(1 for t in trials if t.status != "pending"),
                 "partial_fit_calls": int(sum(t.budget for t in trials))}
 
@@ -684,8 +684,8 @@ class HyperbandSearchCV(_AdaptiveSearchCV):
         return {"n_models": sum(b["n_models"] for b in brackets),
                 "partial_fit_calls": sum(b["partial_fit_calls"] for b in brackets), "brackets": brackets}
 
-    def _metadata_(self, trials):
-        meta = super()._metadata_(trials)
+    def _metadata_as_run(self, trials):
+        meta = super()._metadata_as_run(trials)
         meta["brackets"] = [
             {"bracket": s, "n_models": sum(1 for t in trials if t.bracket == s and t.status != "pending"),
              "partial_fit_calls": int(sum(t.budget for t in trials if t.bracket == s)),

@@ -66,7 +66,15 @@ def cv_results(trials, error_score, n_folds, with_splits, with_bracket):
     return results
 
 
-def trials_frame(trials, with_bracket):
+def trial_records_frame(trials, with_bracket):
+    """The fitted ``trials_`` DataFrame, built from the driver's ``Trial`` records.
+
+    One row per trial: its id (and bracket), its parameters (as columns, prefixed ``param_``
+    where a name is one of the table's own columns), ``params``, the budget and rung reached,
+    the score there and its spread over folds, the score at every rung, the state, the error,
+    the fit time and when it ended. :func:`taskdml.model_selection.trials_frame` reads a
+    fitted search (any kind) instead.
+    """
     import pandas as pd
 
     rows = []

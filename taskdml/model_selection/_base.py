@@ -22,6 +22,15 @@ from sklearn.utils.metaestimators import available_if
 
 __all__ = ["SearchBase"]
 
+PARALLEL_KEYS = ("strategy", "epochs", "sync_every", "staleness", "shuffle", "shuffle_rows",
+                 "n_replicas", "random_state")
+"""The keys of a search's ``parallel`` dict: keyword arguments of :func:`taskdml.train`."""
+
+ADAPTIVE_PARALLEL_KEYS = tuple(key for key in PARALLEL_KEYS
+                               if key not in ("epochs", "shuffle_rows", "n_replicas", "random_state"))
+"""What the adaptive searches take of them: the budget sets the epochs, the driver the
+replicas, and the search's ``random_state`` every seed."""
+
 
 def best_has(attribute):
     """``available_if`` check: the refitted best estimator (before fit: the estimator) has it.

@@ -3,7 +3,7 @@
 Data too big for one machine is never gathered: it is persisted once on the cluster and every
 fold is a set of chunks — ``cv=k`` is ``KFold(k)`` over the chunk indices, and a splitter
 object splits the chunk indices too. Each candidate × fold trains with the data-parallel
-engine (:func:`taskdml.parallel.engine.train`) on the fold's training chunks and is scored
+engine (:func:`taskdml.train`) on the fold's training chunks and is scored
 with :mod:`taskdml.metrics` on its held-out chunks, chunk by chunk and exactly. The
 candidates run side by side: each training is a chain of tasks (``strategy="sequential"``,
 the default) or replicas (``"sync"``/``"async"``, which take turns on the cluster), started
@@ -30,10 +30,9 @@ from dask.base import is_dask_collection
 from taskdml._keys import current_step, key_name, step_scope
 from taskdml.exceptions import DataError, did_you_mean
 from taskdml.model_selection import _grid_tasks
+from taskdml.model_selection._base import PARALLEL_KEYS
 from taskdml.model_selection._grid_graph import PREFIX, estimator_spec
 
-PARALLEL_KEYS = ("strategy", "epochs", "sync_every", "staleness", "shuffle", "shuffle_rows",
-                 "n_replicas", "random_state")
 DEFAULT_PARALLEL = {"strategy": "sequential", "epochs": 1, "sync_every": 1, "shuffle": False,
                     "random_state": 0}
 
@@ -206,7 +205,7 @@ def classes_of(estimator, y, client):
 
 def _train(estimator, index, X, y, parallel, classes, client):
     """One training: the engine for ``partial_fit`` estimators, else one fit task."""
-    from taskdml.parallel.engine import train
+    from taskdml.parallel import train
 
     if not hasattr(estimator, "partial_fit"):
         name = key_name(PREFIX, X.name, None if y is None else y.name, estimator_spec(estimator), phase="fit")

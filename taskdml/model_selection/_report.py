@@ -9,7 +9,31 @@ import pandas as pd
 
 
 def trials_frame(search):
-    """One row per trial: parameters, budget reached, scores, state."""
+    """One row per trial of a fitted search: parameters, budget reached, scores, state.
+
+    Parameters
+    ----------
+    search : fitted search
+        Any of taskdml's searches: the adaptive ones give their ``trials_`` (without the
+        ``params`` column), the grid searches a table built from ``cv_results_``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``trial``, one per parameter, ``score``, ``std_score`` and ``state``, plus
+        ``rank`` and ``budget`` (the number of folds) for the grid searches, or the adaptive
+        searches' own columns (``budget``, ``rung``, ``score_rung_<k>``, ``error``, ...).
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> from sklearn.linear_model import LogisticRegression
+    >>> from taskdml.model_selection import GridSearchCV, trials_frame
+    >>> search = GridSearchCV(LogisticRegression(max_iter=300), {"C": [0.1, 1.0]}, cv=3)
+    >>> frame = trials_frame(search.fit(*load_iris(return_X_y=True)))
+    >>> frame[["trial", "C", "state"]].values.tolist()
+    [[0, 0.1, 'completed'], [1, 1.0, 'completed']]
+    """
     if getattr(search, "trials_", None) is not None:
         return pd.DataFrame(search.trials_).drop(columns=["params"], errors="ignore").reset_index(drop=True)
     results = search.cv_results_
@@ -27,23 +51,44 @@ def trials_frame(search):
 
 
 def plot_trials(search, path):
-    """Save a PNG: score against budget per trial, and score against each parameter."""
-    import matplotlib
+    """Save a PNG: score against budget per trial, and score against each parameter.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    The figure is built with matplotlib's object API (:class:`matplotlib.figure.Figure`), not
+    pyplot: the user's backend and pyplot's figures are left alone.
+
+    Parameters
+    ----------
+    search : fitted search
+        Any of taskdml's searches (read through :func:`trials_frame` and ``history_``).
+    path : str or path-like
+        Where the PNG is written.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from sklearn.datasets import load_iris
+    >>> from sklearn.linear_model import LogisticRegression
+    >>> from taskdml.model_selection import GridSearchCV, plot_trials
+    >>> search = GridSearchCV(LogisticRegression(max_iter=300), {"C": [0.1, 1.0]}, cv=3)
+    >>> search = search.fit(*load_iris(return_X_y=True))
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "trials.png"
+    >>> plot_trials(search, path)
+    >>> path.read_bytes()[1:4]
+    b'PNG'
+    """
+    from matplotlib.figure import Figure
 
     frame = trials_frame(search)
     parameters = [c for c in frame.columns if c not in _NOT_PARAMETERS and not c.startswith("score_")]
     columns = 1 + max(1, len(parameters))
-    figure, axes = plt.subplots(1, columns, figsize=(4.2 * columns, 3.6), squeeze=False)
+    figure = Figure(figsize=(4.2 * columns, 3.6))
+    axes = figure.subplots(1, columns, squeeze=False)
     _budget_panel(axes[0][0], search, frame)
     for axis, name in zip(axes[0][1:], parameters):
         _parameter_panel(axis, frame, name)
     figure.suptitle(f"{type(search).__name__}: {len(frame)} trials", fontsize=11)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
-    plt.close(figure)
 
 
 _NOT_PARAMETERS = {"trial", "score", "std_score", "rank", "budget", "state", "error", "rung",
