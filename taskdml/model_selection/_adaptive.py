@@ -59,6 +59,34 @@ rung, state: ``"completed"``, ``"stopped at rung r"`` or ``"failed"`` with its e
 search started). A failing trial is recorded and the search goes on; it fails only if every
 trial does (or at once with ``error_score="raise"``).
 
+**Vocabulary.** Each search's own parameters are those of the library it stands in for:
+:class:`ASHASearchCV` and :class:`SuccessiveHalvingSearchCV` speak scikit-learn's language
+(``param_distributions``, ``random_state``, ``scoring``, ``cv``, ``refit``, ``error_score``)
+with budgets in epochs (``n_trials``, ``min_epochs``, ``max_epochs``, ``reduction_factor``);
+:class:`HyperbandSearchCV` keeps dask-ml's signature (``parameters``, ``max_iter``,
+``aggressiveness``, ``patience``, ``tol``), since it runs dask-ml's brackets. Every search also
+accepts the other vocabularies' names where they mean the same thing, so code written for
+dask-ml or for scikit-learn's halving searches runs unchanged:
+
+=====================  ===================================  =================================
+taskdml                dask-ml                              scikit-learn
+=====================  ===================================  =================================
+param_distributions    parameters                           param_distributions
+n_trials               n_initial_parameters                 n_iter, n_candidates (an int)
+min_epochs             n_initial_iter                       —
+max_epochs             max_iter                             —
+reduction_factor       aggressiveness                       factor
+validation_fraction    test_size                            —
+=====================  ===================================  =================================
+
+An alias is an ``__init__`` parameter of its own that defaults to ``None`` and is stored as
+given (``get_params`` and ``clone`` see it as passed); ``fit`` resolves it, and a run under the
+aliases is the same run as under the canonical names. Giving one parameter twice (an alias
+and a non-default canonical value, or two aliases) is an error that names both. No alias is
+deprecated. Where dask-ml's meaning differs (``max_iter=None``: dask-ml's "until one model is
+left"), the alias is not given: the canonical default applies. dask-ml's ``verbose``,
+``prefix``, ``predict_meta`` and friends have no counterpart and are not accepted.
+
 **Refit.** ``best_estimator_`` is a fresh copy of the estimator with the best parameters,
 trained on *all* the training data (training and validation chunks) for the best trial's
 budget, data-parallel on every worker when ``parallel`` is set. It is not the best trial's
@@ -106,6 +134,8 @@ class _AdaptiveSearchCV(SearchBase):
     """
 
     _prefix = "search"
+    _aliases = {}
+    """``{canonical name: ((alias, vocabulary), ...)}``: the other libraries' names it accepts."""
 
     # -- the estimator contract ---------------------------------------------------------------
 
@@ -192,7 +222,8 @@ class _AdaptiveSearchCV(SearchBase):
         if classes is None and y is not None and classifier and partial_fit:
             classes = find_classes(chunks, client, key_name(self._prefix, token, phase="classes"))
         classes = None if classes is None else np.asarray(classes)
-        layout = Layout(rows, make_folds(len(rows), self.cv, self.validation_fraction, seed), X.shape[1],
+        folds = make_folds(len(rows), self.cv, self._value("validation_fraction"), seed)
+        layout = Layout(rows, folds, X.shape[1],
                         classes, y is not None)
         plan = SearchPlan(prefix=self._prefix, token=token, seed=seed, metric=metric, scorer=scorer,
                           partial_fit=partial_fit, max_budget=self._max_budget(), dtypes=dtypes,
@@ -256,6 +287,43 @@ class _AdaptiveSearchCV(SearchBase):
             X, y = X.compute(), None if y is None else y.compute()
         return self.scorer_(estimator, X, y)
 
+    # -- the vocabulary: canonical names and their aliases --------------------------------------
+
+    def _value(self, name):
+        """Parameter *name*'s value, taken from its alias when only the alias was given.
+
+        An alias is an ``__init__`` parameter of its own (default ``None``, stored as given,
+        so ``get_params`` and ``clone`` see it); it is resolved here, in ``fit`` and in
+        ``metadata``, never in ``__init__``.
+        """
+        given = self._alias_given(name)
+        return getattr(self, name) if given is None else getattr(self, given)
+
+    def _given_name(self, name):
+        """The name the user gave parameter *name* under: an alias, or *name* itself."""
+        return self._alias_given(name) or name
+
+    def _alias_given(self, name):
+        import inspect
+
+        aliases = [(alias, vocabulary) for alias, vocabulary in self._aliases.get(name, ())
+                   if getattr(self, alias) is not None]
+        if not aliases:
+            return None
+        default = inspect.signature(type(self).__init__).parameters[name].default
+        value = getattr(self, name)
+        canonical_given = not (value is default or (
+            isinstance(value, (numbers.Number, str)) and isinstance(default, (numbers.Number, str))
+            and value == default))
+        if len(aliases) > 1 or canonical_given:
+            named = [f"{alias}={getattr(self, alias)!r} ({vocabulary}'s name)"
+                     for alias, vocabulary in aliases]
+            if canonical_given:
+                named.insert(0, f"{name}={value!r}")
+            raise ValueError(f"{type(self).__name__}: {' and '.join(named)} set the same parameter, "
+                             f"{name}; give it once.")
+        return aliases[0][0]
+
     # -- shared checks ------------------------------------------------------------------------
 
     def _check_common_params(self):
@@ -263,9 +331,15 @@ class _AdaptiveSearchCV(SearchBase):
         if not (hasattr(self.estimator, "fit") or hasattr(self.estimator, "partial_fit")):
             raise TypeError(f"{name}: estimator must be a scikit-learn estimator with partial_fit or fit, "
                             f"got {self.estimator!r}.")
-        fraction = self.validation_fraction
+        space = self._space_name()
+        if self._space() is None:
+            others = " or ".join(alias for alias, _ in self._aliases.get(space, ()))
+            raise ValueError(f"{name}: no parameter space; pass {space} (or {others}): a dict of "
+                             "parameter names to lists of values or scipy.stats distributions.")
+        fraction = self._value("validation_fraction")
         if self.cv is None and not (isinstance(fraction, numbers.Real) and 0 < fraction < 1):
-            raise ValueError(f"{name}: validation_fraction must be a number in (0, 1), got {fraction!r}.")
+            raise ValueError(f"{name}: {self._given_name('validation_fraction')} must be a number in "
+                             f"(0, 1), got {fraction!r}.")
         if self.cv is not None and not (_is_integer(self.cv) and self.cv >= 2):
             raise ValueError(f"{name}: cv must be None (a hold-out of validation_fraction) or an integer "
                              f">= 2 (k folds of chunks), got {self.cv!r}.")
@@ -358,16 +432,33 @@ class _AdaptiveSearchCV(SearchBase):
 
 
 class _SampledTrials:
-    """What ASHA and successive halving share: sampled candidates and epoch rungs."""
+    """What ASHA and successive halving share: sampled candidates, epoch rungs, aliases."""
+
+    _aliases = {
+        "param_distributions": (("parameters", "dask-ml"),),
+        "n_trials": (("n_initial_parameters", "dask-ml"), ("n_iter", "scikit-learn"),
+                     ("n_candidates", "scikit-learn")),
+        "min_epochs": (("n_initial_iter", "dask-ml"),),
+        "max_epochs": (("max_iter", "dask-ml"),),
+        "reduction_factor": (("aggressiveness", "dask-ml"), ("factor", "scikit-learn")),
+        "validation_fraction": (("test_size", "dask-ml"),),
+    }
+
+    def _space_name(self):
+        return "param_distributions"
 
     def _space(self):
-        return self.param_distributions
+        return self._value("param_distributions")
 
     def _n_candidates(self):
-        return self.n_trials
+        return self._value("n_trials")
 
     def _max_budget(self):
-        return self.max_epochs
+        return self._value("max_epochs")
+
+    def _rung_budgets(self):
+        return policies.rung_budgets(self._value("min_epochs"), self._value("max_epochs"),
+                                     self._value("reduction_factor"))
 
 
 class ASHASearchCV(_SampledTrials, _AdaptiveSearchCV):
@@ -413,6 +504,22 @@ class ASHASearchCV(_SampledTrials, _AdaptiveSearchCV):
         Score of a failed trial in ``cv_results_``; ``'raise'`` stops the search at once.
     random_state : int, RandomState or None
         Seeds the candidates, the hold-out and every trial's chunk order.
+    parameters : dict or list of dicts, optional
+        dask-ml's name for *param_distributions*.
+    n_initial_parameters : int, optional
+        dask-ml's name for *n_trials*.
+    n_iter, n_candidates : int, optional
+        scikit-learn's names for *n_trials* (``RandomizedSearchCV``, ``HalvingRandomSearchCV``).
+    n_initial_iter : int, optional
+        dask-ml's name for *min_epochs*.
+    max_iter : int, optional
+        dask-ml's name for *max_epochs*.
+    aggressiveness : int, optional
+        dask-ml's name for *reduction_factor*.
+    factor : int, optional
+        scikit-learn's name for *reduction_factor* (``HalvingRandomSearchCV``).
+    test_size : float, optional
+        dask-ml's name for *validation_fraction*.
 
     Attributes
     ----------
@@ -441,9 +548,12 @@ class ASHASearchCV(_SampledTrials, _AdaptiveSearchCV):
 
     _prefix = "asha"
 
-    def __init__(self, estimator, param_distributions, *, n_trials=20, max_epochs=27, min_epochs=1,
-                 reduction_factor=3, scoring=None, cv=None, validation_fraction=0.2, parallel=None,
-                 refit=True, error_score=np.nan, random_state=None):
+    def __init__(self, estimator, param_distributions=None, *, n_trials=20, max_epochs=27,
+                 min_epochs=1, reduction_factor=3, scoring=None, cv=None, validation_fraction=0.2,
+                 parallel=None, refit=True, error_score=np.nan, random_state=None,
+                 parameters=None, n_initial_parameters=None, n_iter=None, n_candidates=None,
+                 n_initial_iter=None, max_iter=None, aggressiveness=None, factor=None,
+                 test_size=None):
         self.estimator = estimator
         self.param_distributions = param_distributions
         self.n_trials = n_trials
@@ -457,15 +567,24 @@ class ASHASearchCV(_SampledTrials, _AdaptiveSearchCV):
         self.refit = refit
         self.error_score = error_score
         self.random_state = random_state
+        self.parameters = parameters
+        self.n_initial_parameters = n_initial_parameters
+        self.n_iter = n_iter
+        self.n_candidates = n_candidates
+        self.n_initial_iter = n_initial_iter
+        self.max_iter = max_iter
+        self.aggressiveness = aggressiveness
+        self.factor = factor
+        self.test_size = test_size
 
     def _check_params(self):
         _check_rungs(self)
 
     def _policy(self, trials):
-        budgets = policies.rung_budgets(self.min_epochs, self.max_epochs, self.reduction_factor)
+        budgets = self._rung_budgets()
         for trial in trials:
             trial.budgets = budgets
-        return policies.ASHA([t.id for t in trials], budgets, self.reduction_factor)
+        return policies.ASHA([t.id for t in trials], budgets, self._value("reduction_factor"))
 
 
 class SuccessiveHalvingSearchCV(_SampledTrials, _AdaptiveSearchCV):
@@ -488,6 +607,11 @@ class SuccessiveHalvingSearchCV(_SampledTrials, _AdaptiveSearchCV):
     tol : float, default=1e-3
     scoring, cv, validation_fraction, parallel, refit, error_score, random_state
         As for :class:`ASHASearchCV`.
+    parameters, n_initial_parameters, n_iter, n_candidates, n_initial_iter, max_iter, \
+aggressiveness, factor, test_size : optional
+        dask-ml's and scikit-learn's names, as for :class:`ASHASearchCV`. A dask-ml user's
+        ``SuccessiveHalvingSearchCV(model, parameters, n_initial_parameters=10, max_iter=27,
+        aggressiveness=3, patience=..., tol=..., test_size=...)`` runs as written.
 
     Attributes
     ----------
@@ -512,10 +636,13 @@ class SuccessiveHalvingSearchCV(_SampledTrials, _AdaptiveSearchCV):
 
     _prefix = "halving"
 
-    def __init__(self, estimator, param_distributions, *, n_trials=20, max_epochs=27, min_epochs=1,
-                 reduction_factor=3, patience=False, tol=1e-3, scoring=None, cv=None,
+    def __init__(self, estimator, param_distributions=None, *, n_trials=20, max_epochs=27,
+                 min_epochs=1, reduction_factor=3, patience=False, tol=1e-3, scoring=None, cv=None,
                  validation_fraction=0.2, parallel=None, refit=True, error_score=np.nan,
-                 random_state=None):
+                 random_state=None,
+                 parameters=None, n_initial_parameters=None, n_iter=None, n_candidates=None,
+                 n_initial_iter=None, max_iter=None, aggressiveness=None, factor=None,
+                 test_size=None):
         self.estimator = estimator
         self.param_distributions = param_distributions
         self.n_trials = n_trials
@@ -531,17 +658,26 @@ class SuccessiveHalvingSearchCV(_SampledTrials, _AdaptiveSearchCV):
         self.refit = refit
         self.error_score = error_score
         self.random_state = random_state
+        self.parameters = parameters
+        self.n_initial_parameters = n_initial_parameters
+        self.n_iter = n_iter
+        self.n_candidates = n_candidates
+        self.n_initial_iter = n_initial_iter
+        self.max_iter = max_iter
+        self.aggressiveness = aggressiveness
+        self.factor = factor
+        self.test_size = test_size
 
     def _check_params(self):
         _check_rungs(self)
         _check_patience(self)
 
     def _schedule(self, n_trials):
-        budgets = policies.rung_budgets(self.min_epochs, self.max_epochs, self.reduction_factor)
-        return [(max(1, n_trials // self.reduction_factor**i), budget) for i, budget in enumerate(budgets)]
+        eta = self._value("reduction_factor")
+        return [(max(1, n_trials // eta**i), budget) for i, budget in enumerate(self._rung_budgets())]
 
     def _patience(self):
-        return _patience_epochs(self.patience, self.max_epochs, self.reduction_factor)
+        return _patience_epochs(self.patience, self._value("max_epochs"), self._value("reduction_factor"))
 
     def _policy(self, trials):
         schedule = self._schedule(len(trials))
@@ -554,8 +690,8 @@ class SuccessiveHalvingSearchCV(_SampledTrials, _AdaptiveSearchCV):
         """The plan before fitting: ``n_models``, ``partial_fit_calls`` (epochs) and the rungs
         as ``(n_trials, epochs)``."""
         _check_rungs(self)
-        schedule = self._schedule(self.n_trials)
-        return {"n_models": self.n_trials, "partial_fit_calls": _planned_budget(schedule),
+        schedule = self._schedule(self._value("n_trials"))
+        return {"n_models": self._value("n_trials"), "partial_fit_calls": _planned_budget(schedule),
                 "rungs": schedule}
 
 
@@ -587,7 +723,16 @@ class HyperbandSearchCV(_AdaptiveSearchCV):
         means ``max(max_iter // aggressiveness, 1)``.
     tol : float, default=1e-3
     scoring, cv, validation_fraction, parallel, refit, error_score, random_state
-        As for :class:`ASHASearchCV`.
+        As for :class:`ASHASearchCV`; ``validation_fraction`` is also accepted as dask-ml's
+        ``test_size``.
+    param_distributions : dict or list of dicts, optional
+        scikit-learn's name for *parameters*.
+    max_epochs : int, optional
+        taskdml's name for *max_iter* (as in the other adaptive searches).
+    reduction_factor, factor : int, optional
+        taskdml's and scikit-learn's names for *aggressiveness*.
+    test_size : float, optional
+        dask-ml's name for *validation_fraction*.
 
     Attributes
     ----------
@@ -614,9 +759,10 @@ class HyperbandSearchCV(_AdaptiveSearchCV):
     _has_brackets = True
     _budget_names = "max_iter"
 
-    def __init__(self, estimator, parameters, *, max_iter=81, aggressiveness=3, patience=False, tol=1e-3,
-                 scoring=None, cv=None, validation_fraction=0.2, parallel=None, refit=True,
-                 error_score=np.nan, random_state=None):
+    def __init__(self, estimator, parameters=None, *, max_iter=81, aggressiveness=3, patience=False,
+                 tol=1e-3, scoring=None, cv=None, validation_fraction=0.2, parallel=None, refit=True,
+                 error_score=np.nan, random_state=None, param_distributions=None, max_epochs=None,
+                 reduction_factor=None, factor=None, test_size=None):
         self.estimator = estimator
         self.parameters = parameters
         self.max_iter = max_iter
@@ -630,28 +776,43 @@ class HyperbandSearchCV(_AdaptiveSearchCV):
         self.refit = refit
         self.error_score = error_score
         self.random_state = random_state
+        self.param_distributions = param_distributions
+        self.max_epochs = max_epochs
+        self.reduction_factor = reduction_factor
+        self.factor = factor
+        self.test_size = test_size
 
     def _check_params(self):
         _check_integer(self, "max_iter", 1)
         _check_integer(self, "aggressiveness", 2)
         _check_patience(self)
 
+    _aliases = {
+        "parameters": (("param_distributions", "scikit-learn"),),
+        "max_iter": (("max_epochs", "taskdml"),),
+        "aggressiveness": (("reduction_factor", "taskdml"), ("factor", "scikit-learn")),
+        "validation_fraction": (("test_size", "dask-ml"),),
+    }
+
+    def _space_name(self):
+        return "parameters"
+
     def _space(self):
-        return self.parameters
+        return self._value("parameters")
 
     def _max_budget(self):
-        return self.max_iter
+        return self._value("max_iter")
 
     def _patience(self):
-        return _patience_epochs(self.patience, self.max_iter, self.aggressiveness)
+        return _patience_epochs(self.patience, self._value("max_iter"), self._value("aggressiveness"))
 
     def _brackets(self):
         """``{s: schedule}`` with each schedule's last budget exactly *max_iter*."""
-        eta, brackets = self.aggressiveness, {}
-        for s, (n, r) in policies.hyperband_brackets(self.max_iter, eta).items():
+        eta, max_iter, brackets = self._value("aggressiveness"), self._value("max_iter"), {}
+        for s, (n, r) in policies.hyperband_brackets(max_iter, eta).items():
             schedule = policies.halving_schedule(n, r, eta, s + 1)
             n_last, _ = schedule[-1]
-            schedule[-1] = (n_last, self.max_iter)
+            schedule[-1] = (n_last, max_iter)
             brackets[s] = schedule
         return brackets
 
@@ -703,9 +864,10 @@ def _is_integer(value):
 
 
 def _check_integer(search, name, minimum):
-    value = getattr(search, name)
+    value = search._value(name)
     if not (_is_integer(value) and value >= minimum):
-        raise ValueError(f"{type(search).__name__}: {name} must be an integer >= {minimum}, got {value!r}.")
+        raise ValueError(f"{type(search).__name__}: {search._given_name(name)} must be an integer "
+                         f">= {minimum}, got {value!r}.")
 
 
 def _check_rungs(search):
@@ -713,9 +875,10 @@ def _check_rungs(search):
     _check_integer(search, "min_epochs", 1)
     _check_integer(search, "max_epochs", 1)
     _check_integer(search, "reduction_factor", 2)
-    if search.min_epochs > search.max_epochs:
-        raise ValueError(f"{type(search).__name__}: min_epochs ({search.min_epochs}) must not exceed "
-                         f"max_epochs ({search.max_epochs}).")
+    low, high = search._value("min_epochs"), search._value("max_epochs")
+    if low > high:
+        raise ValueError(f"{type(search).__name__}: {search._given_name('min_epochs')} ({low}) must "
+                         f"not exceed {search._given_name('max_epochs')} ({high}).")
 
 
 def _check_patience(search):
