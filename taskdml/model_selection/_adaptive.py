@@ -276,7 +276,20 @@ class _AdaptiveSearchCV(SearchBase):
 
     @available_if(best_has("score"))
     def score(self, X, y=None):
-        """The search's scoring of the refitted best estimator on *X*, *y*."""
+        """The search's scoring of the refitted best estimator on *X*, *y*.
+
+        A metric of :mod:`taskdml.metrics` is computed chunk by chunk on dask and xarray
+        input; any other scorer sees the data computed.
+
+        Parameters
+        ----------
+        X : dask array, xarray.DataArray or Dataset, or array-like of shape (n_samples, n_features)
+        y : dask array, xarray.DataArray or array-like of shape (n_samples,), optional
+
+        Returns
+        -------
+        score : float
+        """
         estimator = self._refitted("score")
         metric, _ = _resolve_scoring(self.estimator, self.scoring)
         X, y = _to_dask(X, y)
@@ -687,8 +700,14 @@ aggressiveness, factor, test_size : optional
 
     @property
     def metadata(self):
-        """The plan before fitting: ``n_models``, ``partial_fit_calls`` (epochs) and the rungs
-        as ``(n_trials, epochs)``."""
+        """The plan before fitting, read from the parameters (aliases resolved).
+
+        Returns
+        -------
+        dict
+            ``n_models`` (trials started), ``partial_fit_calls`` (epochs trained by all
+            trials, dask-ml's name) and ``rungs``: ``(n_trials, epochs)`` per rung.
+        """
         _check_rungs(self)
         schedule = self._schedule(self._value("n_trials"))
         return {"n_models": self._value("n_trials"), "partial_fit_calls": _planned_budget(schedule),
@@ -835,8 +854,15 @@ class HyperbandSearchCV(_AdaptiveSearchCV):
 
     @property
     def metadata(self):
-        """The plan before fitting, as dask-ml's: ``n_models``, ``partial_fit_calls`` (in
-        epochs) and ``brackets`` (each with its ``decisions``: the rung budgets)."""
+        """The plan before fitting, as dask-ml's ``metadata`` (aliases resolved).
+
+        Returns
+        -------
+        dict
+            ``n_models``, ``partial_fit_calls`` (in epochs) and ``brackets``: per bracket its
+            ``bracket``, ``n_models``, ``partial_fit_calls`` and ``decisions`` (the rung
+            budgets).
+        """
         self._check_params()
         brackets = [{"bracket": s, "n_models": _n_starting(schedule),
                      "partial_fit_calls": _planned_budget(schedule),

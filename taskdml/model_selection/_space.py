@@ -27,7 +27,31 @@ DISTRIBUTIONS = ("uniform", "loguniform", "randint", "choice")
 
 
 def from_spec(space):
-    """Turn a pipeline file's ``space`` (dict or list of dicts) into a Python space."""
+    """Turn a pipeline file's ``space`` (dict or list of dicts) into a Python space.
+
+    Parameters
+    ----------
+    space : dict or list of dicts
+        Parameter names to lists of values, single values or one-key distribution mappings
+        (see the module docstring).
+
+    Returns
+    -------
+    dict or list of dicts
+        Lists and ``scipy.stats`` distributions, as scikit-learn's searches take.
+
+    Raises
+    ------
+    PipelineError
+        An unknown distribution, or bounds that are not ``[low, high]`` with ``low < high``.
+
+    Examples
+    --------
+    >>> from taskdml.model_selection._space import from_spec
+    >>> space = from_spec({"alpha": {"loguniform": [1e-4, 1e-1]}, "penalty": ["l2", "l1"]})
+    >>> space["alpha"].dist.name, space["penalty"]
+    ('loguniform', ['l2', 'l1'])
+    """
     if isinstance(space, (list, tuple)):
         return [_branch(dict(branch)) for branch in space]
     return _branch(dict(space))
@@ -64,14 +88,44 @@ def _values(name, value):
 
 
 def is_grid(space):
-    """Whether every value of the space is a list (so it can be enumerated)."""
+    """Whether every value of the space is a list (so it can be enumerated).
+
+    Parameters
+    ----------
+    space : dict or list of dicts
+
+    Returns
+    -------
+    bool
+    """
     branches = space if isinstance(space, list) else [space]
     return all(isinstance(values, (list, tuple, np.ndarray)) for branch in branches
                for values in branch.values())
 
 
 def candidates(space, n_candidates=None, random_state=None):
-    """The candidates of a space: every grid point, or *n_candidates* seeded samples."""
+    """The candidates of a space: every grid point, or *n_candidates* seeded samples.
+
+    Parameters
+    ----------
+    space : dict or list of dicts
+        Lists of values and ``scipy.stats`` distributions.
+    n_candidates : int, optional
+        How many to sample with scikit-learn's ``ParameterSampler``; ``None`` enumerates the
+        grid (every value must then be a list).
+    random_state : int, RandomState or None
+        Seeds the sampling.
+
+    Returns
+    -------
+    list of dict
+
+    Examples
+    --------
+    >>> from taskdml.model_selection._space import candidates
+    >>> candidates({"C": [1, 10], "kernel": ["rbf"]})
+    [{'C': 1, 'kernel': 'rbf'}, {'C': 10, 'kernel': 'rbf'}]
+    """
     from sklearn.model_selection import ParameterGrid, ParameterSampler
 
     if n_candidates is None:

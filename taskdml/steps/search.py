@@ -14,7 +14,23 @@ from taskdml.steps.fit import as_transformers
 
 
 def run(step, inputs, context):
-    """Search on ``inputs["data"]``; return the best model, its parameters and the trials."""
+    """Search on ``inputs["data"]``; return the best model, its parameters and the trials.
+
+    Parameters
+    ----------
+    step : Step
+        A ``search:`` step (``method``, ``space``, ``budget``, ``parallel``, ...).
+    inputs : dict
+        ``data`` (a dataset) and optionally ``preprocess`` (fitted transformers).
+    context : StepContext
+        Records the trials table and picture, and saves the best model.
+
+    Returns
+    -------
+    dict
+        ``best_model`` (refitted on all the data), ``best_params`` and ``trials`` (the table
+        of :func:`taskdml.model_selection.trials_frame`).
+    """
     estimator = resolve_callable(step.target, context.pipeline.allow)(**thaw(step.with_ or {}))
     search = make_search(step, estimator)
     data = inputs["data"]
@@ -30,7 +46,23 @@ def run(step, inputs, context):
 
 
 def make_search(step, estimator):
-    """The search object a step describes."""
+    """The search object a step describes.
+
+    Parameters
+    ----------
+    step : Step
+        A ``search:`` step; ``method`` picks the class (``grid``, ``random``, ``halving``,
+        ``hyperband`` or ``asha``), ``budget`` its size (``trials``, ``max_epochs``,
+        ``min_epochs``, ``reduction_factor``), ``parallel`` how every trial trains
+        (``random_state`` in it seeds the search).
+    estimator : estimator
+        The estimator to search over.
+
+    Returns
+    -------
+    search : estimator
+        An unfitted search of :mod:`taskdml.model_selection`.
+    """
     from taskdml.model_selection import (ASHASearchCV, GridSearchCV, HyperbandSearchCV,
                                          RandomizedSearchCV, SuccessiveHalvingSearchCV)
 
