@@ -13,7 +13,7 @@ import logging
 import os
 
 from taskdml.exceptions import ClusterUnavailable
-from taskdml._pipeline import resolve_callable
+from taskdml._pipeline import resolve_callable, thaw
 
 CLUSTER_CLASSES = ("distributed", "distributed.*", "dask_jobqueue", "dask_jobqueue.*",
                    "dask_kubernetes", "dask_kubernetes.*", "dask_cloudprovider.*", "dask_gateway")
@@ -76,7 +76,7 @@ def _start(cluster, n_workers):
     spec = cluster.get("spec")
     if spec:
         cls = resolve_callable(spec["class"], CLUSTER_CLASSES)
-        kwargs = dict(spec.get("kwargs", {}))
+        kwargs = thaw(spec.get("kwargs", {}))  # plain dicts inside too (scheduler_kwargs)
         if n_workers:
             kwargs["n_workers"] = n_workers
         return _guarded(cls, kwargs)
@@ -89,6 +89,8 @@ def _start(cluster, n_workers):
         "dashboard_address": cluster.get("dashboard_address", "127.0.0.1:8787"),
         "silence_logs": logging.ERROR,
     }
+    if not kwargs["processes"]:  # threads in this process: inproc:// cannot take a host
+        kwargs["protocol"] = "tcp://"
     return _guarded(LocalCluster, kwargs)
 
 

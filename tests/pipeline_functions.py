@@ -25,3 +25,79 @@ def fail(message="boom"):
 def count_samples(data):
     """Receives an in-memory dataset, as plain callables do."""
     return int(data.sizes["sample"])
+
+
+def meet(value, mine, other, timeout=120):
+    """Set the event *mine*, wait for the event *other*, return *value*.
+
+    Two steps that call ``meet`` with their names swapped finish only if they run at the same
+    time: a test of concurrency that reads no clock (the timeout only turns a hang into an error).
+    """
+    from distributed import Event
+
+    Event(mine).set()
+    if not Event(other).wait(timeout):
+        raise TimeoutError(f"{other!r} never started while {mine!r} was running")
+    return value
+
+
+def worker_facts():
+    """The process, memory limit and threads of the worker that runs this task."""
+    import os
+
+    from distributed import get_worker
+
+    worker = get_worker()
+    return {"pid": os.getpid(), "memory_limit": worker.memory_manager.memory_limit,
+            "nthreads": worker.state.nthreads}
+
+
+def process_id():
+    """The id of the process this runs in."""
+    import os
+
+    return os.getpid()
+
+
+def _arange_and_pid(n):
+    import os
+
+    import dask.array as da
+
+    return da.arange(n, chunks=max(1, n // 2)), os.getpid()
+
+
+def arange_and_pid_unmarked(n):
+    """A plain callable: runs as a task on a worker."""
+    return _arange_and_pid(n)
+
+
+def _mark(function):
+    from taskdml import builds_graph
+
+    return builds_graph(function)
+
+
+@_mark
+def arange_and_pid_marked(n):
+    """A graph builder: runs in the client, its dask array is persisted on the workers."""
+    return _arange_and_pid(n)
+
+
+class MajorityClassifier:
+    """A user's own classifier: skops does not trust its type, so runs save it with joblib."""
+
+    def get_params(self, deep=True):
+        return {}
+
+    def fit(self, X, y):
+        import numpy as np
+
+        values, counts = np.unique(y, return_counts=True)
+        self.classes_, self.majority_ = values, values[counts.argmax()]
+        return self
+
+    def predict(self, X):
+        import numpy as np
+
+        return np.full(len(X), self.majority_)

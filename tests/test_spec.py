@@ -103,9 +103,10 @@ def test_broken_file_is_refused_before_anything_runs(tmp_path, case, text, line,
     assert not runs.exists()
 
 
-def test_there_are_at_least_25_broken_cases():
-    """The table covers typos, references, cycles, types, imports and YAML."""
-    assert len(BROKEN) >= 25
+def test_each_broken_case_breaks_a_valid_file():
+    """VALID loads, and every broken case changes it, so each failure above is the change's."""
+    assert loads_pipeline(VALID).name == "demo"
+    assert all(text != VALID for _, text, _, _ in BROKEN)
 
 
 def test_error_names_the_key_path(tmp_path):
@@ -175,8 +176,18 @@ def test_validate_and_show(tmp_path):
     assert "valid pipeline 'demo' with 4 steps" in CliRunner().invoke(cli, ["validate", path]).output
     text = CliRunner().invoke(cli, ["show", path]).output
     assert "split" in text and "<- data" in text
-    assert "flowchart TD" in CliRunner().invoke(cli, ["show", path, "--format", "mermaid"]).output
-    assert "digraph" in CliRunner().invoke(cli, ["show", path, "--format", "dot"]).output
+    mermaid = CliRunner().invoke(cli, ["show", path, "--format", "mermaid"]).output
+    dot = CliRunner().invoke(cli, ["show", path, "--format", "dot"]).output
+    # One edge per input of VALID, labelled "output -> argument", written out by hand:
+    edges = [("data", "split", "result -> data"), ("split", "model", "train -> data"),
+             ("model", "report", "model -> model"), ("split", "report", "test -> data")]
+    assert mermaid.startswith("flowchart TD")
+    assert sorted(line.strip() for line in mermaid.splitlines() if "-->" in line) == sorted(
+        f"{source} -->|{label}| {target}" for source, target, label in edges)
+    assert dot.startswith('digraph "demo" {')
+    assert sorted(line.strip() for line in dot.splitlines() if " -> " in line and "label" in line
+                  and "[label=" in line and line.strip().split()[1] == "->") == sorted(
+        f'{source} -> {target} [label="{label}"];' for source, target, label in edges)
     shown = json.loads(CliRunner().invoke(cli, ["show", path, "--format", "json"]).output)
     assert shown["order"] == ["data", "split", "model", "report"]
 
