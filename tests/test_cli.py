@@ -22,8 +22,9 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
     [str(ROOT / "tests")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
 
 
-def _in_memory_accuracy(n_samples, test_size, seed, **estimator):
-    """The quickstart model fitted in memory with scikit-learn on the quickstart's own data."""
+def _in_memory_accuracies(n_samples, test_size, seed, estimator_seeds, **estimator):
+    """The quickstart model fitted in memory by scikit-learn on the quickstart's own rows, once
+    per seed in *estimator_seeds*: its test accuracies."""
     from sklearn.linear_model import SGDClassifier
     from sklearn.preprocessing import StandardScaler
 
@@ -34,8 +35,9 @@ def _in_memory_accuracy(n_samples, test_size, seed, **estimator):
     train, test = datasets.train_test_split(data, test_size=test_size, random_state=seed)
     train, test = train.compute(), test.compute()
     scaler = StandardScaler().fit(train["X"].values)
-    model = SGDClassifier(**estimator).fit(scaler.transform(train["X"].values), train["y"].values)
-    return model.score(scaler.transform(test["X"].values), test["y"].values)
+    X_train, X_test = scaler.transform(train["X"].values), scaler.transform(test["X"].values)
+    return [SGDClassifier(**estimator, random_state=estimator_seed).fit(X_train, train["y"].values)
+            .score(X_test, test["y"].values) for estimator_seed in estimator_seeds]
 
 
 @pytest.mark.slow
@@ -107,11 +109,13 @@ def test_same_file_runs_on_a_separate_scheduler(scheduler_and_worker, tmp_path):
     manifest = json.loads((Path(summary["run_dir"]) / "manifest.json").read_text())
     assert manifest["cluster"]["scheduler"] == scheduler_and_worker
     assert manifest["cluster"]["cluster"] == "address"
-    # The same SGDClassifier fitted to convergence in memory by scikit-learn on the same rows:
-    # the data-parallel fit (2 replicas, model averaging, 3 epochs) lands within 3 points.
-    reference = _in_memory_accuracy(40_000, 0.2, 0, loss="log_loss", alpha=1e-4,
-                                    random_state=0)
-    assert abs(summary["metrics"]["report"]["accuracy"] - reference) <= 0.03, reference
+    # The reference: the same SGDClassifier, 3 epochs, fitted in memory by scikit-learn on the
+    # same rows with seeds 0-4 (0.71-0.75 here: three epochs of SGD depend on the seed). The
+    # data-parallel fit (2 replicas, model averaging) must score within 2 points of that range.
+    reference = _in_memory_accuracies(40_000, 0.2, 0, range(5), loss="log_loss", alpha=1e-4,
+                                      max_iter=3, tol=None)
+    accuracy = summary["metrics"]["report"]["accuracy"]
+    assert min(reference) - 0.02 <= accuracy <= max(reference) + 0.02, (accuracy, reference)
 
 
 def test_unreachable_scheduler_exits_4(tmp_path):
