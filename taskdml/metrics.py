@@ -54,6 +54,7 @@ __all__ = [
     "available_metrics",
     "evaluate",
     "evaluate_graph",
+    "score_chunked",
 ]
 
 _DEFAULT_PREFIX = "evaluate"
@@ -915,6 +916,42 @@ def evaluate(model, data, metrics, *, preprocess=()):
     """
     (result,) = dask.compute(evaluate_graph(model, data, metrics, preprocess=preprocess))
     return result
+
+
+def score_chunked(model, X, y, metric):
+    """One metric of a fitted model on chunked arrays, chunk by chunk (see :func:`evaluate`).
+
+    The score of :class:`taskdml.DataParallel` and of the searches on chunked data.
+
+    Parameters
+    ----------
+    model : estimator, dask.delayed or distributed.Future
+        A fitted classifier or regressor.
+    X : dask array of shape (n_samples, n_features)
+        Chunked along samples (any feature chunks).
+    y : dask array or array-like of shape (n_samples,)
+        Rechunked to X's row chunks.
+    metric : str
+        A name from :func:`available_metrics`.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> import numpy as np
+    >>> from sklearn.linear_model import LinearRegression
+    >>> from taskdml.metrics import score_chunked
+    >>> X = np.arange(20.0).reshape(10, 2)
+    >>> y = X @ [1.0, 2.0]
+    >>> model = LinearRegression().fit(X, y)
+    >>> round(score_chunked(model, da.from_array(X, chunks=(4, 2)), y, "r2"), 6)
+    1.0
+    """
+    data = xr.Dataset({"X": (("sample", "feature"), X), "y": (("sample",), y)})
+    return evaluate(model, data, [metric])[metric]
 
 
 def _is_future(value):

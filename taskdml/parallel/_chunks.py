@@ -5,9 +5,25 @@ back), so a bad chunk is reported by index and row range before any replica star
 classes of a classifier are found without gathering ``y``.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 
 from taskdml.exceptions import DataError
+
+
+class Chunk(NamedTuple):
+    """One row chunk of the training data, as futures, delayed objects or arrays.
+
+    ``y`` and ``weight`` are ``None`` when not given; ``index`` is the chunk's position in
+    the data, which decides the replica it belongs to (``index mod R``) and seeds its row
+    shuffle.
+    """
+
+    X: object
+    y: object
+    weight: object
+    index: int
 
 
 def inspect_chunk(X, y, weight, want_labels):

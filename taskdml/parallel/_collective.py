@@ -9,7 +9,7 @@ Both live in one of two forms with the same logic:
 - without a cluster, as a plain object whose blocking methods wait on a ``threading``
   condition, for replicas run as threads in one process.
 
-The state each holds is in a small plain class (``_Rounds``, ``_Server``) that both forms
+The state each holds is in a small plain class (``_Rounds``, ``_ServerState``) that both forms
 share, so the arithmetic is written once. Merges always combine replicas in rank order,
 whatever order they arrive in, which makes synchronous training deterministic.
 """
@@ -19,8 +19,8 @@ import copy
 import threading
 import time
 
+from taskdml.parallel._merge import merge_replicas
 from taskdml.parallel._merge_registry import restart_from
-from taskdml.parallel.merge import merge_replicas
 
 
 class _Rounds:
@@ -59,7 +59,7 @@ def _merge_ranked(entries, rule):
     return merge_replicas([replica for replica, _ in trained], [rows for _, rows in trained], rule=rule)
 
 
-class _AsyncService:
+class _ActorCollective:
     """Waiting in an actor: an ``asyncio`` condition, a time limit, and failure propagation."""
 
     timeout = 600.0
@@ -84,7 +84,7 @@ class _AsyncService:
         return self.condition
 
 
-class _LocalService:
+class _LocalCollective:
     """Waiting among threads: a ``threading`` condition, a time limit, failure propagation."""
 
     timeout = 600.0
@@ -109,7 +109,7 @@ def _late(timeout):
             "or another trial holds the threads they need.")
 
 
-class AllReduceActor(_AsyncService):
+class AllReduceActor(_ActorCollective):
     """The all-reduce as a Dask actor (``client.submit(AllReduceActor, n, actor=True)``)."""
 
     def __init__(self, n_replicas, rule, timeout=600.0):
@@ -141,7 +141,7 @@ class AllReduceActor(_AsyncService):
             return self.rounds.epochs[epoch]
 
 
-class AllReduceLocal(_LocalService):
+class AllReduceLocal(_LocalCollective):
     """The all-reduce for replicas running as threads of one process."""
 
     def __init__(self, n_replicas, rule, timeout=600.0):
@@ -166,43 +166,43 @@ class AllReduceLocal(_LocalService):
             return self.rounds.epochs[epoch]
 
 
-class _Server:
+class _ServerState:
     """Parameter-server state: the global estimator, versions, and stale-synchronous clocks.
 
-    A worker's clock counts the chunks it has pushed. It may pull while it is at most
-    ``staleness`` ahead of the slowest worker still training (``None``: never held back).
-    A push merges the worker's replica with the current global estimator as two replicas
-    that started from the version the worker pulled: the global side weighted by the rows
+    A replica's clock counts the chunks it has pushed. It may pull while it is at most
+    ``staleness`` ahead of the slowest replica still training (``None``: never held back).
+    A push merges the replica with the current global estimator as two replicas that
+    started from the version the replica pulled: the global side weighted by the rows
     it absorbed since then, the replica by its chunk's rows. A fresh push (nothing absorbed
     since) simply becomes the global estimator.
     """
 
-    def __init__(self, start, n_workers, staleness, rule):
+    def __init__(self, start, n_replicas, staleness, rule):
         self.rule = rule
-        self.state, self.version, self.rows = start, 0, 0
+        self.estimator, self.version, self.rows = start, 0, 0
         self.rows_at = {0: 0}
-        self.clocks = dict.fromkeys(range(n_workers), 0)
+        self.clocks = dict.fromkeys(range(n_replicas), 0)
         self.done = set()
         self.staleness = staleness
-        self.waited = dict.fromkeys(range(n_workers), 0.0)
+        self.waited = dict.fromkeys(range(n_replicas), 0.0)
 
     def may_pull(self, rank):
         if self.staleness is None:
             return True
-        active = [clock for worker, clock in self.clocks.items() if worker not in self.done]
+        active = [clock for other, clock in self.clocks.items() if other not in self.done]
         return self.clocks[rank] - min(active) <= self.staleness
 
     def pull(self):
         self.rows_at[self.version] = self.rows
-        return self.state, self.version
+        return self.estimator, self.version
 
     def push(self, rank, replica, version, rows):
         absorbed = self.rows - self.rows_at[version]
         if absorbed == 0:
-            self.state = merge_replicas([replica], [rows], rule=self.rule)
+            self.estimator = merge_replicas([replica], [rows], rule=self.rule)
         else:
-            ahead = restart_from(self.state, replica)
-            self.state = merge_replicas([ahead, replica], [absorbed, rows], rule=self.rule)
+            ahead = restart_from(self.estimator, replica)
+            self.estimator = merge_replicas([ahead, replica], [absorbed, rows], rule=self.rule)
         self.version += 1
         self.rows += rows
         self.clocks[rank] += 1
@@ -212,17 +212,17 @@ class _Server:
         self.done.add(rank)
 
     def _forget(self):
-        """Drop the row counts of versions no worker can still push against."""
+        """Drop the row counts of versions no replica can still push against."""
         if len(self.rows_at) > 4 * len(self.clocks) + 16:
             for version in sorted(self.rows_at)[: len(self.rows_at) // 2]:
                 self.rows_at.pop(version)
 
 
-class ParameterServerActor(_AsyncService):
+class ParameterServerActor(_ActorCollective):
     """The parameter server as a Dask actor."""
 
-    def __init__(self, start, n_workers, staleness, rule, timeout=600.0):
-        self.server, self.timeout = _Server(start, n_workers, staleness, rule), timeout
+    def __init__(self, start, n_replicas, staleness, rule, timeout=600.0):
+        self.state, self.timeout = _ServerState(start, n_replicas, staleness, rule), timeout
         self.condition = None
         self.failed = None
 
@@ -230,53 +230,53 @@ class ParameterServerActor(_AsyncService):
         """Return ``(global estimator, version)`` once *rank* is within the staleness bound."""
         started = time.perf_counter()
         async with self._lock():
-            await self._wait(lambda: self.server.may_pull(rank))
-            self.server.waited[rank] += time.perf_counter() - started
-            return self.server.pull()
+            await self._wait(lambda: self.state.may_pull(rank))
+            self.state.waited[rank] += time.perf_counter() - started
+            return self.state.pull()
 
     async def push(self, rank, replica, version, rows):
         async with self._lock():
-            self.server.push(rank, replica, version, rows)
+            self.state.push(rank, replica, version, rows)
             self.condition.notify_all()
 
     async def finish(self, rank):
         async with self._lock():
-            self.server.finish(rank)
+            self.state.finish(rank)
             self.condition.notify_all()
 
     def result(self):
-        """The global estimator, its version, and the seconds each worker was held back."""
-        return copy.deepcopy(self.server.state), self.server.version, dict(self.server.waited)
+        """The global estimator, its version, and the seconds each replica was held back."""
+        return copy.deepcopy(self.state.estimator), self.state.version, dict(self.state.waited)
 
 
-class ParameterServerLocal(_LocalService):
-    """The parameter server for workers running as threads of one process."""
+class ParameterServerLocal(_LocalCollective):
+    """The parameter server for replicas running as threads of one process."""
 
-    def __init__(self, start, n_workers, staleness, rule, timeout=600.0):
-        self.server, self.timeout = _Server(start, n_workers, staleness, rule), timeout
+    def __init__(self, start, n_replicas, staleness, rule, timeout=600.0):
+        self.state, self.timeout = _ServerState(start, n_replicas, staleness, rule), timeout
         self.condition, self.failed = threading.Condition(), None
 
     def pull(self, rank):
         started = time.perf_counter()
         with self.condition:
-            self._wait(lambda: self.server.may_pull(rank))
-            self.server.waited[rank] += time.perf_counter() - started
-            return self.server.pull()
+            self._wait(lambda: self.state.may_pull(rank))
+            self.state.waited[rank] += time.perf_counter() - started
+            return self.state.pull()
 
     def push(self, rank, replica, version, rows):
         with self.condition:
-            self.server.push(rank, replica, version, rows)
+            self.state.push(rank, replica, version, rows)
             self.condition.notify_all()
 
     def finish(self, rank):
         with self.condition:
-            self.server.finish(rank)
+            self.state.finish(rank)
             self.condition.notify_all()
 
     result = ParameterServerActor.result
 
 
-def call(service, method, *args):
-    """Call *method* of an actor (waiting for its result) or of a local object alike."""
-    result = getattr(service, method)(*args)
+def call(collective, method, *args):
+    """Call *method* of a collective, an actor (waiting for its result) or a local object alike."""
+    result = getattr(collective, method)(*args)
     return result.result() if hasattr(result, "result") and callable(result.result) else result

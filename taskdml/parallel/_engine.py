@@ -8,9 +8,9 @@ trial — calls :func:`train`. Strategies:
     placement, so results depend only on the seed and ``R``. Each replica is one
     long-running task pinned to the worker that already holds most of its chunks (the
     others are copied there once and stay). The replicas start from one shared
-    initialisation (:func:`~taskdml.parallel.merge.prepare_start`); every round each
+    initialisation (:func:`~taskdml.parallel.prepare_start`); every round each
     ``partial_fit``\\s ``sync_every`` chunks and they all-reduce through an actor with
-    :func:`~taskdml.parallel.merge.merge_replicas`, worker to worker: the client and the
+    :func:`~taskdml.parallel.merge_replicas`, worker to worker: the client and the
     scheduler are not in the loop, so no worker waits for them between rounds.
 ``async``
     The same replicas pull the global estimator from a parameter-server actor, train one
@@ -30,17 +30,41 @@ import collections
 import concurrent.futures
 import copy
 import dataclasses
+import threading
 import time
 import warnings
+import weakref
 
-
-from taskdml import _keys
-from taskdml.exceptions import DataError
+from taskdml import _data, _keys
 from taskdml.parallel import _chunks, _collective, _replica, _tasks
+from taskdml.parallel._chunks import Chunk
+from taskdml.parallel._merge import get_merge_rule, prepare_start, unmergeable_reason
 from taskdml.parallel._merge_registry import without_round_start
-from taskdml.parallel.merge import get_merge_rule, prepare_start, unmergeable_reason
 
 STRATEGIES = ("sync", "async", "sequential")
+"""The training strategies, for every entry point (the engine, DataParallel, the searches)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingPlan:
+    """Everything a replica needs to know about a training, fixed before it starts.
+
+    Built once by :func:`train` and passed to every replica task unchanged (the engine sets
+    ``rounds_per_epoch`` with :func:`dataclasses.replace` once it knows the replicas).
+    """
+
+    epochs: int
+    sync_every: int
+    shuffle: bool
+    shuffle_rows: bool
+    seed: int
+    transformers: list         # fitted transformers applied to each chunk, in order
+    fit_kwargs: dict           # passed to every partial_fit (``classes`` for classifiers)
+    validation: object         # (X_val, y_val) scored after every epoch, or None
+    scorer: object             # scorer(estimator, X, y), or None for estimator.score
+    tol: float
+    n_iter_no_change: object   # int or None (no early stopping)
+    rounds_per_epoch: int = 0  # sync rounds in one epoch: the most chunks of a replica / sync_every
 
 
 @dataclasses.dataclass
@@ -96,20 +120,22 @@ def train(estimator, X, y=None, *, sample_weight=None, classes=None, preprocess=
     if strategy is not None and strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}.")
     client = None if client is False else client if client is not None else current_client()
-    X, y, sample_weight = _align(X, y, sample_weight)
+    X, y, sample_weight = _data.as_dask(X if _data.is_chunked(X) else _as_array(X), y,
+                                        sample_weight)
     arrays = [a for a in (X, y, sample_weight) if a is not None]
     if client is not None:
         arrays = client.persist(arrays)
     chunks = _chunk_lists(arrays, X, y, sample_weight)
-    facts = _inspect(client, [_delayed(_chunks.inspect_chunk, "inspect", i, chunk[0], chunk[1], chunk[2],
-                                       is_classifier(estimator)) for i, chunk in enumerate(chunks)])
+    facts = _inspect(client, chunks, [_delayed(_chunks.inspect_chunk, "inspect", chunk.index, chunk.X,
+                                       chunk.y, chunk.weight, is_classifier(estimator))
+                              for chunk in chunks])
     classes = _chunks.check(facts, X.shape[1], classes, is_classifier(estimator) and y is not None)
     seed = int(check_random_state(random_state).randint(2**31 - 1))
-    plan = {"epochs": int(epochs), "sync_every": int(sync_every), "shuffle": shuffle,
-            "shuffle_rows": shuffle_rows, "seed": seed, "transformers": list(preprocess),
-            "fit_kwargs": {"classes": classes} if classes is not None else {},
-            "validation": validation, "scorer": _scorer(scoring), "tol": tol,
-            "n_iter_no_change": n_iter_no_change}
+    plan = TrainingPlan(
+        epochs=int(epochs), sync_every=int(sync_every), shuffle=shuffle,
+        shuffle_rows=shuffle_rows, seed=seed, transformers=list(preprocess),
+        fit_kwargs={"classes": classes} if classes is not None else {}, validation=validation,
+        scorer=_scorer(scoring), tol=tol, n_iter_no_change=n_iter_no_change)
     strategy = _choose(estimator, strategy)
     started = time.perf_counter()
     if strategy == "fit":
@@ -164,35 +190,20 @@ def _user_frame():
     return level
 
 
-def _align(X, y, sample_weight):
-    """One chunk per row block for X, y and weights; all features in one chunk."""
+def _as_array(X):
+    """In-memory *X* as a dask array of one chunk (the engine's input is a dask array)."""
     import dask.array as da
 
-    X = da.asarray(X)
-    if X.ndim != 2:
-        raise DataError(f"X must be 2-D (samples, features), got shape {X.shape}.")
-    if len(X.chunks[1]) > 1:
-        X = X.rechunk({1: -1})
-    rows = X.chunks[0]
-    aligned = []
-    for name, array in (("y", y), ("sample_weight", sample_weight)):
-        if array is None:
-            aligned.append(None)
-            continue
-        array = da.asarray(array)
-        if array.shape[0] != X.shape[0]:
-            raise DataError(f"X has {X.shape[0]:,} rows but {name} has {array.shape[0]:,}.")
-        aligned.append(array if array.chunks[0] == rows else array.rechunk({0: rows}))
-    return (X, *aligned)
+    return da.asarray(X)
 
 
 def _chunk_lists(arrays, X, y, sample_weight):
-    """``[(X_i, y_i, w_i, i)]``: per chunk, the futures (persisted) or delayed objects."""
+    """One :class:`Chunk` per row block: the futures (persisted) or delayed objects."""
     parts = iter(arrays)
     columns = [_blocks(next(parts))]
     for array in (y, sample_weight):
         columns.append(_blocks(next(parts)) if array is not None else [None] * len(columns[0]))
-    return [(x, y_i, w_i, i) for i, (x, y_i, w_i) in enumerate(zip(*columns))]
+    return [Chunk(x, y_i, w_i, i) for i, (x, y_i, w_i) in enumerate(zip(*columns))]
 
 
 def _blocks(array):
@@ -223,23 +234,51 @@ def _gather(client, values):
     return list(dask.compute(*values))
 
 
-_INSPECTED = collections.OrderedDict()  # inspection key -> facts, for chunks already looked at
-_INSPECTED_MAX = 100_000
+# Facts of the chunks already inspected, so that a repeated ``train`` on the same data (epochs
+# through ``partial_fit``, search trials, benchmarks) does not read all of it again. Per client,
+# and only while that client holds the chunks: an entry goes when its data is released, and
+# the client's whole cache when the client is gone. Without a client, a small LRU.
+_INSPECTED = weakref.WeakKeyDictionary()  # client -> OrderedDict(inspection key: (keys, facts))
+_INSPECTED_LOCAL = collections.OrderedDict()  # inspection key -> ((), facts)
+_INSPECTED_MAX = 10_000  # entries per client
+_INSPECTED_MAX_LOCAL = 1_000
+_INSPECTED_LOCK = threading.Lock()  # searches train from several threads at once
 
 
-def _inspect(client, tasks):
-    """The facts of every chunk, inspecting only chunks not seen before.
+def _inspection_cache(client):
+    """This client's cache, without the entries whose chunks it no longer holds."""
+    if client is None:
+        return _INSPECTED_LOCAL, _INSPECTED_MAX_LOCAL
+    cache = _INSPECTED.setdefault(client, collections.OrderedDict())
+    held = client.futures
+    for key in [key for key, (keys, _) in cache.items() if not all(k in held for k in keys)]:
+        del cache[key]
+    return cache, _INSPECTED_MAX
+
+
+def _inspect(client, chunks, tasks):
+    """The facts of every chunk (``tasks[i]`` inspects ``chunks[i]``), inspecting only chunks
+    not seen before.
 
     An inspection's key is a token of the chunk keys it reads, and Dask keys name immutable
-    data, so a repeated ``train`` on the same data (epochs through ``partial_fit``, search
-    trials, benchmarks) does not read all of it again.
+    data, so facts found once stay true while the chunks exist.
     """
-    missing = [task for task in tasks if task.key not in _INSPECTED]
-    for task, facts in zip(missing, _gather(client, missing) if missing else []):
-        _INSPECTED[task.key] = facts
-    while len(_INSPECTED) > _INSPECTED_MAX:
-        _INSPECTED.popitem(last=False)
-    return [_INSPECTED[task.key] for task in tasks]
+    with _INSPECTED_LOCK:
+        cache, limit = _inspection_cache(client)
+        facts = {task.key: cache[task.key] for task in tasks if task.key in cache}
+    missing = [(chunk, task) for chunk, task in zip(chunks, tasks) if task.key not in facts]
+    found = _gather(client, [task for _, task in missing]) if missing else []
+    for (chunk, task), chunk_facts in zip(missing, found):
+        keys = tuple(part.key for part in (chunk.X, chunk.y, chunk.weight)
+                     if part is not None and client is not None)
+        facts[task.key] = (keys, chunk_facts)
+    with _INSPECTED_LOCK:
+        cache.update(facts)
+        for key in facts:
+            cache.move_to_end(key)
+        while len(cache) > limit:
+            cache.popitem(last=False)
+    return [facts[task.key][1] for task in tasks]
 
 
 def _scorer(scoring):
@@ -250,7 +289,7 @@ def _scorer(scoring):
     return get_scorer(scoring)
 
 
-def _identity(estimator):
+def _estimator_token(estimator):
     """A deterministic token of the estimator's class, parameters and learned state.
 
     Training keys must differ whenever the result could: two candidates of a search differ
@@ -264,14 +303,15 @@ def _identity(estimator):
 def _fit_once(estimator, chunks, plan, client):
     import dask
 
-    name = _keys.key_name("train", _identity(estimator), [c[0].key for c in chunks], phase="fit")
-    column = [[chunk[i] for chunk in chunks] if chunks[0][i] is not None else None for i in range(3)]
+    name = _keys.key_name("train", _estimator_token(estimator), [c.X.key for c in chunks],
+                          phase="fit")
+    parts = [(chunk.X, chunk.y, chunk.weight) for chunk in chunks]
     began = time.perf_counter()
-    task = dask.delayed(_tasks.fit_all, pure=True)(estimator, *column, plan["transformers"],
-                                                   dask_key_name=name)
+    task = dask.delayed(_tasks.fit_concatenated, pure=True)(estimator, parts, plan.transformers,
+                                                            dask_key_name=name)
     fitted = _gather(client, [task])[0]
     entry = {"epoch": 1, "duration_s": time.perf_counter() - began,
-             **_replica.epoch_scores(fitted, plan["validation"], plan)}
+             **_replica.epoch_scores(fitted, plan.validation, plan)}
     return TrainResult(fitted, [entry], "fit", {})
 
 
@@ -279,19 +319,19 @@ def _sequential(estimator, chunks, plan, client):
     """One replica through every chunk, epoch by epoch, scored between epochs."""
     import dask
 
-    name = _keys.key_name("train", _identity(estimator), [c[0].key for c in chunks],
-                          plan["seed"], phase="fit")
+    name = _keys.key_name("train", _estimator_token(estimator), [c.X.key for c in chunks],
+                          plan.seed, phase="fit")
     state, history, step = copy.deepcopy(estimator), [], 0
-    for epoch in range(plan["epochs"]):
+    for epoch in range(plan.epochs):
         began = time.perf_counter()
-        for position in _replica.epoch_order(len(chunks), epoch, 0, plan["shuffle"], plan["seed"]):
+        for chunk in _tasks.epoch_order(chunks, (plan.seed, epoch, 0), plan.shuffle):
             state = dask.delayed(_tasks.partial_fit_chunk, pure=True)(
-                state, chunks[position][0], chunks[position][1], plan["transformers"],
-                dict(plan["fit_kwargs"], **_weight_kwarg(chunks[position][2])), dask_key_name=(name, step))
+                state, chunk.X, chunk.y, plan.transformers,
+                dict(plan.fit_kwargs, **_weight_kwarg(chunk.weight)), dask_key_name=(name, step))
             step += 1
         state = _gather(client, [state])[0]
         entry = {"epoch": epoch + 1, "duration_s": time.perf_counter() - began,
-                 **_replica.epoch_scores(state, plan["validation"], plan)}
+                 **_replica.epoch_scores(state, plan.validation, plan)}
         history.append(entry)
         if _replica.should_stop(history, plan):
             break
@@ -302,37 +342,60 @@ def _weight_kwarg(weight):
     return {} if weight is None else {"sample_weight": weight}
 
 
+def _owned(chunks, n_replicas):
+    """The chunks of each replica: chunk ``i`` belongs to replica ``i mod n_replicas``."""
+    return [[c for c in chunks if c.index % n_replicas == rank] for rank in range(n_replicas)]
+
+
+def _with_rounds(plan, owned):
+    """*plan* with the rounds of one epoch: the most chunks of a replica, ``sync_every`` a round."""
+    rounds = -(-max(len(chunks) for chunks in owned) // plan.sync_every)
+    return dataclasses.replace(plan, rounds_per_epoch=rounds)
+
+
 def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas):
-    """Sync or async replicas, as pinned long-running tasks or as local threads."""
+    """Sync or async replicas, as pinned long-running tasks or as local threads.
+
+    The replicas coordinate through one *collective*: an all-reduce (sync) or a parameter
+    server (async), here a Dask actor on the first replica's worker.
+    """
     if client is None:
         return _replicated_locally(estimator, chunks, plan, strategy, staleness, n_replicas or 1)
     workers = sorted(client.nthreads())
     n_replicas = min(n_replicas or len(workers), len(chunks))
-    owned = [[c for c in chunks if c[3] % n_replicas == rank] for rank in range(n_replicas)]
+    owned = _owned(chunks, n_replicas)
     placement = _place(client, owned, workers)
     first, rule = chunks[0], get_merge_rule(estimator)
-    name = _keys.key_name("train", _identity(estimator), [c[0].key for c in chunks], plan["seed"],
-                          strategy, phase="replica")
-    start = client.submit(prepare_start, estimator, first[0], first[1], plan["fit_kwargs"].get("classes"),
-                          rule=rule, key=_keys.key_name("train", name, phase="prepare"))
-    plan = dict(plan, rounds_per_epoch=-(-max(len(o) for o in owned) // plan["sync_every"]))
+    name = _keys.key_name("train", _estimator_token(estimator), [c.X.key for c in chunks],
+                          plan.seed, strategy, phase="replica")
+    start = client.submit(prepare_start, estimator, first.X, first.y,
+                          plan.fit_kwargs.get("classes"), rule=rule,
+                          key=_keys.key_name("train", name, phase="prepare"))
+    plan = _with_rounds(plan, owned)
     if strategy == "sync":
-        holder = client.submit(_collective.AllReduceActor, n_replicas, rule, actor=True,
-                               workers=[placement[0]], key=_keys.key_name("train", name, phase="allreduce"))
+        actor_future = client.submit(_collective.AllReduceActor, n_replicas, rule, actor=True,
+                                     workers=[placement[0]],
+                                     key=_keys.key_name("train", name, phase="allreduce"))
     else:
-        holder = client.submit(_collective.ParameterServerActor, start, n_replicas, staleness, rule,
-                               actor=True, workers=[placement[0]],
-                               key=_keys.key_name("train", name, phase="server"))
-    service = holder.result()  # the actor lives as long as ``holder`` does: keep it to the end
+        actor_future = client.submit(_collective.ParameterServerActor, start, n_replicas,
+                                     staleness, rule, actor=True, workers=[placement[0]],
+                                     key=_keys.key_name("train", name, phase="server"))
+    # The actor lives as long as its future does: keep ``actor_future`` to the end.
+    collective = actor_future.result()
     with _taking_turns(client, n_replicas):
-        tasks = [client.submit(_replica.sync_replica if strategy == "sync" else _replica.async_replica,
-                               rank, *((start,) if strategy == "sync" else ()), owned[rank], service, plan,
-                               workers=[placement[rank]], allow_other_workers=False, pure=False,
-                               key=(name, rank))
-                 for rank in range(n_replicas)]
+        if strategy == "sync":
+            tasks = [client.submit(_replica.sync_replica, rank, start, owned[rank], collective,
+                                   plan, workers=[placement[rank]], allow_other_workers=False,
+                                   pure=False, key=(name, rank))
+                     for rank in range(n_replicas)]
+        else:
+            tasks = [client.submit(_replica.async_replica, rank, owned[rank], collective, plan,
+                                   workers=[placement[rank]], allow_other_workers=False,
+                                   pure=False, key=(name, rank))
+                     for rank in range(n_replicas)]
         outcomes = client.gather(tasks)
-    result = _result(strategy, outcomes, service, plan, n_replicas)
-    del holder
+    result = _result(strategy, outcomes, collective, plan, n_replicas)
+    del actor_future
     return result
 
 
@@ -352,18 +415,18 @@ def _taking_turns(client, n_replicas):
     return Lock("taskdml-replicated-training", scheduler_rpc=client.scheduler, loop=client.loop)
 
 
-def _result(strategy, outcomes, service, plan, n_replicas):
+def _result(strategy, outcomes, collective, plan, n_replicas):
     if strategy == "sync":
         state, history, _ = outcomes[0]
         stats = [outcome[2] for outcome in outcomes]
-        rounds = plan["rounds_per_epoch"] * len(history)
+        rounds = plan.rounds_per_epoch * len(history)
         return TrainResult(state, history, "sync", {
             "replicas": n_replicas, "rounds": rounds,
             "busy_s": [s["busy_s"] for s in stats],
             "reduce_wait_s": [s["reduce_wait_s"] for s in stats]})
-    state, version, waited = _collective.call(service, "result")
-    history = [{"epoch": plan["epochs"], "duration_s": max(o["busy_s"] for o in outcomes),
-                **_replica.epoch_scores(state, plan["validation"], plan)}]
+    state, version, waited = _collective.call(collective, "result")
+    history = [{"epoch": plan.epochs, "duration_s": max(o["busy_s"] for o in outcomes),
+                **_replica.epoch_scores(state, plan.validation, plan)}]
     return TrainResult(state, history, "async", {
         "replicas": n_replicas, "updates": version, "busy_s": [o["busy_s"] for o in outcomes],
         "held_back_s": [waited[rank] for rank in sorted(waited)]})
@@ -371,11 +434,11 @@ def _result(strategy, outcomes, service, plan, n_replicas):
 
 def _place(client, owned, workers):
     """Pin each replica to the free worker holding most of its rows (copies the rest once)."""
-    who_has = client.who_has([c[0] for chunks in owned for c in chunks])
+    who_has = client.who_has([c.X for chunks in owned for c in chunks])
     local = []
     for rank, chunks in enumerate(owned):
         for worker in workers:
-            held = sum(1 for c in chunks if worker in who_has.get(c[0].key, ()))
+            held = sum(1 for c in chunks if worker in who_has.get(c.X.key, ()))
             local.append((-held, rank, worker))
     placement, used = {}, {}
     capacity = -(-len(owned) // len(workers))
@@ -390,18 +453,22 @@ def _replicated_locally(estimator, chunks, plan, strategy, staleness, n_replicas
     """The same replicas as threads of this process, on computed chunks."""
     import dask
 
-    chunks = [tuple(part for part in dask.compute(*chunk[:3])) + (chunk[3],) for chunk in chunks]
+    chunks = [Chunk(*dask.compute(chunk.X, chunk.y, chunk.weight), chunk.index)
+              for chunk in chunks]
     n_replicas = min(n_replicas, len(chunks))
-    owned = [[c for c in chunks if c[3] % n_replicas == rank] for rank in range(n_replicas)]
+    owned = _owned(chunks, n_replicas)
     rule = get_merge_rule(estimator)
-    start = prepare_start(estimator, chunks[0][0], chunks[0][1], plan["fit_kwargs"].get("classes"), rule=rule)
-    plan = dict(plan, rounds_per_epoch=-(-max(len(o) for o in owned) // plan["sync_every"]))
+    start = prepare_start(estimator, chunks[0].X, chunks[0].y, plan.fit_kwargs.get("classes"),
+                          rule=rule)
+    plan = _with_rounds(plan, owned)
     if strategy == "sync":
-        service = _collective.AllReduceLocal(n_replicas, rule)
-        jobs = [(_replica.sync_replica, rank, start, owned[rank], service, plan) for rank in range(n_replicas)]
+        collective = _collective.AllReduceLocal(n_replicas, rule)
+        jobs = [(_replica.sync_replica, rank, start, owned[rank], collective, plan)
+                for rank in range(n_replicas)]
     else:
-        service = _collective.ParameterServerLocal(start, n_replicas, staleness, rule)
-        jobs = [(_replica.async_replica, rank, owned[rank], service, plan) for rank in range(n_replicas)]
+        collective = _collective.ParameterServerLocal(start, n_replicas, staleness, rule)
+        jobs = [(_replica.async_replica, rank, owned[rank], collective, plan)
+                for rank in range(n_replicas)]
     with concurrent.futures.ThreadPoolExecutor(n_replicas) as pool:
         outcomes = [future.result() for future in [pool.submit(*job) for job in jobs]]
-    return _result(strategy, outcomes, service, plan, n_replicas)
+    return _result(strategy, outcomes, collective, plan, n_replicas)

@@ -1,7 +1,7 @@
 """``DataParallel``: the data-parallel engine as a scikit-learn meta-estimator.
 
 :class:`DataParallel` wraps any scikit-learn estimator and trains it with
-:func:`taskdml.parallel.engine.train`, so that existing scikit-learn code (a script, a
+:func:`taskdml.train`, so that existing scikit-learn code (a script, a
 ``Pipeline``, ``GridSearchCV``) gets data-parallel ``partial_fit`` training by changing one
 line. The wrapper itself does four things and leaves the training to the engine:
 
@@ -45,26 +45,17 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
+from taskdml._data import unwrap
 from taskdml._keys import key_name
-from taskdml._tags import wrapped_tags
-from taskdml.exceptions import DataError, did_you_mean
-from taskdml.parallel.engine import STRATEGIES, current_client, train
+from taskdml._meta import estimator_has, wrapped_tags
+from taskdml.exceptions import did_you_mean
+from taskdml.parallel._engine import STRATEGIES, current_client, train
 
 __all__ = ["DataParallel"]
 
 _PREFIX = "dataparallel"
 # In-memory data is split into at most max(2, n_workers) chunks of at least this many rows.
 _MIN_CHUNK_ROWS = 32
-
-
-def _estimator_has(attribute):
-    """``available_if`` check: the fitted estimator has *attribute*, else the unfitted one."""
-
-    def check(self):
-        estimator = self.estimator_ if hasattr(self, "estimator_") else self.estimator
-        return hasattr(estimator, attribute)
-
-    return check
 
 
 class DataParallel(MetaEstimatorMixin, BaseEstimator):
@@ -75,7 +66,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
     are merged with the estimator family's merge rule every ``sync_every`` chunks. An
     estimator without a merge rule is trained sequentially, and one without ``partial_fit``
     is fitted once on all the data; both warn with
-    :class:`~taskdml.parallel.engine.SequentialFallbackWarning`.
+    :class:`~taskdml.SequentialFallbackWarning`.
 
     Parameters
     ----------
@@ -139,7 +130,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
 
     See Also
     --------
-    taskdml.parallel.engine.train : The engine, for dask arrays.
+    taskdml.train : The engine, for dask arrays.
     taskdml.metrics.evaluate : Chunk-wise metrics, used by ``score`` on dask input.
 
     Notes
@@ -153,7 +144,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
     --------
     >>> from sklearn.datasets import make_classification
     >>> from sklearn.linear_model import SGDClassifier
-    >>> from taskdml.parallel.estimator import DataParallel
+    >>> from taskdml import DataParallel
     >>> X, y = make_classification(n_samples=500, random_state=0)
     >>> model = DataParallel(SGDClassifier(random_state=0), epochs=3, random_state=0).fit(X, y)
     >>> model.predict(X[:5]).shape, model.n_epochs_, model.strategy_
@@ -206,7 +197,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         """
         return self._train(X, y, classes, sample_weight, continue_from=None, epochs=self.epochs)
 
-    @available_if(_estimator_has("partial_fit"))
+    @available_if(estimator_has("partial_fit", "estimator_"))
     def partial_fit(self, X, y=None, classes=None, sample_weight=None):
         """Train one more epoch on this data, continuing from ``estimator_``.
 
@@ -230,7 +221,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         self._check_params()
         first = continue_from is None
         rng = check_random_state(self.random_state)
-        X, y, sample_weight, _ = _unpack(X, y, sample_weight)
+        X, y, sample_weight, _ = unwrap(X, y, sample_weight)
         if y is None and get_tags(self.estimator).target_tags.required:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is "
                              "None.")
@@ -360,7 +351,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             return X, y, sample_weight, None
         if not isinstance(validation, numbers.Real):
             X_val, y_val = validation
-            X_val, y_val, _, _ = _unpack(X_val, y_val, None)
+            X_val, y_val, _, _ = unwrap(X_val, y_val, None)
             X_val = check_array(np.asarray(X_val), ensure_all_finite=False, estimator=self)
             if X_val.shape[1] != X.shape[1]:
                 raise ValueError(f"validation X has {X_val.shape[1]} features, but the training data "
@@ -382,7 +373,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
     # ----------------------------------------------------------------------------------------
     # Methods of the fitted estimator
 
-    @available_if(_estimator_has("predict"))
+    @available_if(estimator_has("predict", "estimator_"))
     def predict(self, X):
         """Predict with ``estimator_``, chunk by chunk.
 
@@ -398,7 +389,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         """
         return self._apply("predict", X)
 
-    @available_if(_estimator_has("predict_proba"))
+    @available_if(estimator_has("predict_proba", "estimator_"))
     def predict_proba(self, X):
         """Class probabilities from ``estimator_``, chunk by chunk.
 
@@ -413,7 +404,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         """
         return self._apply("predict_proba", X)
 
-    @available_if(_estimator_has("predict_log_proba"))
+    @available_if(estimator_has("predict_log_proba", "estimator_"))
     def predict_log_proba(self, X):
         """Log class probabilities from ``estimator_``, chunk by chunk.
 
@@ -428,7 +419,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         """
         return self._apply("predict_log_proba", X)
 
-    @available_if(_estimator_has("decision_function"))
+    @available_if(estimator_has("decision_function", "estimator_"))
     def decision_function(self, X):
         """Decision function of ``estimator_``, chunk by chunk.
 
@@ -443,7 +434,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         """
         return self._apply("decision_function", X)
 
-    @available_if(_estimator_has("transform"))
+    @available_if(estimator_has("transform", "estimator_"))
     def transform(self, X):
         """Transform with ``estimator_``, chunk by chunk.
 
@@ -459,7 +450,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         """
         return self._apply("transform", X)
 
-    @available_if(_estimator_has("transform"))
+    @available_if(estimator_has("transform", "estimator_"))
     def fit_transform(self, X, y=None, **fit_params):
         """Fit, then transform the same data.
 
@@ -476,7 +467,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         """
         return self.fit(X, y, **fit_params).transform(X)
 
-    @available_if(_estimator_has("score"))
+    @available_if(estimator_has("score", "estimator_"))
     def score(self, X, y=None, sample_weight=None):
         """Score ``estimator_`` on this data.
 
@@ -496,7 +487,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         score : float
         """
         check_is_fitted(self)
-        X, y, sample_weight, _ = _unpack(X, y, sample_weight)
+        X, y, sample_weight, _ = unwrap(X, y, sample_weight)
         if not isinstance(X, da.Array):
             X = validate_data(self, X, reset=False)
             kwargs = {} if sample_weight is None else {"sample_weight": sample_weight}
@@ -504,7 +495,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         return self._score_lazily(X, y, sample_weight)
 
     def _score_lazily(self, X, y, sample_weight):
-        from taskdml.metrics import evaluate
+        from taskdml.metrics import score_chunked
 
         name = type(self).__name__
         metric = "accuracy" if is_classifier(self) else "r2" if is_regressor(self) else None
@@ -521,10 +512,9 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         y = da.asarray(y)
         if y.ndim == 2 and y.shape[1] == 1:
             y = y[:, 0]
-        data = xr.Dataset({"X": (("sample", "feature"), X), "y": (("sample",), y)})
-        return evaluate(self.estimator_, data, [metric])[metric]
+        return score_chunked(self.estimator_, X, y, metric)
 
-    @available_if(_estimator_has("get_feature_names_out"))
+    @available_if(estimator_has("get_feature_names_out", "estimator_"))
     def get_feature_names_out(self, input_features=None):
         """Output feature names of ``transform``.
 
@@ -547,7 +537,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
 
     def _apply(self, method, X):
         check_is_fitted(self)
-        X, _, _, template = _unpack(X, None, None)
+        X, _, _, template = unwrap(X, None, None)
         if isinstance(X, da.Array):
             result = self._apply_lazily(method, X)
         else:
@@ -631,33 +621,6 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
 def _call_method(block, model, method):
     """Task: ``model.<method>(block)`` for one row chunk."""
     return getattr(model, method)(block)
-
-
-def _unpack(X, y, sample_weight):
-    """``(X, y, sample_weight, template)``: xarray unwrapped; *template* is the X DataArray."""
-    if isinstance(X, xr.Dataset):
-        if "X" not in X.data_vars:
-            raise DataError(f"the Dataset has no variable 'X'.{did_you_mean('X', X.data_vars)} Its "
-                            f"variables are {sorted(map(str, X.data_vars))}; expected 'X' (dims "
-                            "sample, feature) and optionally 'y' (dims sample).")
-        if "y" in X.data_vars:
-            if y is not None:
-                raise DataError("y was given twice: as an argument and as the Dataset's variable "
-                                "'y'; pass one of them.")
-            y = X["y"]
-        X = X["X"]
-    template = None
-    if isinstance(X, xr.DataArray):
-        if set(X.dims) != {"sample", "feature"}:
-            raise DataError(f"X has dims {X.dims}; expected ('sample', 'feature'). Rename them, e.g. "
-                            f"X.rename({{{X.dims[0]!r}: 'sample', ...}}).")
-        template = X.transpose("sample", "feature")
-        X = template.data
-    if isinstance(y, xr.DataArray):
-        y = y.data
-    if isinstance(sample_weight, xr.DataArray):
-        sample_weight = sample_weight.data
-    return X, y, sample_weight, template
 
 
 def _feature_names(X):

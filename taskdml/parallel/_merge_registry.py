@@ -122,7 +122,7 @@ def register_merge(
     --------
     >>> import copy
     >>> from sklearn.naive_bayes import MultinomialNB
-    >>> from taskdml.parallel.merge import get_merge_rule, register_merge
+    >>> from taskdml.parallel import get_merge_rule, register_merge
     >>> class MyNB(MultinomialNB):
     ...     pass
     >>> def keep_first(replicas, weights):
@@ -160,7 +160,7 @@ def register_unmergeable(estimator_class, reason):
     Examples
     --------
     >>> from sklearn.cluster import Birch
-    >>> from taskdml.parallel.merge import register_unmergeable, unmergeable_reason
+    >>> from taskdml.parallel import register_unmergeable, unmergeable_reason
     >>> class MyBirch(Birch):
     ...     pass
     >>> register_unmergeable(MyBirch, "demo reason")
@@ -204,7 +204,7 @@ def get_merge_rule(estimator):
     Examples
     --------
     >>> from sklearn.linear_model import Perceptron
-    >>> from taskdml.parallel.merge import get_merge_rule
+    >>> from taskdml.parallel import get_merge_rule
     >>> rule = get_merge_rule(Perceptron())     # inherited from the SGD classifiers
     >>> rule.family, rule.exact
     ('linear-sgd', False)
@@ -240,7 +240,7 @@ def unmergeable_reason(estimator):
     --------
     >>> from sklearn.cluster import Birch
     >>> from sklearn.linear_model import SGDRegressor
-    >>> from taskdml.parallel.merge import unmergeable_reason
+    >>> from taskdml.parallel import unmergeable_reason
     >>> unmergeable_reason(SGDRegressor()) is None
     True
     >>> unmergeable_reason(Birch()).startswith("Birch cannot be merged")
@@ -256,7 +256,7 @@ def unmergeable_reason(estimator):
     if rule is None:
         return (
             f"no merge rule is registered for {name}; register one with "
-            f"taskdml.parallel.merge.register_merge({name}, merge_fn) to train it "
+            f"taskdml.register_merge({name}, merge_fn) to train it "
             f"data-parallel."
         )
     inner = _inner_estimator(estimator) if rule.family == "meta" else None
@@ -329,7 +329,7 @@ def round_start(replicas):
     --------
     >>> import numpy as np
     >>> from sklearn.preprocessing import MaxAbsScaler
-    >>> from taskdml.parallel.merge import merge_replicas, prepare_start, round_start
+    >>> from taskdml.parallel import merge_replicas, prepare_start, round_start
     >>> X = np.arange(12.0).reshape(6, 2)
     >>> start = prepare_start(MaxAbsScaler(), X[:2])
     >>> round_start([start])
@@ -480,7 +480,7 @@ def merge_replicas(replicas, weights, *, rule=None):
     >>> import copy
     >>> import numpy as np
     >>> from sklearn.preprocessing import StandardScaler
-    >>> from taskdml.parallel.merge import merge_replicas, prepare_start
+    >>> from taskdml.parallel import merge_replicas, prepare_start
     >>> X = np.random.default_rng(0).normal(size=(100, 3))
     >>> start = prepare_start(StandardScaler(), X[:50])
     >>> a = copy.deepcopy(start).partial_fit(X[:50])
@@ -529,7 +529,7 @@ def prepare_start(estimator, X, y=None, classes=None, *, rule=None):
     --------
     >>> import numpy as np
     >>> from sklearn.neural_network import MLPRegressor
-    >>> from taskdml.parallel.merge import prepare_start
+    >>> from taskdml.parallel import prepare_start
     >>> X, y = np.ones((8, 2)), np.arange(8.0)
     >>> start = prepare_start(MLPRegressor(hidden_layer_sizes=(3,)), X, y)
     >>> [w.shape for w in start.coefs_], start.t_

@@ -1,4 +1,13 @@
-"""Task functions of the training engine: pure, module-level, state in and new state out."""
+"""The task functions of taskdml: pure, module-level, state in and new state out.
+
+The engine, the grid searches and the adaptive searches build their graphs from these, so
+one piece of work is one function wherever it runs: :func:`partial_fit_chunk` (one link of a
+chain of ``partial_fit`` tasks), :func:`fit_concatenated` (an estimator without
+``partial_fit``, fitted once on chunks concatenated), :func:`chunk_labels` and
+:func:`transform_chunk`. :func:`epoch_order` is the one seeded chunk order of an epoch. Every
+estimator that arrives as an argument is copied before it is trained: a threaded scheduler
+hands the same object to several tasks.
+"""
 
 import copy
 
@@ -23,19 +32,80 @@ def partial_fit_chunk(estimator, X, y, transformers, fit_kwargs):
     return estimator
 
 
-def fit_all(estimator, X_chunks, y_chunks, weight_chunks, transformers):
-    """Return a copy of *estimator* fitted on all chunks concatenated (no ``partial_fit``)."""
+def fit_concatenated(estimator, chunks, transformers=()):
+    """A copy of *estimator* fitted once on *chunks* concatenated (no ``partial_fit``).
+
+    Parameters
+    ----------
+    estimator : scikit-learn estimator
+        Copied, never modified.
+    chunks : list of tuple
+        ``(X, y)`` or ``(X, y, sample_weight)`` per chunk, in row order; ``y`` and
+        ``sample_weight`` are ``None`` in every chunk or in none.
+    transformers : sequence of fitted transformers, default=()
+        Applied to the concatenated ``X`` before the fit.
+
+    Returns
+    -------
+    estimator
+        The fitted copy.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.linear_model import LinearRegression
+    >>> from taskdml.parallel._tasks import fit_concatenated
+    >>> X = np.arange(8.0).reshape(4, 2)
+    >>> model = fit_concatenated(LinearRegression(), [(X[:2], X[:2, 0]), (X[2:], X[2:, 0])])
+    >>> model.coef_.round(6).tolist()
+    [0.5, 0.5]
+    """
     estimator = copy.deepcopy(estimator)
-    X = transform_chunk(np.concatenate(X_chunks), transformers)
-    kwargs = {} if weight_chunks is None else {"sample_weight": np.concatenate(weight_chunks)}
-    if y_chunks is None:
+    X_parts, y_parts, *weight_parts = zip(*chunks)
+    X = transform_chunk(np.concatenate(X_parts), transformers)
+    kwargs = {}
+    if weight_parts and weight_parts[0][0] is not None:
+        kwargs["sample_weight"] = np.concatenate(weight_parts[0])
+    if y_parts[0] is None:
         return estimator.fit(X, **kwargs)
-    return estimator.fit(X, np.concatenate(y_chunks), **kwargs)
+    return estimator.fit(X, np.concatenate(y_parts), **kwargs)
 
 
 def chunk_labels(y):
-    """The distinct labels of one chunk (a small array)."""
+    """The distinct labels of one chunk of y (a small array)."""
     return np.unique(y)
+
+
+def epoch_order(items, seed_parts, shuffle=True):
+    """The order in which *items* (chunks or their indices) are visited in one epoch.
+
+    Parameters
+    ----------
+    items : sequence
+        What to order: a replica's chunks, a fold's chunk indices.
+    seed_parts : tuple of int
+        The seed of this order, e.g. ``(seed, epoch, rank)`` for a replica of the engine or
+        ``(seed, trial + 1, fold + 1, epoch)`` for an adaptive search's trial: a permutation
+        of ``numpy.random.default_rng(list(seed_parts))``.
+    shuffle : bool, default=True
+        ``False`` keeps the order of *items*.
+
+    Returns
+    -------
+    list
+        The items, in the order of this epoch.
+
+    Examples
+    --------
+    >>> from taskdml.parallel._tasks import epoch_order
+    >>> epoch_order(["a", "b", "c"], (0, 1, 2), shuffle=False)
+    ['a', 'b', 'c']
+    >>> sorted(epoch_order(["a", "b", "c"], (0, 1, 2)))
+    ['a', 'b', 'c']
+    """
+    if not shuffle:
+        return list(items)
+    return [items[i] for i in np.random.default_rng(list(seed_parts)).permutation(len(items))]
 
 
 def transformed(X, transformers):
