@@ -1,14 +1,14 @@
 """Adaptive searches: ASHA, successive halving and Hyperband, on a real cluster and in process."""
 
 import doctest
-import threading
-import time
+import uuid
 import warnings
 
 import dask.array as da
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from distributed.diagnostics.plugin import SchedulerPlugin
 from hypothesis import strategies as st
 from scipy.stats import loguniform
 from sklearn.datasets import make_classification as sk_make_classification
@@ -30,18 +30,37 @@ def _data(n_samples=4_000, chunk_size=400, seed=0):
     return make_classification(n_samples, 10, n_informative=4, chunk_size=chunk_size, random_state=seed)
 
 
-class SlowSGD(SGDClassifier):
-    """An SGDClassifier whose partial_fit sleeps when its alpha is *slow_alpha*: a straggler."""
+class StragglerSGD(SGDClassifier):
+    """An SGDClassifier whose trial with alpha *slow_alpha* is held in its first partial_fit
+    until another trial has trained past rung 0: a straggler by construction, not by timing.
 
-    def __init__(self, *, slow_alpha=None, delay=0.0, alpha=1e-4, random_state=None):
+    Every other trial sets the ``distributed.Event`` *overtaken* once it has seen more rows than
+    the data set holds (it is in its second epoch, so ASHA promoted it). The straggler waits on
+    that event at most *timeout* seconds, then raises: a search that waits for the straggler
+    fails the trial instead of hanging.
+    """
+
+    def __init__(self, *, slow_alpha=None, overtaken=None, n_samples=0, timeout=60.0, alpha=1e-4,
+                 random_state=None):
         super().__init__(alpha=alpha, random_state=random_state)
         self.slow_alpha = slow_alpha
-        self.delay = delay
+        self.overtaken = overtaken
+        self.n_samples = n_samples
+        self.timeout = timeout
 
     def partial_fit(self, X, y, classes=None, sample_weight=None):
-        if self.alpha == self.slow_alpha:
-            time.sleep(self.delay)
-        return super().partial_fit(X, y, classes=classes, sample_weight=sample_weight)
+        from distributed import Event
+
+        seen = getattr(self, "rows_seen_", 0)
+        if self.alpha == self.slow_alpha and seen == 0:
+            if not Event(self.overtaken).wait(timeout=self.timeout):
+                raise RuntimeError("no other trial went past rung 0 while this one was held")
+        elif seen >= self.n_samples and not getattr(self, "overtook_", False):
+            Event(self.overtaken).set()
+            self.overtook_ = True
+        super().partial_fit(X, y, classes=classes, sample_weight=sample_weight)
+        self.rows_seen_ = seen + len(X)
+        return self
 
 
 class FailingSGD(SGDClassifier):
@@ -159,55 +178,85 @@ def test_docstring_examples_run():
 # On the cluster.
 
 
+class TransitionLog(SchedulerPlugin):
+    """Every state transition of a search trial's keys, in the order the scheduler made them."""
+
+    name = "trial-transitions"
+
+    def __init__(self):
+        self.log = []
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        if isinstance(key, tuple) and "-trial-" in str(key[0]):
+            self.log.append((key, start, finish))
+
+
+def _transitions(dask_scheduler):
+    return dask_scheduler.plugins[TransitionLog.name].log
+
+
 @pytest.fixture(scope="module")
-def straggler_run(cluster):
-    """ASHA with one slow trial, run in a thread while the scheduler's memory is polled."""
-    from distributed import Client
+def straggler_run():
+    """ASHA with trial 0 held until another trial has passed rung 0, on 2 workers x 2 threads
+    (a held thread leaves its worker a free one for the chunks it holds), with the scheduler's
+    transitions of the trials' keys recorded."""
+    from distributed import Client, LocalCluster
 
     first = candidates(ALPHAS, 9, random_state=0)[0]["alpha"]
-    search = ASHASearchCV(SlowSGD(slow_alpha=first, delay=0.3, random_state=0), ALPHAS, n_trials=9,
-                          max_epochs=9, refit=False, random_state=0)
-    snapshots = []
-    with Client(cluster, set_as_default=True) as client:
-        data = _data()
-        began = time.perf_counter()
-        fitting = threading.Thread(target=search.fit, args=(data,))
-        fitting.start()
-        while fitting.is_alive():
-            held = client.run_on_scheduler(_trials_in_memory, prefix="asha-trial-fit")
-            snapshots.append((time.perf_counter() - began, held))
-            time.sleep(0.05)
-        fitting.join()
-    return search, first, snapshots
-
-
-def _trials_in_memory(dask_scheduler, prefix):
-    """Trial ids whose state keys the scheduler holds in memory."""
-    return {key[1] for key, task in dask_scheduler.tasks.items()
-            if isinstance(key, tuple) and str(key[0]).startswith(prefix) and task.state == "memory"}
+    estimator = StragglerSGD(slow_alpha=first, overtaken=f"overtaken-{uuid.uuid4().hex}",
+                             n_samples=4_000, random_state=0)
+    search = ASHASearchCV(estimator, ALPHAS, n_trials=9, max_epochs=9, refit=False, random_state=0)
+    with LocalCluster(n_workers=2, threads_per_worker=2, processes=True, host="127.0.0.1",
+                      dashboard_address=None, memory_limit="2GiB") as cluster:
+        with Client(cluster, set_as_default=True) as client:
+            client.register_plugin(TransitionLog())
+            search.fit(_data())
+            log = client.run_on_scheduler(_transitions)
+    return search, first, log
 
 
 def test_asha_promotes_without_waiting_for_a_straggler(straggler_run):
-    """Other trials reach higher rungs before the slow trial has finished its first rung."""
+    """A trial is promoted and trains on while the held trial has not finished rung 0."""
     search, slow_alpha, _ = straggler_run
-    slow = search.trials_.loc[search.trials_["alpha"] == slow_alpha, "trial"].item()
-    slow_first = min(e["time"] for e in search.history_ if e["trial"] == slow and e["rung"] == 0)
-    promoted_before = [e for e in search.history_ if e["rung"] >= 1 and e["time"] < slow_first]
-    assert promoted_before, search.history_
+    slow = search.trials_.loc[search.trials_["alpha"] == slow_alpha].iloc[0]
+    assert slow["state"] != "failed", slow["error"]       # released by a promoted trial
+    history = search.history_
+    slow_first = next(i for i, e in enumerate(history) if e["trial"] == slow["trial"])
+    assert history[slow_first]["rung"] == 0
+    # A promotion needs three results at rung 0 (eta=3); the straggler's came after them all.
+    assert sum(e["rung"] == 0 for e in history[:slow_first]) >= 3
+    # The promoted trial's step was launched before the straggler's result arrived.
+    assert any(e["rung"] >= 1 and e["started"] < history[slow_first]["time"] for e in history)
     assert search.trials_["state"].str.startswith("stopped").sum() >= 4
 
 
 def test_stopped_trials_release_their_state(straggler_run):
-    """Once a trial stops, the scheduler holds none of its state while the search goes on."""
-    search, _, snapshots = straggler_run
+    """A stopped trial's state leaves the scheduler's memory before any step launched after the
+    stop has its result, and never comes back (the scheduler's recorded transitions)."""
+    search, _, log = straggler_run
     stopped = search.trials_[search.trials_["state"].str.startswith("stopped")]
+    result_at = {}                  # (trial, budget) -> index of the result reaching memory
+    for i, (key, _, finish) in enumerate(log):
+        if "-trial-result-" in str(key[0]) and finish == "memory":
+            result_at[key[1], key[2]] = i
     checked = 0
     for trial, ended in zip(stopped["trial"], stopped["time"]):
-        later = [held for when, held in snapshots[:-1] if when > ended + 0.5]
-        assert all(trial not in held for held in later), trial
-        checked += len(later)
+        later = [result_at[e["trial"], e["budget"]] for e in search.history_
+                 if e["started"] > ended and (e["trial"], e["budget"]) in result_at]
+        if not later:               # stopped at the end: released with the search
+            continue
+        arrived, gone = {}, {}
+        for i, (key, start, finish) in enumerate(log):
+            if "-trial-fit-" in str(key[0]) and key[1] == trial:
+                if finish == "memory":
+                    arrived[key] = i
+                if start == "memory":
+                    gone[key] = i
+        assert arrived, trial
+        for key, i in arrived.items():
+            assert i < gone.get(key, len(log)) < min(later), (key, i, gone.get(key), later)
+        checked += 1
     assert checked > 0
-    assert any(held for _, held in snapshots)       # the poll did see trial states in memory
 
 
 def test_a_failing_trial_is_recorded_and_the_search_completes(client):
