@@ -112,15 +112,30 @@ import numpy as np
 from dask.base import tokenize
 from sklearn.utils.metaestimators import available_if
 
+from taskdml._data import as_dask, is_chunked, unwrap
 from taskdml._keys import key_name
+from taskdml.metrics import score_chunked
 from taskdml.model_selection import _adaptive_policy as policies
-from taskdml.model_selection._adaptive_results import (all_failed_message, best_trial, cv_results,
-                                                       trial_records_frame)
-from taskdml.model_selection._adaptive_run import (AllTrialsFailed, ClusterBackend, Driver, Job,
-                                                   Layout, LocalBackend, SearchPlan, Trial,
-                                                   find_classes, make_folds, prepare)
-from taskdml.model_selection._base import (ADAPTIVE_PARALLEL_KEYS, SearchBase, best_has,
-                                          score_chunk_wise)
+from taskdml.model_selection._adaptive_results import (
+    all_failed_message,
+    best_trial,
+    cv_results,
+    trial_records_frame,
+)
+from taskdml.model_selection._adaptive_run import (
+    AllTrialsFailed,
+    ClusterBackend,
+    Driver,
+    Job,
+    Layout,
+    LocalBackend,
+    SearchPlan,
+    Trial,
+    find_classes,
+    make_folds,
+    prepare,
+)
+from taskdml.model_selection._base import ADAPTIVE_PARALLEL_KEYS, SearchBase, best_has
 from taskdml.parallel._engine import STRATEGIES
 
 __all__ = ["ASHASearchCV", "HyperbandSearchCV", "SuccessiveHalvingSearchCV"]
@@ -292,11 +307,11 @@ class _AdaptiveSearchCV(SearchBase):
         """
         estimator = self._refitted("score")
         metric, _ = _resolve_scoring(self.estimator, self.scoring)
-        X, y = _to_dask(X, y)
-        if hasattr(X, "dask"):
+        X, y, _, _ = unwrap(X, y)
+        if is_chunked(X):
+            X, y, _ = as_dask(X, y)
             if metric is not None:
-                X = X.rechunk({1: -1})
-                return score_chunk_wise(estimator, X, y.rechunk((X.chunks[0],)), metric)
+                return score_chunked(estimator, X, y, metric)
             X, y = X.compute(), None if y is None else y.compute()
         return self.scorer_(estimator, X, y)
 
@@ -364,8 +379,7 @@ class _AdaptiveSearchCV(SearchBase):
     def _parallel_options(self, partial_fit):
         """The engine's options for replicated steps, or ``None`` for sequential chains."""
         from taskdml.exceptions import did_you_mean
-        from taskdml.parallel import unmergeable_reason
-        from taskdml.parallel import SequentialFallbackWarning
+        from taskdml.parallel import SequentialFallbackWarning, unmergeable_reason
 
         name, parallel = type(self).__name__, self.parallel
         if parallel is None:
@@ -400,20 +414,14 @@ class _AdaptiveSearchCV(SearchBase):
         return bool(self.parallel.get("shuffle", True)) if isinstance(self.parallel, dict) else True
 
     def _validate_data(self, X, y):
-        """Dask arrays as they are (light checks); anything else through scikit-learn's checks."""
+        """Chunked data through :func:`taskdml._data.as_dask`, the rest through scikit-learn."""
         from sklearn.base import is_classifier
         from sklearn.utils.multiclass import check_classification_targets
         from sklearn.utils.validation import check_array, check_X_y
 
-        from taskdml.exceptions import DataError
-
-        X, y = _to_dask(X, y)
-        if hasattr(X, "dask"):
-            if X.ndim != 2:
-                raise DataError(f"{type(self).__name__}: X must be 2-D (samples, features), "
-                                f"got shape {X.shape}.")
-            if y is not None and y.shape[0] != X.shape[0]:
-                raise DataError(f"{type(self).__name__}: X has {X.shape[0]} rows but y has {y.shape[0]}.")
+        X, y, _, _ = unwrap(X, y)
+        if is_chunked(X):
+            X, y, _ = as_dask(X, y)
             return X, y
         if y is None and self.__sklearn_tags__().target_tags.required:
             X, y = check_X_y(X, y, estimator=self)
@@ -549,7 +557,7 @@ class ASHASearchCV(_SampledTrials, _AdaptiveSearchCV):
     >>> from scipy.stats import loguniform
     >>> from sklearn.datasets import make_classification
     >>> from sklearn.linear_model import SGDClassifier
-    >>> from taskdml.model_selection._adaptive import ASHASearchCV
+    >>> from taskdml.model_selection import ASHASearchCV
     >>> X, y = make_classification(2_000, 10, random_state=0)
     >>> search = ASHASearchCV(SGDClassifier(random_state=0), {"alpha": loguniform(1e-5, 1e-1)},
     ...                       n_trials=9, max_epochs=9, random_state=0).fit(X, y)
@@ -636,7 +644,7 @@ aggressiveness, factor, test_size : optional
     --------
     >>> from sklearn.datasets import make_classification
     >>> from sklearn.linear_model import SGDClassifier
-    >>> from taskdml.model_selection._adaptive import SuccessiveHalvingSearchCV
+    >>> from taskdml.model_selection import SuccessiveHalvingSearchCV
     >>> X, y = make_classification(2_000, 10, random_state=0)
     >>> search = SuccessiveHalvingSearchCV(SGDClassifier(random_state=0),
     ...                                    {"alpha": [1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0]},
@@ -766,7 +774,7 @@ class HyperbandSearchCV(_AdaptiveSearchCV):
     Examples
     --------
     >>> from sklearn.linear_model import SGDClassifier
-    >>> from taskdml.model_selection._adaptive import HyperbandSearchCV
+    >>> from taskdml.model_selection import HyperbandSearchCV
     >>> search = HyperbandSearchCV(SGDClassifier(), {"alpha": [1e-4, 1e-3]}, max_iter=81)
     >>> search.metadata["n_models"], search.metadata["partial_fit_calls"]
     (143, 1581)
@@ -937,30 +945,9 @@ def _planned_budget(schedule):
     return total
 
 
-def _to_dask(X, y):
-    """Unwrap xarray: a Dataset's ``X``/``y``, a DataArray's data (samples first)."""
-    try:
-        import xarray as xr
-    except ImportError:  # pragma: no cover - xarray is a dependency
-        return X, y
-    if isinstance(X, xr.Dataset):
-        if y is None and "y" in X.data_vars:
-            y = X["y"]
-        X = X["X"]
-    if isinstance(X, xr.DataArray):
-        X = (X.transpose("sample", ...) if "sample" in X.dims else X).data
-    if isinstance(y, xr.DataArray):
-        y = y.data
-    if hasattr(X, "dask") and y is not None and not hasattr(y, "dask"):
-        import dask.array as da
-
-        y = da.from_array(np.asarray(y), chunks=(X.chunks[0],))
-    return X, y
-
-
 def _apply(estimator, method, X):
     """``estimator.method(X)``; chunk by chunk (a dask array) for dask or xarray input."""
-    X, _ = _to_dask(X, None)
+    X = unwrap(X).X
     if not hasattr(X, "dask"):
         return getattr(estimator, method)(X)
     X = X.rechunk({1: -1})

@@ -101,6 +101,6 @@ def all_failed_message(search, trials):
         errors.setdefault(trial.error, []).append(trial.id)
     listing = "\n".join(f"  {error} ({'trial' if len(ids) == 1 else 'trials'} {', '.join(map(str, ids))})"
                         for error, ids in errors.items())
-    return (f"All {len(trials)} trials of {type(search).__name__} failed, so there is no best candidate. "
-            f"The errors:\n{listing}\nFix the estimator or the parameter space; with error_score='raise' "
-            "the first error is raised with its traceback.")
+    return (f"All {len(trials)} trials of {type(search).__name__} failed, so there is no best "
+            f"candidate. The errors:\n{listing}\nFix the estimator or the parameter space; with "
+            "error_score='raise' the first error is raised with its traceback.")

@@ -17,7 +17,6 @@
 The task functions are pure and module-level: state in, a new state out.
 """
 
-import copy
 import dataclasses
 import math
 import time
@@ -26,8 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from taskdml import _keys
-from taskdml.parallel._tasks import partial_fit_chunk
-
+from taskdml.parallel._tasks import epoch_order, fit_concatenated, partial_fit_chunk
 
 # --------------------------------------------------------------------------------------------
 # Task functions.
@@ -37,15 +35,6 @@ def subsample_chunk(X, y, fraction, seed, index):
     """The rows of one chunk kept at *fraction* (a task): nested as the fraction grows."""
     keep = np.random.default_rng([seed, index]).random(len(X)) < fraction
     return Chunk(X[keep], None if y is None else y[keep])
-
-
-def fit_parts(estimator, parts):
-    """A copy of *estimator* fitted on the subsampled chunks *parts* (a task)."""
-    estimator = copy.deepcopy(estimator)
-    X = np.concatenate([part.X for part in parts])
-    if parts[0].y is None:
-        return estimator.fit(X)
-    return estimator.fit(X, np.concatenate([part.y for part in parts]))
 
 
 def engine_step(estimator, dataset, epochs, options, seed, classes):
@@ -208,14 +197,6 @@ def make_folds(n_chunks, cv, validation_fraction, seed):
             for k in range(cv)]
 
 
-def epoch_order(train, seed, trial, fold, epoch, shuffle=True):
-    """The order a trial visits its fold's training chunks in one epoch (seeded)."""
-    if not shuffle:
-        return list(train)
-    rng = np.random.default_rng([seed, trial + 1, fold + 1, epoch])   # the refit is trial -1, fold -1
-    return [train[i] for i in rng.permutation(len(train))]
-
-
 @dataclasses.dataclass
 class Job:
     """Train *trial* to *stop* (epochs, or a budget of samples for fit-only estimators)."""
@@ -301,7 +282,7 @@ class ClusterBackend:
                 parts = [submit(subsample_chunk, *self.chunks[c], fraction, self.plan.seed, c,
                                 key=(self.names["trial-subsample"], job.stop, c), priority=priority)
                          for c in train]
-                state = submit(fit_parts, trial.estimator, parts,
+                state = submit(fit_concatenated, trial.estimator, parts,
                                key=(self.names["trial-fit"], trial.id, fold, job.stop, 0), priority=priority)
             elif job.replicas > 1:
                 options = dict(self.plan.parallel, n_replicas=job.replicas, shuffle=self.plan.shuffle)
@@ -311,7 +292,7 @@ class ClusterBackend:
                                key=(self.names["trial-train"], trial.id, fold, job.start), priority=priority)
             else:
                 for epoch in range(job.start, job.stop):
-                    order = epoch_order(train, self.plan.seed, trial.id, _fold_number(fold), epoch,
+                    order = epoch_order(train, _order_seed(self.plan.seed, trial, fold, epoch),
                                         self.plan.shuffle)
                     for position, c in enumerate(order):
                         state = submit(partial_fit_chunk, state, *self.chunks[c], (), self.plan.fit_kwargs,
@@ -387,10 +368,10 @@ class LocalBackend:
             if not self.plan.partial_fit:
                 fraction = job.stop / self.plan.max_budget
                 parts = [subsample_chunk(*self.chunks[c], fraction, self.plan.seed, c) for c in train]
-                state = fit_parts(trial.estimator, parts)
+                state = fit_concatenated(trial.estimator, parts)
             else:
                 for epoch in range(job.start, job.stop):
-                    for c in epoch_order(train, self.plan.seed, trial.id, _fold_number(fold), epoch,
+                    for c in epoch_order(train, _order_seed(self.plan.seed, trial, fold, epoch),
                                          self.plan.shuffle):
                         state = partial_fit_chunk(state, *self.chunks[c], (), self.plan.fit_kwargs)
             states.append(state)
@@ -425,6 +406,11 @@ class _Done:
 
 def _fold_number(fold):
     return -1 if fold == "all" else fold
+
+
+def _order_seed(seed, trial, fold, epoch):
+    """The seed of a trial's chunk order in one epoch (the refit is trial -1, fold -1)."""
+    return (seed, trial.id + 1, _fold_number(fold) + 1, epoch)
 
 
 # --------------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ and of the adaptive ones (:mod:`taskdml.model_selection._adaptive`). It holds th
 that delegate to ``best_estimator_`` — ``predict``, ``predict_proba``,
 ``predict_log_proba``, ``decision_function``, ``transform``, ``inverse_transform``,
 ``score_samples`` and ``classes_`` — each offered (``available_if``) only when the wrapped
-estimator has it, and the chunk-wise score of the best estimator on chunked data.
+estimator has it (:func:`taskdml._meta.estimator_has`). On chunked data both kinds score
+the best estimator with :func:`taskdml.metrics.score_chunked`.
 
 A subclass chooses three things:
 
@@ -20,6 +21,8 @@ A subclass chooses three things:
 from sklearn.base import BaseEstimator, MetaEstimatorMixin
 from sklearn.utils.metaestimators import available_if
 
+from taskdml._meta import estimator_has
+
 __all__ = ["SearchBase"]
 
 PARALLEL_KEYS = ("strategy", "epochs", "sync_every", "staleness", "shuffle", "shuffle_rows",
@@ -32,46 +35,15 @@ ADAPTIVE_PARALLEL_KEYS = tuple(key for key in PARALLEL_KEYS
 replicas, and the search's ``random_state`` every seed."""
 
 
+def _refit_precheck(search, attribute):
+    """Where the class says so (``_refit_gates_methods``), no refit means nothing to delegate to."""
+    if search._refit_gates_methods and not search.refit:
+        raise AttributeError(search._no_refit_message(attribute))
+
+
 def best_has(attribute):
-    """``available_if`` check: the refitted best estimator (before fit: the estimator) has it.
-
-    Where the class says so (``_refit_gates_methods``), a search without refit has nothing to
-    delegate to.
-    """
-
-    def check(search):
-        if search._refit_gates_methods and not search.refit:
-            raise AttributeError(search._no_refit_message(attribute))
-        fitted = search.best_estimator_ if hasattr(search, "best_estimator_") else search.estimator
-        getattr(fitted, attribute)
-        return True
-
-    return check
-
-
-def score_chunk_wise(estimator, X, y, metric):
-    """*metric* of :mod:`taskdml.metrics` for *estimator* on dask arrays *X*, *y*, chunk by chunk.
-
-    Parameters
-    ----------
-    estimator : fitted estimator
-    X : dask array of shape (n_samples, n_features)
-        One chunk along features.
-    y : dask array of shape (n_samples,)
-        Chunked as *X* along samples.
-    metric : str
-        A name of :func:`taskdml.metrics.available_metrics`.
-
-    Returns
-    -------
-    score : float
-    """
-    import xarray as xr
-
-    from taskdml.metrics import evaluate
-
-    data = xr.Dataset({"X": (("sample", "feature"), X), "y": ("sample", y)})
-    return evaluate(estimator, data, [metric])[metric]
+    """``available_if`` check: the refitted best estimator (before fit: the estimator) has it."""
+    return estimator_has(attribute, "best_estimator_", precheck=_refit_precheck)
 
 
 class SearchBase(MetaEstimatorMixin, BaseEstimator):

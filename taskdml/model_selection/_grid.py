@@ -28,8 +28,9 @@ from collections import Counter, defaultdict
 import numpy as np
 from sklearn.base import clone
 
+from taskdml._data import as_dask, is_chunked
 from taskdml.model_selection import _grid_chunked, _grid_graph
-from taskdml.model_selection._base import SearchBase, score_chunk_wise
+from taskdml.model_selection._base import SearchBase
 
 __all__ = ["GridSearchCV", "RandomizedSearchCV"]
 
@@ -97,7 +98,7 @@ class BaseSearchCV(SearchBase):
         candidates = list(self._candidates())
         if not candidates:
             raise ValueError("No fits were performed. Was the CV iterator empty? Were there no candidates?")
-        if _grid_chunked.is_chunked(X) or _grid_chunked.is_chunked(y):
+        if is_chunked(X) or is_chunked(y):
             return self._fit_chunked(X, y, candidates, params)
         return self._fit_in_memory(X, y, candidates, params)
 
@@ -114,7 +115,7 @@ class BaseSearchCV(SearchBase):
         from sklearn.model_selection import check_cv
         from sklearn.utils import get_tags, indexable
 
-        from taskdml.parallel.engine import current_client
+        from taskdml.parallel._engine import current_client
 
         scorers, multimetric = _check_scoring(self.estimator, self.scoring)
         _check_refit_for_multimetric(self.refit, scorers, multimetric)
@@ -145,7 +146,7 @@ class BaseSearchCV(SearchBase):
         return self
 
     def _fit_chunked(self, X, y, candidates, params):
-        from taskdml.parallel.engine import current_client
+        from taskdml.parallel._engine import current_client
 
         params = dict(params)
         classes = params.pop("classes", None)
@@ -156,7 +157,7 @@ class BaseSearchCV(SearchBase):
         multimetric = not (self.scoring is None or isinstance(self.scoring, str))
         _check_refit_for_multimetric(self.refit, metrics, multimetric)
         parallel = _grid_chunked.check_parallel(self.parallel)
-        X, y = _grid_chunked.as_arrays(X, y)
+        X, y, _ = as_dask(X, y)
         folds = _grid_chunked.chunk_folds(self.cv, X.chunks[0])
         client = current_client()
         X, y = _grid_chunked.persist(X, y, client)
@@ -243,7 +244,7 @@ class BaseSearchCV(SearchBase):
         if not self.refit:
             raise AttributeError(self._no_refit_message("score"))
         check_is_fitted(self)
-        if getattr(self, "_chunked", False) or _grid_chunked.is_chunked(X):
+        if getattr(self, "_chunked", False) or is_chunked(X):
             return self._score_chunked(X, y)
         if self.scorer_ is None:
             raise ValueError("No score function explicitly defined, and the estimator doesn't "
@@ -257,12 +258,14 @@ class BaseSearchCV(SearchBase):
     def _score_chunked(self, X, y):
         import dask.array as da
 
-        if not _grid_chunked.is_chunked(X):
+        from taskdml.metrics import score_chunked
+
+        if not is_chunked(X):
             X = da.from_array(np.asarray(X), chunks=(max(1, len(X)), -1))
-        X, y = _grid_chunked.as_arrays(X, y)
+        X, y, _ = as_dask(X, y)
         metrics = _grid_chunked.metric_names(self.estimator, self.scoring)
         metric = metrics[self.refit] if self.multimetric_ else metrics["score"]
-        return score_chunk_wise(self.best_estimator_, X, y, metric)
+        return score_chunked(self.best_estimator_, X, y, metric)
 
     @property
     def n_features_in_(self):
@@ -317,7 +320,7 @@ class GridSearchCV(BaseSearchCV):
         Also score each fit on its training rows.
     parallel : dict, default=None
         Chunked data only: how each candidate trains, passed to
-        :func:`taskdml.parallel.engine.train` — ``strategy`` (default ``"sequential"``, a
+        :func:`taskdml.train` — ``strategy`` (default ``"sequential"``, a
         chain of tasks per candidate, so that candidates run side by side), ``epochs``
         (default 1), ``sync_every``, ``staleness``, ``shuffle`` (default ``False``: every
         candidate sees the chunks in the same order), ``shuffle_rows``, ``n_replicas`` and
@@ -363,7 +366,7 @@ class GridSearchCV(BaseSearchCV):
     >>> from sklearn.pipeline import make_pipeline
     >>> from sklearn.preprocessing import StandardScaler
     >>> from sklearn.svm import SVC
-    >>> from taskdml.model_selection._grid import GridSearchCV
+    >>> from taskdml.model_selection import GridSearchCV
     >>> X, y = load_iris(return_X_y=True)
     >>> pipe = make_pipeline(StandardScaler(), SVC())
     >>> search = GridSearchCV(pipe, {"svc__C": [0.1, 1, 10]}, cv=3).fit(X, y)
@@ -425,7 +428,7 @@ refit_time_, multimetric_, classes_, n_features_in_
     >>> from scipy.stats import loguniform
     >>> from sklearn.datasets import load_iris
     >>> from sklearn.linear_model import LogisticRegression
-    >>> from taskdml.model_selection._grid import RandomizedSearchCV
+    >>> from taskdml.model_selection import RandomizedSearchCV
     >>> X, y = load_iris(return_X_y=True)
     >>> search = RandomizedSearchCV(LogisticRegression(max_iter=500), {"C": loguniform(1e-2, 1e2)},
     ...                             n_iter=4, cv=3, random_state=0).fit(X, y)
@@ -529,11 +532,13 @@ def _warn_or_raise_about_fit_failures(results, error_score):
                         for error, n in Counter(errors).items())
     if len(errors) == len(results):
         raise ValueError(
-            f"\nAll the {len(results)} fits failed.\nIt is very likely that your model is misconfigured.\n"
+            f"\nAll the {len(results)} fits failed.\n"
+            "It is very likely that your model is misconfigured.\n"
             "You can try to debug the error by setting error_score='raise'.\n\n"
             f"Below are more details about the failures:\n{summary}")
     warnings.warn(
-        f"\n{len(errors)} fits failed out of a total of {len(results)}.\nThe score on these train-test "
+        f"\n{len(errors)} fits failed out of a total of {len(results)}.\n"
+        "The score on these train-test "
         f"partitions for these parameters will be set to {error_score}.\nIf these failures are not "
         "expected, you can try to debug them by setting error_score='raise'.\n\n"
         f"Below are more details about the failures:\n{summary}", FitFailedWarning, stacklevel=5)

@@ -23,58 +23,16 @@ import time
 import traceback
 
 import dask
-import dask.array as da
 import numpy as np
-from dask.base import is_dask_collection
 
 from taskdml._keys import current_step, key_name, step_scope
 from taskdml.exceptions import DataError, did_you_mean
-from taskdml.model_selection import _grid_tasks
 from taskdml.model_selection._base import PARALLEL_KEYS
 from taskdml.model_selection._grid_graph import PREFIX, estimator_spec
+from taskdml.parallel._tasks import chunk_labels, fit_concatenated
 
 DEFAULT_PARALLEL = {"strategy": "sequential", "epochs": 1, "sync_every": 1, "shuffle": False,
                     "random_state": 0}
-
-
-def is_chunked(X):
-    """Whether *X* takes this path: a dask collection or an xarray object."""
-    if is_dask_collection(X):
-        return True
-    try:
-        import xarray as xr
-    except ImportError:  # pragma: no cover - xarray is a dependency
-        return False
-    return isinstance(X, (xr.Dataset, xr.DataArray))
-
-
-def as_arrays(X, y):
-    """``(X, y)`` as dask arrays: X 2-D with one feature chunk, y with X's row chunks."""
-    import xarray as xr
-
-    if isinstance(X, xr.Dataset):
-        if "X" not in X.data_vars:
-            raise DataError(f"the Dataset has no variable 'X'.{did_you_mean('X', X.data_vars)} It needs 'X' "
-                            "(dims sample, feature) and 'y' (dims sample).")
-        if y is None and "y" in X.data_vars:
-            y = X["y"].data
-        X = X["X"].transpose("sample", ...).data
-    elif isinstance(X, xr.DataArray):
-        X = X.data
-    if isinstance(y, xr.DataArray):
-        y = y.data
-    if not isinstance(X, da.Array):
-        raise DataError(f"chunked X must be a dask array or an xarray object, got {type(X).__name__}; "
-                        "convert a dask DataFrame with .to_dask_array(lengths=True).")
-    if X.ndim != 2:
-        raise DataError(f"X must be 2-D (samples, features), got shape {X.shape}.")
-    X = X.rechunk({1: -1})
-    if y is not None:
-        y = y if isinstance(y, da.Array) else da.from_array(np.asarray(y), chunks=(X.chunks[0],))
-        if y.shape[0] != X.shape[0]:
-            raise DataError(f"X has {X.shape[0]:,} rows but y has {y.shape[0]:,}.")
-        y = y.rechunk((X.chunks[0],))
-    return X, y
 
 
 def chunk_folds(cv, chunks):
@@ -191,13 +149,13 @@ def persist(X, y, client):
 
 
 def classes_of(estimator, y, client):
-    """Every label of y for a classifier (one small ``search-labels`` task per chunk), else ``None``."""
+    """Every label of y for a classifier (a small ``search-labels`` task per chunk), else None."""
     from sklearn.base import is_classifier
 
     if y is None or not is_classifier(estimator):
         return None
     name = key_name(PREFIX, y.name, phase="labels")
-    parts = [dask.delayed(_grid_tasks.chunk_labels, pure=True)(block, dask_key_name=(name, i))
+    parts = [dask.delayed(chunk_labels, pure=True)(block, dask_key_name=(name, i))
              for i, block in enumerate(y.to_delayed().ravel())]
     labels = client.gather(client.compute(parts)) if client is not None else dask.compute(*parts)
     return np.unique(np.concatenate(labels))
@@ -209,8 +167,10 @@ def _train(estimator, index, X, y, parallel, classes, client):
 
     if not hasattr(estimator, "partial_fit"):
         name = key_name(PREFIX, X.name, None if y is None else y.name, estimator_spec(estimator), phase="fit")
-        task = dask.delayed(_grid_tasks.fit_chunks, pure=True)(
-            estimator, list(X.to_delayed().ravel()), None if y is None else list(y.to_delayed().ravel()),
+        X_chunks = X.to_delayed().ravel()
+        y_chunks = [None] * len(X_chunks) if y is None else y.to_delayed().ravel()
+        task = dask.delayed(fit_concatenated, pure=True)(
+            estimator, [(X_chunk, y_chunk) for X_chunk, y_chunk in zip(X_chunks, y_chunks)],
             dask_key_name=name)
         return client.gather(client.compute(task)) if client is not None else task.compute()
     options = {key: value for key, value in parallel.items() if key != "random_state"}

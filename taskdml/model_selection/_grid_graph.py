@@ -30,7 +30,6 @@ fitted steps and the raw test rows.
 
 import dataclasses
 import os
-
 import uuid
 
 import dask
@@ -75,7 +74,7 @@ def estimator_spec(value):
 
 
 def pipeline_stages(estimator, fit_params):
-    """``(prefix steps, (final name, final step))`` of a pipeline that can share work, else ``None``.
+    """``(prefix steps, (final name, final step))`` of a pipeline that can share work, or None.
 
     Anything unusual — not a ``Pipeline``, a ``transform_input``, a step that cannot be an
     intermediate step, names scikit-learn would refuse, fit parameters that are not
@@ -223,7 +222,7 @@ def run(estimator, candidates, data, data_node, data_token, *, scorers, shortcut
 
 
 def refit(estimator, data_node, data_token, client, n_jobs):
-    """Fit *estimator* on all the placed data in one ``search-refit`` task: ``(fitted, seconds)``."""
+    """Fit *estimator* on all the placed data in one ``search-refit`` task: (fitted, seconds)."""
     task = dask.delayed(_grid_tasks.refit, pure=True)(
         data_node, estimator,
         dask_key_name=key_name(PREFIX, data_token, estimator_spec(estimator), phase="refit"))

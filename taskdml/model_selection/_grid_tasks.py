@@ -155,19 +155,6 @@ def refit(data, estimator):
     return estimator, time.perf_counter() - started
 
 
-def fit_chunks(estimator, X_chunks, y_chunks):
-    """Chunked data, estimator without ``partial_fit``: a copy fitted on the chunks concatenated."""
-    estimator = copy.deepcopy(estimator)
-    if y_chunks is None:
-        return estimator.fit(np.concatenate(X_chunks))
-    return estimator.fit(np.concatenate(X_chunks), np.concatenate(y_chunks))
-
-
-def chunk_labels(y):
-    """The distinct labels of one chunk of y."""
-    return np.unique(y)
-
-
 def step_params(fit_params, name):
     """The fit parameters of pipeline step *name* (``name__param`` keys, prefix removed)."""
     prefix = f"{name}__"

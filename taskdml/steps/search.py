@@ -6,10 +6,10 @@ trial may train data-parallel (``parallel``). The outputs are the best model (re
 parameters and the trials table; the run directory gets ``trials-<step>.csv`` and ``.png``.
 """
 
+from taskdml._pipeline import resolve_callable, thaw
 from taskdml.model_selection._report import plot_trials, trials_frame
 from taskdml.model_selection._space import from_spec
 from taskdml.parallel._tasks import transformed
-from taskdml._pipeline import resolve_callable, thaw
 from taskdml.steps.fit import as_transformers
 
 
@@ -63,8 +63,13 @@ def make_search(step, estimator):
     search : estimator
         An unfitted search of :mod:`taskdml.model_selection`.
     """
-    from taskdml.model_selection import (ASHASearchCV, GridSearchCV, HyperbandSearchCV,
-                                         RandomizedSearchCV, SuccessiveHalvingSearchCV)
+    from taskdml.model_selection import (
+        ASHASearchCV,
+        GridSearchCV,
+        HyperbandSearchCV,
+        RandomizedSearchCV,
+        SuccessiveHalvingSearchCV,
+    )
 
     budget = thaw(step.budget or {})
     space = from_spec(thaw(step.space))
