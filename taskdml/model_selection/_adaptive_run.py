@@ -34,7 +34,7 @@ from taskdml.parallel._tasks import epoch_order, fit_concatenated, partial_fit_c
 def subsample_chunk(X, y, fraction, seed, index):
     """The rows of one chunk kept at *fraction* (a task): nested as the fraction grows."""
     keep = np.random.default_rng([seed, index]).random(len(X)) < fraction
-    return Chunk(X[keep], None if y is None else y[keep])
+    return ChunkXY(X[keep], None if y is None else y[keep])
 
 
 def engine_step(estimator, dataset, epochs, options, seed, classes):
@@ -100,8 +100,12 @@ class Fold(NamedTuple):
     valid: list
 
 
-class Chunk(NamedTuple):
-    """One chunk of the training data: its X and y (``None`` when unsupervised)."""
+class ChunkXY(NamedTuple):
+    """One chunk of the training data: its X and y (``None`` when unsupervised).
+
+    Unpacked into the task functions' ``X, y`` arguments; the engine's own
+    :class:`taskdml.parallel._chunks.Chunk` also carries weights and a replica index.
+    """
 
     X: object
     y: object
@@ -146,11 +150,11 @@ def prepare(X, y, *, client, n_chunks_min):
     dtypes = (X.dtype, None if y is None else y.dtype)
     if not isinstance(X, da.Array):
         bounds = split_rows(len(X), chunk_count(len(X), n_chunks_min))
-        chunks = [Chunk(X[a:b], None if y is None else y[a:b]) for a, b in bounds]
+        chunks = [ChunkXY(X[a:b], None if y is None else y[a:b]) for a, b in bounds]
         if client is not None:
             flat = client.scatter([part for chunk in chunks for part in chunk if part is not None])
             step = 1 if y is None else 2
-            chunks = [Chunk(flat[i], None if y is None else flat[i + 1])
+            chunks = [ChunkXY(flat[i], None if y is None else flat[i + 1])
                       for i in range(0, len(flat), step)]
         return chunks, [b - a for a, b in bounds], dtypes
     X = X.compute_chunk_sizes() if any(math.isnan(c) for c in X.chunks[0]) else X
@@ -166,7 +170,7 @@ def prepare(X, y, *, client, n_chunks_min):
     else:
         blocks = [_block_futures(a) for a in client.persist(arrays)]
     keep = [i for i, rows in enumerate(X.chunks[0]) if rows]       # empty chunks teach nothing
-    chunks = [Chunk(blocks[0][i], None if y is None else blocks[1][i]) for i in keep]
+    chunks = [ChunkXY(blocks[0][i], None if y is None else blocks[1][i]) for i in keep]
     return chunks, [X.chunks[0][i] for i in keep], dtypes
 
 
