@@ -226,4 +226,4 @@ def _scores(fitted, X, y, metrics, client, error_score, result):
         result["warnings"].append("Scoring failed. The score on this train-test partition for these "
                                   f"parameters will be set to {error_score}. Details: \n"
                                   f"{traceback.format_exc()}")
-        return {name: error_score for name in metrics}
+        return dict.fromkeys(metrics, error_score)

@@ -205,7 +205,7 @@ def _number(score, name):
 
 
 def _fill(scorers, value):
-    return {name: value for name in scorers} if isinstance(scorers, dict) else value
+    return dict.fromkeys(scorers, value) if isinstance(scorers, dict) else value
 
 
 def _scoring_failed(error_score, details):

@@ -107,11 +107,11 @@ def test_aliases_are_stored_as_given():
 
 @pytest.mark.parametrize("search, message", [
     (SuccessiveHalvingSearchCV(SGDClassifier(), SPACE, n_trials=5, n_iter=6),
-     r"n_trials=5 and n_iter=6 \(scikit-learn's name\) set the same parameter, n_trials; give it "
-     r"once"),
+     r"n_trials=5 and n_iter=6 \(scikit-learn's name\) set the same parameter, "
+     r"n_trials; give it once"),
     (ASHASearchCV(SGDClassifier(), SPACE, aggressiveness=2, factor=3),
-     r"aggressiveness=2 \(dask-ml's name\) and factor=3 \(scikit-learn's name\) set the same "
-     r"parameter, reduction_factor"),
+     r"aggressiveness=2 \(dask-ml's name\) and factor=3 \(scikit-learn's name\) "
+     r"set the same parameter, reduction_factor"),
     (HyperbandSearchCV(SGDClassifier(), SPACE, param_distributions=SPACE),
      r"parameters=.* and param_distributions=.* set the same parameter, parameters"),
     (ASHASearchCV(SGDClassifier(), SPACE, n_initial_parameters=0),
