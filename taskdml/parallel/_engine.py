@@ -69,7 +69,23 @@ class TrainingPlan:
 
 @dataclasses.dataclass
 class TrainResult:
-    """What :func:`train` returns: the estimator, its per-epoch history, and run facts."""
+    """What :func:`train` returns: the estimator, its per-epoch history, and run facts.
+
+    Attributes
+    ----------
+    estimator : estimator
+        The trained copy.
+    history : list of dict
+        One entry per epoch (one for all epochs with ``"async"``): ``epoch``, ``duration_s``,
+        ``samples_seen``, and ``validation_score`` / ``train_loss`` where available.
+    strategy : str
+        What ran: ``"sync"``, ``"async"``, ``"sequential"`` or ``"fit"`` (one ``fit`` on all
+        the data, for an estimator without ``partial_fit``).
+    stats : dict
+        Facts of the run: ``wall_s``, ``n_samples``, ``n_chunks``, ``replicas``, and per
+        strategy ``rounds``, ``busy_s``, ``reduce_wait_s`` (sync) or ``updates``,
+        ``held_back_s`` (async).
+    """
 
     estimator: object
     history: list
@@ -78,7 +94,24 @@ class TrainResult:
 
 
 class SequentialFallbackWarning(UserWarning):
-    """An estimator asked to train data-parallel was trained sequentially; the message says why."""
+    """An estimator asked to train data-parallel was trained sequentially; the message says why.
+
+    Raised (as a warning) by :func:`train` and :class:`taskdml.DataParallel` for an estimator
+    without a merge rule (one sequential pass) or without ``partial_fit`` (one ``fit``).
+
+    Examples
+    --------
+    >>> import warnings
+    >>> import dask.array as da
+    >>> from sklearn.cluster import Birch
+    >>> from taskdml import SequentialFallbackWarning, train
+    >>> X = da.random.default_rng(0).random((60, 2), chunks=20)
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     result = train(Birch(n_clusters=2), X, strategy="sync", client=False)
+    >>> result.strategy, caught[0].category is SequentialFallbackWarning
+    ('sequential', True)
+    """
 
 
 def train(estimator, X, y=None, *, sample_weight=None, classes=None, preprocess=(), strategy=None,
@@ -113,6 +146,30 @@ def train(estimator, X, y=None, *, sample_weight=None, classes=None, preprocess=
     client : distributed.Client or False, optional
         Default: the current client if there is one, else threads in this process;
         ``False`` forces threads in this process even when a client exists.
+
+    Returns
+    -------
+    TrainResult
+        The trained copy, its history and facts of the run.
+
+    Raises
+    ------
+    DataError
+        For a chunk that is empty, has the wrong number of features, holds NaN or infinite
+        values, or labels outside ``classes`` (the message names the chunk and its rows).
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> from sklearn.linear_model import SGDRegressor
+    >>> from taskdml import train
+    >>> rng = da.random.default_rng(0)
+    >>> X = rng.random((1_000, 3), chunks=(250, 3))
+    >>> y = X @ da.from_array([1.0, 2.0, 3.0])
+    >>> result = train(SGDRegressor(random_state=0), X, y, epochs=3, n_replicas=2,
+    ...                random_state=0, client=False)
+    >>> result.strategy, result.stats["replicas"], [entry["epoch"] for entry in result.history]
+    ('sync', 2, [1, 2, 3])
     """
     from sklearn.base import is_classifier
     from sklearn.utils import check_random_state

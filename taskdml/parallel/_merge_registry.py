@@ -157,6 +157,13 @@ def register_unmergeable(estimator_class, reason):
 
     The engine trains such estimators with one sequential pass and warns with ``reason``.
 
+    Parameters
+    ----------
+    estimator_class : type
+        The estimator class; its subclasses inherit the mark.
+    reason : str
+        Why it cannot be merged, quoted in the engine's warning.
+
     Examples
     --------
     >>> from sklearn.cluster import Birch
@@ -201,6 +208,14 @@ def get_merge_rule(estimator):
     wrapped estimator: None when that one cannot be merged, and exact only when its rule is.
     A rule's ``exact_when`` narrows ``exact`` for the instance's configuration.
 
+    Parameters
+    ----------
+    estimator : estimator instance or class
+
+    Returns
+    -------
+    MergeRule or None
+
     Examples
     --------
     >>> from sklearn.linear_model import Perceptron
@@ -235,6 +250,14 @@ def unmergeable_reason(estimator):
 
     The text is meant to be quoted in the warning the engine gives when it falls back to a
     sequential pass.
+
+    Parameters
+    ----------
+    estimator : estimator instance or class
+
+    Returns
+    -------
+    str or None
 
     Examples
     --------
@@ -324,6 +347,16 @@ def round_start(replicas):
 
     Empty when the round started from an unfitted estimator. Attributes the start did not
     have yet are absent. Use it inside a merge function registered with ``start_state``.
+
+    Parameters
+    ----------
+    replicas : list of estimators
+        The replicas a merge function receives (the first carries the round start).
+
+    Returns
+    -------
+    dict
+        ``{attribute path: value}`` for the rule's ``start_state``.
 
     Examples
     --------
