@@ -90,12 +90,11 @@ def _run_dir_option(function):
 @_errors
 def run(pipeline_file, overrides, scheduler, workers, run_dir, dry_run, as_json):
     """Run PIPELINE_FILE, with OVERRIDES like seed=3, a.b=1, +new=1, ~gone."""
+    from cli.progress import Progress
     from taskdml import load_pipeline, run_pipeline
     from taskdml.exceptions import StepFailed
     from taskdml.render import render
     from taskdml.runs import run_summary
-
-    from cli.progress import Progress
 
     pipeline = load_pipeline(pipeline_file, overrides=overrides)
     if dry_run:

@@ -15,14 +15,33 @@ from taskdml._pipeline import Pipeline, Step
 from taskdml._runner import Run, run_pipeline
 from taskdml._schema import schema
 from taskdml._versions import versions
-from taskdml.exceptions import (ClusterUnavailable, DataError, PipelineError, RunNotFound,
-                                StepFailed, TaskdmlError)
+from taskdml.exceptions import (
+    ClusterUnavailable,
+    DataError,
+    PipelineError,
+    RunNotFound,
+    StepFailed,
+    TaskdmlError,
+)
 from taskdml.metrics import available_metrics, evaluate
-from taskdml.model_selection import (ASHASearchCV, GridSearchCV, HyperbandSearchCV,
-                                     RandomizedSearchCV, SuccessiveHalvingSearchCV)
-from taskdml.parallel import (DataParallel, MergeRule, SequentialFallbackWarning, TrainResult,
-                              get_merge_rule, register_merge, register_unmergeable, train,
-                              unmergeable_reason)
+from taskdml.model_selection import (
+    ASHASearchCV,
+    GridSearchCV,
+    HyperbandSearchCV,
+    RandomizedSearchCV,
+    SuccessiveHalvingSearchCV,
+)
+from taskdml.parallel import (
+    DataParallel,
+    MergeRule,
+    SequentialFallbackWarning,
+    TrainResult,
+    get_merge_rule,
+    register_merge,
+    register_unmergeable,
+    train,
+    unmergeable_reason,
+)
 from taskdml.spec import dump_pipeline, load_pipeline, loads_pipeline
 from taskdml.steps.call import builds_graph
 

@@ -25,8 +25,8 @@ import time
 import traceback
 
 from taskdml import _keys
-from taskdml.exceptions import StepFailed, TaskdmlError
 from taskdml._versions import versions
+from taskdml.exceptions import StepFailed, TaskdmlError
 from taskdml.runs import RunDirectory, load_model
 from taskdml.steps import KINDS
 
@@ -128,7 +128,7 @@ class StepContext:
             The ``foreach`` item the training belongs to.
         """
         entry = {"strategy": result.strategy, "history": result.history,
-                 "stats": {k: v for k, v in result.stats.items()}}
+                 "stats": dict(result.stats)}
         self.recorder.step(self.step.name, training=entry if item is None else {
             **self.recorder.steps.get(self.step.name, {}).get("training", {}), item: entry})
 

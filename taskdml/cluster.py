@@ -12,8 +12,8 @@ import contextlib
 import logging
 import os
 
-from taskdml.exceptions import ClusterUnavailable
 from taskdml._pipeline import resolve_callable, thaw
+from taskdml.exceptions import ClusterUnavailable
 
 CLUSTER_CLASSES = ("distributed", "distributed.*", "dask_jobqueue", "dask_jobqueue.*",
                    "dask_kubernetes", "dask_kubernetes.*", "dask_cloudprovider.*", "dask_gateway")

@@ -25,9 +25,9 @@ from pathlib import Path
 import yaml
 
 from taskdml import _schema
+from taskdml._pipeline import Pipeline, Step
 from taskdml._yaml import Location, load_with_locations, parse_scalar
 from taskdml.exceptions import PipelineError, did_you_mean, dotted
-from taskdml._pipeline import Pipeline, Step
 
 SECTIONS = tuple(_schema.SCHEMA["properties"])
 _INTERPOLATION = re.compile(r"(?<!\\)\$\{([^}]*)\}")

@@ -64,9 +64,10 @@ def test_pipeline_runs_and_records_everything(client, tmp_path):
     assert run.status == "succeeded"
     X_train, y_train, X_test, y_test = _split_in_memory(1)
     scaler, model = run.model("scale"), run.model("model")
-    scores = model.decision_function(scaler.transform(X_test))
+    X_scaled = scaler.transform(X_test)
+    scores = model.decision_function(X_scaled)
     accuracy = run.metrics["report"]["accuracy"]
-    assert accuracy == pytest.approx(accuracy_score(y_test, model.predict(scaler.transform(X_test))))
+    assert accuracy == pytest.approx(accuracy_score(y_test, model.predict(X_scaled)))
     assert run.metrics["report"]["roc_auc"] == pytest.approx(roc_auc_score(y_test, scores))
     in_memory = StandardScaler().fit(X_train)
     reference = SGDClassifier(random_state=0).fit(
@@ -246,6 +247,7 @@ def test_cluster_keys_in_the_file_reach_the_workers():
     """The file's threads_per_worker, processes and memory_limit, as a task sees its worker:
     2 threads, 2**30 bytes, and (processes: false) the same process as the caller."""
     import pipeline_functions
+
     from taskdml.cluster import connect
 
     block = ("cluster: {n_workers: 1, threads_per_worker: 2, processes: false, "
@@ -268,9 +270,9 @@ def test_cluster_address_in_the_file_uses_that_scheduler(cluster, tmp_path):
 
 def test_models_skops_cannot_trust_are_saved_with_joblib(tmp_path):
     """A model of a type skops does not trust is saved with joblib, and says why; it loads back."""
+    import pipeline_functions
     from sklearn.linear_model import LogisticRegression
 
-    import pipeline_functions
     from taskdml import RunNotFound
     from taskdml.runs import RunDirectory, load_model
 

@@ -15,8 +15,8 @@ Two kinds of callables meet here:
 import operator
 
 from taskdml import _keys
-from taskdml.exceptions import StepFailed
 from taskdml._pipeline import resolve_callable, thaw
+from taskdml.exceptions import StepFailed
 
 
 def builds_graph(function):

@@ -9,8 +9,8 @@ its own client thread, in the step's context (client, span and key names).
 import concurrent.futures
 import contextvars
 
-from taskdml.parallel import train
 from taskdml._pipeline import resolve_callable, thaw
+from taskdml.parallel import train
 
 
 def run(step, inputs, context):
