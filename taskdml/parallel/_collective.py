@@ -9,6 +9,10 @@ Both live in one of two forms with the same logic:
 - without a cluster, as a plain object whose blocking methods wait on a ``threading``
   condition, for replicas run as threads in one process.
 
+Whichever it is, the engine and the replicas call it the *collective* and reach its methods
+through :func:`call`; on a cluster the engine also keeps the actor's future (``actor_future``),
+which keeps the actor alive until the training ends.
+
 The state each holds is in a small plain class (``_Rounds``, ``_ServerState``) that both forms
 share, so the arithmetic is written once. Merges always combine replicas in rank order,
 whatever order they arrive in, which makes synchronous training deterministic.

@@ -183,9 +183,9 @@ def train(estimator, X, y=None, *, sample_weight=None, classes=None, preprocess=
     if client is not None:
         arrays = client.persist(arrays)
     chunks = _chunk_lists(arrays, X, y, sample_weight)
-    facts = _inspect(client, chunks, [_delayed(_chunks.inspect_chunk, "inspect", chunk.index, chunk.X,
-                                       chunk.y, chunk.weight, is_classifier(estimator))
-                              for chunk in chunks])
+    inspections = [_delayed(_chunks.inspect_chunk, "inspect", chunk.index, chunk.X, chunk.y,
+                            chunk.weight, is_classifier(estimator)) for chunk in chunks]
+    facts = _inspect(client, chunks, inspections)
     classes = _chunks.check(facts, X.shape[1], classes, is_classifier(estimator) and y is not None)
     seed = int(check_random_state(random_state).randint(2**31 - 1))
     plan = TrainingPlan(
@@ -303,7 +303,10 @@ _INSPECTED_LOCK = threading.Lock()  # searches train from several threads at onc
 
 
 def _inspection_cache(client):
-    """This client's cache, without the entries whose chunks it no longer holds."""
+    """This client's cache, without the entries whose chunks it no longer holds (and without
+    the caches of closed clients)."""
+    for closed in [other for other in _INSPECTED if other.status in ("closing", "closed")]:
+        del _INSPECTED[closed]
     if client is None:
         return _INSPECTED_LOCAL, _INSPECTED_MAX_LOCAL
     cache = _INSPECTED.setdefault(client, collections.OrderedDict())

@@ -153,8 +153,9 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
     Dask input gives lazy dask output:
 
     >>> import dask.array as da
-    >>> model.predict(da.from_array(X, chunks=(100, 20)))
-    dask.array<dataparallel-predict, shape=(500,), dtype=int64, chunksize=(100,), chunktype=numpy.ndarray>
+    >>> predicted = model.predict(da.from_array(X, chunks=(100, 20)))
+    >>> type(predicted).__name__, predicted.chunks, predicted.name.split("-")[:2]
+    ('Array', ((100, 100, 100, 100, 100),), ['dataparallel', 'predict'])
     """
 
     def __init__(self, estimator, *, strategy="sync", epochs=1, sync_every=1, staleness=None,
