@@ -17,7 +17,7 @@ from sklearn.preprocessing import StandardScaler
 
 from taskdml import DataError
 from taskdml.datasets import make_classification
-from taskdml.parallel.engine import SequentialFallbackWarning, train
+from taskdml.parallel import SequentialFallbackWarning, train
 
 
 def _data(n_samples=40_000, chunk_size=4_000, n_features=10, seed=0):
@@ -26,11 +26,17 @@ def _data(n_samples=40_000, chunk_size=4_000, n_features=10, seed=0):
     return data.X.data, data.y.data
 
 
-def _serial(estimator, X, y, **fit_kwargs):
-    """The reference: one partial_fit per chunk, in order, in this process."""
+def _serial(estimator, X, y, epochs=1, **fit_kwargs):
+    """The reference: one partial_fit per chunk, in order, *epochs* times, in this process."""
     estimator = copy.deepcopy(estimator)
-    for X_chunk, y_chunk in zip(X.to_delayed().ravel(), y.to_delayed().ravel()):
-        estimator.partial_fit(X_chunk.compute(), y_chunk.compute(), **fit_kwargs)
+    X_chunks = [chunk.compute() for chunk in X.to_delayed().ravel()]
+    y_chunks = [None] * len(X_chunks) if y is None else [c.compute() for c in y.to_delayed().ravel()]
+    for _ in range(epochs):
+        for X_chunk, y_chunk in zip(X_chunks, y_chunks):
+            if y_chunk is None:
+                estimator.partial_fit(X_chunk, **fit_kwargs)
+            else:
+                estimator.partial_fit(X_chunk, y_chunk, **fit_kwargs)
     return estimator
 
 
@@ -81,7 +87,8 @@ def test_sync_is_deterministic_and_equals_the_thread_path(client):
 
 
 def test_async_reaches_sync_accuracy(client):
-    """The parameter server converges to within 1 pp of sync's holdout accuracy."""
+    """The parameter server converges to within 1 pp of sync's holdout accuracy, and sync to
+    within 1 pp of the serial partial_fit loop over the same chunks and epochs."""
     from taskdml.datasets import train_test_split
 
     data = make_classification(140_000, 10, n_informative=6, class_sep=1.5, chunk_size=10_000,
@@ -93,19 +100,32 @@ def test_async_reaches_sync_accuracy(client):
         result = train(SGDClassifier(loss="log_loss", alpha=1e-2, random_state=0), train_set.X.data,
                        train_set.y.data, strategy=strategy, staleness=staleness, epochs=3, random_state=0)
         scores[strategy, staleness] = result.estimator.score(X_test, y_test)
+    serial = _serial(SGDClassifier(loss="log_loss", alpha=1e-2, random_state=0), train_set.X.data,
+                     train_set.y.data, epochs=3, classes=[0, 1]).score(X_test, y_test)
+    assert abs(scores["sync", None] - serial) <= 0.01, (scores, serial)
     assert abs(scores["async", None] - scores["sync", None]) <= 0.01, scores
     assert abs(scores["async", 0] - scores["sync", None]) <= 0.01, scores
 
 
 def test_history_and_early_stopping(client):
-    """Each epoch is recorded with samples seen and validation score; patience stops training."""
-    X, y = _data()
-    validation = tuple(a.compute() for a in _data(n_samples=4_000, chunk_size=4_000, seed=1))
-    result = train(SGDClassifier(random_state=0), X, y, epochs=30, validation=validation,
-                   n_iter_no_change=2, tol=0.5, random_state=0)
-    assert 3 <= len(result.history) < 30
-    assert [entry["samples_seen"] for entry in result.history[:2]] == [40_000, 80_000]
-    assert all(0 <= entry["validation_score"] <= 1 for entry in result.history)
+    """Each epoch is recorded with samples seen and validation score; patience stops training:
+    with tol=0.5 no epoch can improve enough, so it stops after 1 + n_iter_no_change epochs.
+    The last score is scikit-learn's score of the returned model; every epoch's is within 2
+    points of the serial partial_fit loop's after as many epochs (held-out rows, same data)."""
+    X_all, y_all = _data(n_samples=44_000)
+    X, y = X_all[:40_000], y_all[:40_000]
+    validation = (X_all[40_000:].compute(), y_all[40_000:].compute())
+    estimator = SGDClassifier(loss="log_loss", alpha=1e-2, random_state=0)  # smooth: small noise
+    result = train(estimator, X, y, epochs=30, validation=validation, n_iter_no_change=2, tol=0.5,
+                   random_state=0)
+    assert len(result.history) == 3
+    assert [entry["samples_seen"] for entry in result.history] == [40_000, 80_000, 120_000]
+    assert result.history[-1]["validation_score"] == result.estimator.score(*validation)
+    serial = estimator
+    for entry in result.history:
+        serial = _serial(serial, X, y, classes=[0, 1])
+        expected = serial.score(*validation)
+        assert abs(entry["validation_score"] - expected) <= 0.02, (entry, expected)
 
 
 @pytest.mark.parametrize("fault,message", [
@@ -140,6 +160,21 @@ def test_unmergeable_estimator_falls_back_with_the_reason(client):
     assert result.strategy == "sequential" and hasattr(result.estimator, "subcluster_centers_")
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "scikit-learn's Birch keeps each CF node's centroids_ as a view of init_centroids_ and "
+    "updates init_centroids_ in place; a copied or pickled Birch (the state passed between the "
+    "sequential chain's tasks) loses the view, so from the second chunk on it finds the "
+    "closest subcluster with stale centroids and the chain differs from the serial loop"))
+def test_the_birch_fallback_equals_the_serial_loop(client):
+    """The sequential fallback's Birch is the serial partial_fit loop's, bit for bit."""
+    X, _ = _data(n_samples=8_000, chunk_size=2_000, n_features=6)
+    with pytest.warns(SequentialFallbackWarning, match="Birch cannot be merged"):
+        result = train(Birch(n_clusters=3), X, strategy="sync", shuffle=False)
+    reference = _serial(Birch(n_clusters=3), X, None)
+    np.testing.assert_array_equal(result.estimator.subcluster_centers_,
+                                  reference.subcluster_centers_)
+
+
 def test_estimator_without_partial_fit_is_fitted_once(client):
     """LogisticRegression has no partial_fit: one fit on all chunks."""
     from sklearn.linear_model import LogisticRegression
@@ -148,7 +183,9 @@ def test_estimator_without_partial_fit_is_fitted_once(client):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         result = train(LogisticRegression(), X, y)
-    assert result.strategy == "fit" and result.estimator.coef_.shape == (1, 10)
+    assert result.strategy == "fit"
+    reference = LogisticRegression().fit(X.compute(), y.compute())
+    np.testing.assert_allclose(result.estimator.coef_, reference.coef_, rtol=1e-6)
 
 
 class FailsOnLargeChunks(SGDClassifier):
@@ -200,7 +237,7 @@ class ColumnSum(BaseEstimator):
 
 
 def _merge_column_sums(replicas, weights):
-    from taskdml.parallel.merge import round_start
+    from taskdml.parallel import round_start
 
     start = round_start(replicas)
     merged = copy.deepcopy(replicas[0])
@@ -211,7 +248,7 @@ def _merge_column_sums(replicas, weights):
 
 def test_rules_registered_in_the_client_apply_on_the_workers(client):
     """register_merge in this process is enough: the engine ships the rule to the workers."""
-    from taskdml.parallel.merge import register_merge
+    from taskdml.parallel import register_merge
 
     register_merge(ColumnSum, _merge_column_sums, exact=True, start_state=("sum_", "n_"))
     X_np = np.random.default_rng(0).normal(size=(9_000, 3))
