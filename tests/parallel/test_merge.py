@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import sparse
+from sklearn.base import clone
 from sklearn.cluster import Birch, MiniBatchKMeans
 from sklearn.datasets import make_blobs, make_classification
 from sklearn.decomposition import (
@@ -266,9 +267,24 @@ def test_every_partial_fit_estimator_has_a_rule_or_a_reason(name, cls):
         assert isinstance(rule, MergeRule) and rule.family and rule.notes
 
 
-def test_coverage_matches_the_research_notes():
-    """scikit-learn 1.9 has the 29 partial_fit estimators the research notes list."""
-    assert len(_partial_fit_estimators()) == 29
+PARTIAL_FIT_ESTIMATORS = {
+    "BernoulliNB", "BernoulliRBM", "Birch", "CategoricalNB", "ComplementNB", "GaussianNB",
+    "HashingVectorizer", "IncrementalPCA", "LatentDirichletAllocation", "MLPClassifier",
+    "MLPRegressor", "MaxAbsScaler", "MinMaxScaler", "MiniBatchDictionaryLearning",
+    "MiniBatchKMeans", "MiniBatchNMF", "MultiOutputClassifier", "MultiOutputRegressor",
+    "MultinomialNB", "OneVsOneClassifier", "OneVsRestClassifier", "PassiveAggressiveClassifier",
+    "PassiveAggressiveRegressor", "Perceptron", "SGDClassifier", "SGDOneClassSVM", "SGDRegressor",
+    "SelectFromModel", "StandardScaler",
+}
+
+
+def test_the_rule_cases_cover_every_partial_fit_estimator():
+    """scikit-learn 1.9's partial_fit estimators are the 29 listed here, and the rule cases
+    above train each of them but Birch (unmergeable) and PassiveAggressiveRegressor (deprecated;
+    its classifier twin is a case)."""
+    assert {name for name, _ in _partial_fit_estimators()} == PARTIAL_FIT_ESTIMATORS
+    covered = {type(case[1]).__name__ for case in EXACT_CASES + APPROXIMATE_CASES}
+    assert PARTIAL_FIT_ESTIMATORS - covered == {"Birch", "PassiveAggressiveRegressor"}
 
 
 def test_birch_is_unmergeable_and_says_why():
@@ -783,7 +799,8 @@ def test_mlp_replicas_share_one_initialisation():
 
 
 def test_mlp_merge_trains_close_to_serial():
-    """Three MLP replicas averaged every epoch score close to serial partial_fit."""
+    """Three MLP replicas averaged every epoch score within 8 points of serial partial_fit and
+    of scikit-learn's MLPClassifier fitted in memory for as many epochs (0.88 vs 0.93, 0.94)."""
     X, y = make_classification(
         n_samples=900, n_features=10, n_informative=6, class_sep=1.5, random_state=0
     )
@@ -798,8 +815,10 @@ def test_mlp_merge_trains_close_to_serial():
     )
     assert len(merged.loss_curve_) == 8
     assert merged.best_loss_ == min(merged.loss_curve_)
-    assert merged.score(X_test, y_test) > 0.8
-    assert merged.score(X_test, y_test) > serial.score(X_test, y_test) - 0.08
+    in_memory = clone(estimator).set_params(max_iter=8).fit(X[:600], y[:600])
+    score = merged.score(X_test, y_test)
+    assert abs(score - in_memory.score(X_test, y_test)) <= 0.08, score
+    assert score > serial.score(X_test, y_test) - 0.08, score
 
 
 def test_mlp_one_replica_per_round_is_serial():
