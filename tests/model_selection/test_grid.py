@@ -23,9 +23,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 # TODO: import from taskdml once taskdml/__init__.py exports the search classes.
 from taskdml.exceptions import DataError
-from taskdml.metrics import evaluate
 from taskdml.model_selection._grid import GridSearchCV, RandomizedSearchCV
-from taskdml.parallel.engine import train
 
 DIGITS_GRID = {"pca__n_components": [16, 32], "sgd__alpha": np.logspace(-6, -1, 6)}
 
@@ -169,9 +167,12 @@ def test_multimetric_scoring_with_refit(iris, refit):
 
 def test_multimetric_needs_a_refit_metric(iris):
     """refit=True with several metrics is refused with scikit-learn's message."""
-    search = GridSearchCV(iris_pipeline(), {"logreg__C": [1.0]}, scoring=["accuracy", "f1_macro"])
-    with pytest.raises(ValueError, match="the parameter refit must be set to a scorer key"):
-        search.fit(*iris)
+    options = dict(scoring=["accuracy", "f1_macro"])
+    with pytest.raises(ValueError, match="the parameter refit must be set to a scorer key") as ours:
+        GridSearchCV(iris_pipeline(), {"logreg__C": [1.0]}, **options).fit(*iris)
+    with pytest.raises(ValueError) as theirs:
+        sk.GridSearchCV(iris_pipeline(), {"logreg__C": [1.0]}, **options).fit(*iris)
+    assert str(ours.value) == str(theirs.value)
 
 
 def test_callable_scorer_sees_the_fitted_pipeline(iris):
@@ -218,8 +219,13 @@ def test_failing_candidates_score_error_score(request, iris, use_client):
 def test_search_errors(iris, grid, error_score, error, message):
     """error_score='raise', all fits failing and a parameter the estimator lacks raise as in scikit-learn."""
     search = GridSearchCV(iris_pipeline(), grid, cv=5, error_score=error_score)
-    with pytest.raises(error, match=message):
+    with pytest.raises(error, match=message) as ours, warnings.catch_warnings():
+        warnings.simplefilter("ignore", FitFailedWarning)
         search.fit(*iris)
+    with pytest.raises(error) as theirs, warnings.catch_warnings():
+        warnings.simplefilter("ignore", FitFailedWarning)
+        sk.GridSearchCV(iris_pipeline(), grid, cv=5, error_score=error_score).fit(*iris)
+    assert str(ours.value).splitlines()[0] == str(theirs.value).splitlines()[0]
 
 
 @pytest.mark.filterwarnings("ignore:One or more of the test scores are non-finite")
@@ -233,6 +239,10 @@ def test_scoring_that_fails_scores_error_score(iris):
     with pytest.warns(UserWarning, match="Scoring failed"):
         search = GridSearchCV(iris_pipeline(), {"logreg__C": [0.1, 1.0]}, scoring=fragile, cv=3).fit(*iris)
     assert np.isnan(search.cv_results_["mean_test_score"][1]) and search.best_index_ == 0
+    with pytest.warns(UserWarning, match="Scoring failed"):
+        theirs = sk.GridSearchCV(iris_pipeline(), {"logreg__C": [0.1, 1.0]}, scoring=fragile,
+                                 cv=3).fit(*iris)
+    assert_same_results(search, theirs)
 
 
 def scaled_pca(n_components):
@@ -266,30 +276,38 @@ def chunked():
     return da.from_array(X, chunks=(120, 8)), da.from_array(y, chunks=120), X, y
 
 
-def reference_scores(estimator, grid, X, y, n_folds):
-    """Each candidate trained by the engine on its training chunks and scored on the rest, in a loop."""
+def serial_fit(estimator, X, y, chunks):
+    """The reference training: partial_fit on each chunk of *chunks* in order, in this process."""
     from sklearn.base import clone
 
+    model = clone(estimator)
+    for i in chunks:
+        model.partial_fit(X.blocks[int(i)].compute(), y.blocks[int(i)].compute(),
+                          classes=np.unique(y.compute()))
+    return model
+
+
+def reference_scores(estimator, grid, X, y, n_folds):
+    """Each candidate trained by a serial partial_fit loop on its training chunks and scored
+    by scikit-learn on the rest and on its training rows: (test, train) scores."""
     n_chunks = X.numblocks[0]
     scores = []
     for params in sk.ParameterGrid(grid):
         row = []
         for train_chunks, test_chunks in sk.KFold(n_folds).split(np.zeros((n_chunks, 1))):
-            def rows(array, chunks):
-                return da.concatenate([array.blocks[int(i)] for i in chunks])
-            model = train(clone(estimator).set_params(**params), rows(X, train_chunks),
-                          rows(y, train_chunks), classes=np.unique(y.compute()), strategy="sequential",
-                          shuffle=False, client=False).estimator
-            test = xr.Dataset({"X": (("sample", "feature"), rows(X, test_chunks)),
-                               "y": ("sample", rows(y, test_chunks))})
-            row.append(evaluate(model, test, ["accuracy"])["accuracy"])
+            model = serial_fit(estimator.set_params(**params), X, y, train_chunks)
+            row.append([model.score(da.concatenate([X.blocks[int(i)] for i in chunks]).compute(),
+                                    da.concatenate([y.blocks[int(i)] for i in chunks]).compute())
+                        for chunks in (test_chunks, train_chunks)])
         scores.append(row)
-    return np.array(scores)
+    scores = np.array(scores)
+    return scores[..., 0], scores[..., 1]
 
 
 @pytest.mark.parametrize("use_client", [False, True], ids=["threads", "cluster"])
 def test_chunked_search_trains_with_the_engine_on_chunk_folds(request, chunked, use_client):
-    """Dask-array folds are chunks; each candidate is trained by the engine and scored chunk-wise."""
+    """Dask-array folds are chunks; each candidate's test and train scores are those of the
+    serial partial_fit loop on its training chunks; the refit is that loop on every chunk."""
     if use_client:
         request.getfixturevalue("client")
     X, y, X_np, y_np = chunked
@@ -297,14 +315,19 @@ def test_chunked_search_trains_with_the_engine_on_chunk_folds(request, chunked, 
     given = {} if use_client else {"classes": np.unique(y_np)}  # else found chunk-wise
     search = GridSearchCV(SGDClassifier(random_state=0), grid, cv=5, return_train_score=True)
     search.fit(X, y, **given)
-    expected = reference_scores(SGDClassifier(random_state=0), grid, X, y, 5)
+    expected, expected_train = reference_scores(SGDClassifier(random_state=0), grid, X, y, 5)
     for fold in range(5):
         np.testing.assert_allclose(search.cv_results_[f"split{fold}_test_score"], expected[:, fold],
                                    atol=1e-12)
+        np.testing.assert_allclose(search.cv_results_[f"split{fold}_train_score"],
+                                   expected_train[:, fold], atol=1e-12)
     assert search.best_index_ == int(np.argmax(expected.mean(axis=1)))
-    assert search.n_splits_ == 5 and np.all(search.cv_results_["mean_train_score"] > 0.5)
+    assert search.n_splits_ == 5
     assert search.best_estimator_.alpha == grid["alpha"][search.best_index_]
-    assert 0.5 < search.score(X, y) <= 1.0
+    best = SGDClassifier(random_state=0, alpha=search.best_estimator_.alpha)
+    refit = serial_fit(best, X, y, range(X.numblocks[0]))
+    np.testing.assert_array_equal(search.best_estimator_.coef_, refit.coef_)
+    assert search.score(X, y) == pytest.approx(refit.score(X_np, y_np), abs=1e-12)
     assert search.predict(X_np[:10]).shape == (10,)
 
 
@@ -370,13 +393,18 @@ def test_clone_and_params_round_trip():
 
     search = GridSearchCV(SVC(), {"C": [1]}, parallel={"strategy": "sync"})
     assert clone(search).get_params()["parallel"] == {"strategy": "sync"}
-    with pytest.raises(TypeError, match="Parameter grid for parameter 'C' needs to be a list"):
+    message = "Parameter grid for parameter 'C' needs to be a list"
+    with pytest.raises(TypeError, match=message) as ours:
         GridSearchCV(SVC(), {"C": 1}).fit(*load_iris(return_X_y=True))
+    with pytest.raises(TypeError) as theirs:
+        sk.GridSearchCV(SVC(), {"C": 1}).fit(*load_iris(return_X_y=True))
+    assert str(ours.value) == str(theirs.value)
     assert dask.config.get("scheduler", None) is None
 
 
 def test_searches_back_to_back_on_one_cluster(client):
-    """A search started right after another on the same data gets keys of its own."""
+    """A search started right after another on the same data gets keys of its own: each gives
+    scikit-learn's best_score_."""
     from sklearn.datasets import load_iris
     from sklearn.linear_model import LogisticRegression
 
@@ -385,4 +413,5 @@ def test_searches_back_to_back_on_one_cluster(client):
     X, y = load_iris(return_X_y=True)
     scores = [TaskdmlGrid(LogisticRegression(max_iter=300), {"C": [0.1, 1.0]}, cv=3).fit(X, y).best_score_
               for _ in range(4)]
-    assert len(set(scores)) == 1
+    expected = sk.GridSearchCV(LogisticRegression(max_iter=300), {"C": [0.1, 1.0]}, cv=3).fit(X, y)
+    assert scores == [expected.best_score_] * 4
