@@ -151,11 +151,14 @@ def test_every_metric_is_tested():
 
 
 def test_result_keeps_the_order_asked_and_drops_repeats(problems):
-    """The result's keys are the metric names in the order given, once each."""
+    """The result's keys are the metric names in the order given, once each, with
+    scikit-learn's values."""
     p = problems["binary"]
     result = evaluate(p.model, p.data, ["roc_auc", "accuracy", "roc_auc"], preprocess=p.preprocess)
     assert list(result) == ["roc_auc", "accuracy"]
     assert all(type(value) is float for value in result.values())
+    for name, value in result.items():
+        assert value == pytest.approx(reference(name, p.model, p.Xt, p.y), **TOLERANCE)
 
 
 def test_preprocess_is_applied(problems):
@@ -243,11 +246,14 @@ def test_without_a_client(problems):
 
 
 def test_on_the_cluster(client, problems, results):
-    """On a real cluster, plain, future and delayed models give the local scheduler's numbers."""
+    """On a real cluster, plain, future and delayed models give scikit-learn's numbers (and
+    the local scheduler's)."""
     for name in ("binary", "multiclass", "regression"):
         p = problems[name]
         got = evaluate(p.model, p.data, METRICS_OF[name], preprocess=p.preprocess)
         assert got == pytest.approx(results[name], **TOLERANCE)
+        for metric, value in got.items():
+            assert value == pytest.approx(reference(metric, p.model, p.Xt, p.y), **TOLERANCE)
     p = problems["binary"]
     as_futures = client.scatter([p.model, *p.preprocess])
     as_delayed = [dask.delayed(obj) for obj in (p.model, *p.preprocess)]
@@ -445,6 +451,8 @@ def test_multiclass_ranking_needs_every_class(problems):
     """roc_auc_ovr with a class absent from y raises, as scikit-learn does."""
     p = problems["multiclass"]
     keep = p.y != "cat"
+    with pytest.raises(ValueError):
+        reference("roc_auc_ovr", p.model, p.Xt[keep], p.y[keep])
     data = as_dataset(p.X[keep], p.y[keep], chunks=500)
     with pytest.raises(
         DataError, match=r"^roc_auc_ovr needs samples of every class of the model in y, but "
