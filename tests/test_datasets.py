@@ -8,9 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import sklearn.datasets
+import sklearn.model_selection
 import xarray as xr
 from dask.utils import key_split
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from taskdml import datasets
@@ -70,7 +71,7 @@ def test_generator_keys_are_named_after_the_function(name, seed):
     for var in ("X", "y"):
         assert {key_split(k) for k in dask.core.flatten(data[var].data.__dask_keys__())} == {name}
     graph_groups = {key_split(k) for k in dict(data.X.data.__dask_graph__())}
-    assert graph_groups <= {name, f"{name}-generate", f"{name}-model"}
+    assert graph_groups == {name, f"{name}-generate", f"{name}-model"}
     with step_scope("data"):
         scoped = GENERATORS[name](n_samples=500, chunk_size=100, random_state=seed)
     assert key_split(scoped.X.data.name) == "data"
@@ -320,7 +321,8 @@ def test_load_sklearn_unknown_name():
 
 @pytest.mark.parametrize("fmt", ["zarr", "netcdf"])
 def test_xarray_round_trip(fmt, tmp_path, seed):
-    """write_* then read_* gives back the values, names and (zarr) the chunking."""
+    """write_* then read_* gives back the values, names and (zarr) the chunking; xarray's own
+    reader finds the same values in the file."""
     data = datasets.make_classification(1_000, 5, chunk_size=300, random_state=seed)
     path = tmp_path / f"data.{fmt}"
     write = getattr(datasets, f"write_{fmt}")
@@ -332,6 +334,10 @@ def test_xarray_round_trip(fmt, tmp_path, seed):
     np.testing.assert_array_equal(_local(back.y), _local(data.y))
     assert back.feature.values.tolist() == data.feature.values.tolist()
     assert key_split(back.X.data.name) == f"read_{fmt}"
+    opened = xr.open_zarr(path, consolidated=False) if fmt == "zarr" else xr.open_dataset(path)
+    with opened as plain:
+        np.testing.assert_array_equal(plain.X.values, _local(data.X))
+        np.testing.assert_array_equal(plain.y.values, _local(data.y))
     again = read(path, chunk_size=450)
     assert again.X.chunks[0] == (450, 450, 100) and again.y.chunks[0] == (450, 450, 100)
     with pytest.raises(DataError, match=r"already exists\. Pass overwrite=True"):
@@ -491,13 +497,37 @@ def _rows(part):
     return _local(part.X)[:, 0].astype(np.int64)
 
 
+_M64 = (1 << 64) - 1
+
+
+def _splitmix64(x):
+    """splitmix64 of one integer, in Python's integers (no NumPy wrap-around)."""
+    z = (x + 0x9E3779B97F4A7C15) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def _reference_test_rows(n_samples, test_size, seed):
+    """The split's definition computed directly: scikit-learn's test size, and the rows whose
+    splitmix64(offset + row) are the smallest, by a full sort (the library streams a histogram).
+    """
+    n_test = len(sklearn.model_selection.train_test_split(np.arange(n_samples),
+                                                          test_size=test_size)[1])
+    offset = int(np.random.SeedSequence(seed, spawn_key=(2,)).generate_state(1, np.uint64)[0])
+    hashes = [_splitmix64((offset + row) & _M64) for row in range(n_samples)]
+    return np.sort(np.argsort(hashes)[:n_test])
+
+
 @pytest.mark.parametrize("test_size, n_test", [(0.25, 250), (0.3333, 334), (1, 1), (999, 999)])
 def test_split_is_an_exact_partition(test_size, n_test, seed):
-    """Train and test are disjoint, cover every row in order, and test has the sklearn size."""
+    """Train and test are disjoint, cover every row in order, and test has the sklearn size and
+    the rows of the split's definition."""
     data = _indexed(1_000, 128)
     train, test = datasets.train_test_split(data, test_size=test_size, random_state=seed)
     train_rows, test_rows = _rows(train), _rows(test)
     assert len(test_rows) == n_test and test.sizes["sample"] == n_test
+    np.testing.assert_array_equal(test_rows, _reference_test_rows(1_000, test_size, seed))
     assert np.intersect1d(train_rows, test_rows).size == 0
     everything = np.sort(np.concatenate([train_rows, test_rows]))
     np.testing.assert_array_equal(everything, np.arange(1_000))
@@ -519,12 +549,11 @@ def test_split_is_an_exact_partition(test_size, n_test, seed):
     random_state=st.integers(0, 2**32),
 )
 def test_split_does_not_depend_on_chunking(n_samples, chunk_a, chunk_b, test_size, random_state):
-    """Property: for a seed the same rows go to test whatever the input chunking."""
+    """Property: for a seed the same rows go to test whatever the input chunking: the rows of
+    the split's definition, computed directly."""
     chunk_a = max(chunk_a, n_samples // 40 + 1)
     chunk_b = max(chunk_b, n_samples // 40 + 1)
-    n_test = math.ceil(test_size * n_samples)
-    if n_test >= n_samples:
-        return
+    assume(math.ceil(test_size * n_samples) < n_samples)
     parts_a = datasets.train_test_split(_indexed(n_samples, chunk_a), test_size=test_size,
                                         random_state=random_state)
     parts_b = datasets.train_test_split(_indexed(n_samples, chunk_b), test_size=test_size,
@@ -532,6 +561,8 @@ def test_split_does_not_depend_on_chunking(n_samples, chunk_a, chunk_b, test_siz
     for a, b in zip(parts_a, parts_b):
         np.testing.assert_array_equal(_rows(a), _rows(b))
         assert all(c > 0 for c in a.X.chunks[0])
+    expected = _reference_test_rows(n_samples, test_size, random_state)
+    np.testing.assert_array_equal(_rows(parts_a[1]), expected)
 
 
 def test_split_seed_determines_rows():
@@ -543,6 +574,7 @@ def test_split_seed_determines_rows():
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
     assert len(a) == 5_000
+    np.testing.assert_array_equal(c, _reference_test_rows(20_000, 0.25, 6))
     # the test rows are spread evenly, not bunched: about a quarter of every chunk
     per_chunk = np.bincount(a // 3_000)
     np.testing.assert_allclose(per_chunk[:-1] / 3_000, 0.25, atol=0.04)
@@ -571,12 +603,15 @@ def test_split_drops_chunks_left_empty(seed):
 
 
 def test_split_on_cluster_equals_local(client, seed):
-    """The 2-worker cluster computes the same split as the local scheduler."""
+    """The 2-worker cluster computes the same split as the local scheduler, and the rows of
+    the split's definition."""
     data = datasets.make_regression(8_000, 5, chunk_size=1_100, random_state=seed)
     train, test = datasets.train_test_split(data, test_size=0.3, random_state=seed)
     computed = client.compute([train.X.data, test.y.data], sync=True)
     np.testing.assert_array_equal(computed[0], _local(train.X))
     np.testing.assert_array_equal(computed[1], _local(test.y))
+    expected = _reference_test_rows(8_000, 0.3, seed)
+    np.testing.assert_array_equal(computed[1], _local(data.y)[expected])
 
 
 def test_split_in_memory_variables_and_coordinates(seed):
