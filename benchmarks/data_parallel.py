@@ -90,8 +90,14 @@ def make_data(n_samples, chunk_size):
     """The data set as taskdml builds it: lazy dask arrays ``X`` and ``y``."""
     from taskdml.datasets import make_classification
 
-    data = make_classification(n_samples, N_FEATURES, n_informative=20, n_redundant=10,
-                               chunk_size=chunk_size, random_state=0)
+    data = make_classification(
+        n_samples,
+        N_FEATURES,
+        n_informative=20,
+        n_redundant=10,
+        chunk_size=chunk_size,
+        random_state=0,
+    )
     return data.X.data, data.y.data
 
 
@@ -123,7 +129,10 @@ def _helper_data(role, share, n_replicas, n_samples, chunk_size):
     parts = {"X": X[:n_train], "y": y[:n_train], "X_test": X[n_train:], "y_test": y[n_train:]}
     if role == "ceiling":
         mine = [i for i in range(parts["X"].numblocks[0]) if i % n_replicas == share]
-        return {"X_chunks": list(_blocks(parts["X"], mine)), "y_chunks": list(_blocks(parts["y"], mine))}
+        return {
+            "X_chunks": list(_blocks(parts["X"], mine)),
+            "y_chunks": list(_blocks(parts["y"], mine)),
+        }
     data = {}
     for name, part in parts.items():
         data[name] = np.empty(part.shape, part.dtype)
@@ -136,14 +145,20 @@ def _helper_data(role, share, n_replicas, n_samples, chunk_size):
     return data
 
 
-def _blocks(array, indices, batch=os.cpu_count() or 1):
-    """The row blocks *indices* of a dask array as NumPy arrays, computed *batch* at a time."""
+def _blocks(array, indices, batch=None):
+    """The row blocks *indices* of a dask array as NumPy arrays, computed *batch* at a time.
+
+    *batch* defaults to the number of CPUs.
+    """
     import dask
 
+    if batch is None:
+        batch = os.cpu_count() or 1
     indices = list(indices)
     for first in range(0, len(indices), batch):
-        yield from dask.compute(*[array.blocks[i] for i in indices[first:first + batch]],
-                                scheduler="threads")
+        yield from dask.compute(
+            *[array.blocks[i] for i in indices[first : first + batch]], scheduler="threads"
+        )
 
 
 def _bounds(chunks):
@@ -202,8 +217,12 @@ class Helpers:
         roles = [("reference", 0)] + [("ceiling", k) for k in range(n_replicas)]
         for role, share in roles:
             parent, child = context.Pipe()
-            process = context.Process(target=helper_main, name=f"bench-{role}-{share}", daemon=True,
-                                      args=(child, role, share, n_replicas, n_samples, chunk_size))
+            process = context.Process(
+                target=helper_main,
+                name=f"bench-{role}-{share}",
+                daemon=True,
+                args=(child, role, share, n_replicas, n_samples, chunk_size),
+            )
             process.start()
             self.connections[(role, share)], self.processes[(role, share)] = parent, process
         self.idle_rss = {key: c.recv()["idle_rss"] for key, c in self.connections.items()}
@@ -225,8 +244,11 @@ class Helpers:
             connection.send((kind, epochs))
         replies = [connection.recv() for connection in chosen]
         wall = max(r["end"] for r in replies) - min(r["start"] for r in replies)
-        return {"wall": wall, "accuracy": replies[0]["accuracy"],
-                "each_s": [r["end"] - r["start"] for r in replies]}
+        return {
+            "wall": wall,
+            "accuracy": replies[0]["accuracy"],
+            "each_s": [r["end"] - r["start"] for r in replies],
+        }
 
     def close(self):
         for connection in self.connections.values():
@@ -268,7 +290,9 @@ class MemorySampler(threading.Thread):
             total = 0
             for pid in pids:
                 with contextlib.suppress(psutil.Error):
-                    process = self.processes.get(pid) or self.processes.setdefault(pid, psutil.Process(pid))
+                    process = self.processes.get(pid) or self.processes.setdefault(
+                        pid, psutil.Process(pid)
+                    )
                     total += process.memory_info().rss
             sizes[name] = total
         return sizes
@@ -351,7 +375,7 @@ def taskdml_imports():
 
 
 def worker_imports():
-    """Import, in a process of the cluster, what every configuration needs (before the idle reading)."""
+    """Import, in a cluster process, what every configuration needs (before the idle reading)."""
     import dask_ml.wrappers  # noqa: F401
 
     taskdml_imports()
@@ -384,14 +408,28 @@ def run_on_cluster(config, epochs, client, data):
             incremental.partial_fit(X_train, y_train, classes=CLASSES)
         model, stats = incremental.estimator_, {}
     else:
-        result = train(make_model(), X_train, y_train, classes=CLASSES, strategy=config.kind,
-                       epochs=epochs, sync_every=config.sync_every, staleness=config.staleness,
-                       shuffle=False, random_state=0, client=client)
+        result = train(
+            make_model(),
+            X_train,
+            y_train,
+            classes=CLASSES,
+            strategy=config.kind,
+            epochs=epochs,
+            sync_every=config.sync_every,
+            staleness=config.staleness,
+            shuffle=False,
+            random_state=0,
+            client=client,
+        )
         model, stats = result.estimator, result.stats
     wall = time.perf_counter() - began
     transfers = sum(client.run(worker_transfers).values()) - transfers  # before scoring moves data
-    return {"wall": wall, "accuracy": holdout_accuracy(model, data["X_test"], data["y_test"]),
-            "stats": stats, "transfers": transfers}
+    return {
+        "wall": wall,
+        "accuracy": holdout_accuracy(model, data["X_test"], data["y_test"]),
+        "stats": stats,
+        "transfers": transfers,
+    }
 
 
 def fixed_cost_timeline(client, data, runs=3):
@@ -408,26 +446,47 @@ def fixed_cost_timeline(client, data, runs=3):
     for _ in range(runs):
         with get_task_stream(client) as stream:
             began = time.time()
-            train(make_model(), data["X_train"], data["y_train"], classes=CLASSES, strategy="sync",
-                  epochs=1, sync_every=4, shuffle=False, random_state=0, client=client)
+            train(
+                make_model(),
+                data["X_train"],
+                data["y_train"],
+                classes=CLASSES,
+                strategy="sync",
+                epochs=1,
+                sync_every=4,
+                shuffle=False,
+                random_state=0,
+                client=client,
+            )
             ended = time.time()
         spans = {}
         for record in stream.data:
             for span in record["startstops"]:
                 if span["action"] == "compute":
-                    spans.setdefault(key_split(record["key"]), []).append((span["start"], span["stop"]))
-        inspect, prepare, replica = spans.get("train-inspect", []), spans["train-prepare"], spans["train-replica"]
-        timelines.append({  # no inspection tasks when the engine remembers these chunks: shown as 0
-            "inspect_start": min((a for a, _ in inspect), default=began) - began,
-            "inspect_end": max((b for _, b in inspect), default=began) - began,
-            "inspect_cpu": sum(b - a for a, b in inspect),
-            "inspect_tasks": len(inspect),
-            "prepare_start": min(a for a, _ in prepare) - began,
-            "replicas_start": max(a for a, _ in replica) - began,
-            "replicas_end": max(b for _, b in replica) - began,
-            "wall": ended - began})
-    return {key: statistics.median(t[key] for t in timelines) * (1 if key == "inspect_tasks" else 1e3)
-            for key in timelines[0]}
+                    spans.setdefault(key_split(record["key"]), []).append(
+                        (span["start"], span["stop"])
+                    )
+        inspect, prepare, replica = (
+            spans.get("train-inspect", []),
+            spans["train-prepare"],
+            spans["train-replica"],
+        )
+        timelines.append(
+            {  # no inspection tasks when the engine remembers these chunks: shown as 0
+                "inspect_start": min((a for a, _ in inspect), default=began) - began,
+                "inspect_end": max((b for _, b in inspect), default=began) - began,
+                "inspect_cpu": sum(b - a for a, b in inspect),
+                "inspect_tasks": len(inspect),
+                "prepare_start": min(a for a, _ in prepare) - began,
+                "replicas_start": max(a for a, _ in replica) - began,
+                "replicas_end": max(b for _, b in replica) - began,
+                "wall": ended - began,
+            }
+        )
+    return {
+        key: statistics.median(t[key] for t in timelines) * (1 if key == "inspect_tasks" else 1e3)
+        for key in timelines[0]
+    }
 
 
 def run_config(config, epochs, client, data, helpers, sampler):
@@ -439,7 +498,9 @@ def run_config(config, epochs, client, data, helpers, sampler):
             outcome = helpers.run("ceiling", "serial", epochs)
         else:
             outcome = helpers.run("reference", config.kind, epochs)
-    group = "cluster" if config.on_cluster else "ceiling" if config.kind == "ceiling" else "reference"
+    group = (
+        "cluster" if config.on_cluster else "ceiling" if config.kind == "ceiling" else "reference"
+    )
     outcome["peak"] = peaks[group]
     return outcome
 
@@ -452,10 +513,17 @@ def summarise(config, epochs, runs, serial_wall, ceiling, idle, data_bytes):
     """One table row: medians over *runs* and the derived ratios."""
     wall = statistics.median(r["wall"] for r in runs)
     accuracies = [r["accuracy"] for r in runs if r["accuracy"] is not None]
-    row = {"config": config, "epochs": epochs, "wall": wall, "runs": [r["wall"] for r in runs],
-           "speedup": serial_wall / wall, "accuracy": statistics.median(accuracies) if accuracies else None,
-           "accuracy_range": (min(accuracies), max(accuracies)) if accuracies else None,
-           "peak": max(r["peak"] for r in runs), "idle": idle}
+    row = {
+        "config": config,
+        "epochs": epochs,
+        "wall": wall,
+        "runs": [r["wall"] for r in runs],
+        "speedup": serial_wall / wall,
+        "accuracy": statistics.median(accuracies) if accuracies else None,
+        "accuracy_range": (min(accuracies), max(accuracies)) if accuracies else None,
+        "peak": max(r["peak"] for r in runs),
+        "idle": idle,
+    }
     row["ceiling_fraction"] = row["speedup"] / ceiling
     row["peak_x"] = row["peak"] / data_bytes
     row["added_x"] = (row["peak"] - idle) / data_bytes
@@ -467,11 +535,17 @@ def summarise(config, epochs, runs, serial_wall, ceiling, idle, data_bytes):
             s = run["stats"]
             steps = s["rounds"] if config.kind == "sync" else s["updates"] / s["replicas"]
             waits = s["reduce_wait_s"] if config.kind == "sync" else s["held_back_s"]
-            per.append({"steps": steps, "overhead_ms": (run["wall"] - max(s["busy_s"])) / steps * 1e3,
-                        "wait_ms": [w / steps * 1e3 for w in waits],
-                        "setup_ms": (run["wall"] - s["wall_s"]) * 1e3,
-                        "busy_s": max(s["busy_s"]), "loss_s": run["wall"] - max(s["busy_s"]),
-                        "busy_spread_s": max(s["busy_s"]) - min(s["busy_s"])})
+            per.append(
+                {
+                    "steps": steps,
+                    "overhead_ms": (run["wall"] - max(s["busy_s"])) / steps * 1e3,
+                    "wait_ms": [w / steps * 1e3 for w in waits],
+                    "setup_ms": (run["wall"] - s["wall_s"]) * 1e3,
+                    "busy_s": max(s["busy_s"]),
+                    "loss_s": run["wall"] - max(s["busy_s"]),
+                    "busy_spread_s": max(s["busy_s"]) - min(s["busy_s"]),
+                }
+            )
         row["steps"] = per[0]["steps"]
         for key in ("overhead_ms", "setup_ms", "busy_s", "loss_s", "busy_spread_s"):
             row[key] = statistics.median(p[key] for p in per)
@@ -494,10 +568,12 @@ def _fmt(value, spec, missing="–"):
 
 
 def results_table(rows):
-    lines = ["| configuration | epochs | wall s (median) | speedup vs serial | of ceiling | holdout acc "
-             "| overhead ms/round | engine wait ms/round (min–max) | peak RSS MiB | peak / data "
-             "| (peak − idle) / data |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| configuration | epochs | wall s (median) | speedup vs serial | of ceiling | holdout acc "
+        "| overhead ms/round | engine wait ms/round (min–max) | peak RSS MiB | peak / data "
+        "| (peak − idle) / data |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         kind = r["config"].kind
         overhead = wait = "–"
@@ -508,25 +584,33 @@ def results_table(rows):
         accuracy = _fmt(r["accuracy"], ".4f")
         if r["accuracy_range"] and r["accuracy_range"][1] - r["accuracy_range"][0] > 5e-5:
             accuracy += f" ({r['accuracy_range'][0]:.4f}–{r['accuracy_range'][1]:.4f})"
-        lines.append(f"| {r['config'].name} | {r['epochs']} | {r['wall']:.3f} | {r['speedup']:.2f}× "
-                     f"| {r['ceiling_fraction']:.0%} | {accuracy} | {overhead} | {wait} "
-                     f"| {r['peak'] / MIB:,.0f} | {r['peak_x']:.2f}× | {r['added_x']:.2f}× |")
+        lines.append(
+            f"| {r['config'].name} | {r['epochs']} | {r['wall']:.3f} | {r['speedup']:.2f}× "
+            f"| {r['ceiling_fraction']:.0%} | {accuracy} | {overhead} | {wait} "
+            f"| {r['peak'] / MIB:,.0f} | {r['peak_x']:.2f}× | {r['added_x']:.2f}× |"
+        )
     return "\n".join(lines)
 
 
 def detail_table(rows):
-    lines = ["| configuration | epochs | runs s | busiest busy s | busy spread s | wall − busiest s "
-             "| setup before the loop ms | rounds (chunks/replica) | fetched between workers MiB |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| configuration | epochs | runs s | busiest busy s | busy spread s | wall − busiest s "
+        "| setup before the loop ms | rounds (chunks/replica) | fetched between workers MiB |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         runs = " ".join(f"{w:.3f}" for w in r["runs"])
         if "busy_s" in r:
-            lines.append(f"| {r['config'].name} | {r['epochs']} | {runs} | {r['busy_s']:.3f} "
-                         f"| {r['busy_spread_s']:.3f} | {r['loss_s']:.3f} | {r['setup_ms']:.0f} "
-                         f"| {r['steps']:g} | {r['transfers'] / MIB:.1f} |")
+            lines.append(
+                f"| {r['config'].name} | {r['epochs']} | {runs} | {r['busy_s']:.3f} "
+                f"| {r['busy_spread_s']:.3f} | {r['loss_s']:.3f} | {r['setup_ms']:.0f} "
+                f"| {r['steps']:g} | {r['transfers'] / MIB:.1f} |"
+            )
         else:
             transfers = f"{r['transfers'] / MIB:.1f}" if r["config"].on_cluster else "–"
-            lines.append(f"| {r['config'].name} | {r['epochs']} | {runs} | – | – | – | – | – | {transfers} |")
+            lines.append(
+                f"| {r['config'].name} | {r['epochs']} | {runs} | – | – | – | – | – | {transfers} |"
+            )
     return "\n".join(lines)
 
 
@@ -534,9 +618,14 @@ def target_checks(rows, epochs_list, fit):
     """Each target of the issue, per epoch count: (target, epochs, measured, met)."""
     checks = []
     if fit:
-        checks.append((f"marginal cost of a sync round < {TARGET_ROUND_MS:g} ms (fit over the sync rows)",
-                       "all", f"{fit['per_round_ms']:.1f} ms + {fit['fixed_ms']:.0f} ms per call",
-                       fit["per_round_ms"] < TARGET_ROUND_MS))
+        checks.append(
+            (
+                f"marginal cost of a sync round < {TARGET_ROUND_MS:g} ms (fit over the sync rows)",
+                "all",
+                f"{fit['per_round_ms']:.1f} ms + {fit['fixed_ms']:.0f} ms per call",
+                fit["per_round_ms"] < TARGET_ROUND_MS,
+            )
+        )
     for epochs in epochs_list:
         at = [r for r in rows if r["epochs"] == epochs]
         serial = next(r for r in at if r["config"].kind == "serial")
@@ -544,20 +633,43 @@ def target_checks(rows, epochs_list, fit):
             c = r["config"]
             if c.kind == "sync" and c.sync_every in (1, 4):
                 goal = TARGET_SYNC4_CEILING if c.sync_every == 4 else TARGET_SYNC1_CEILING
-                checks.append((f"{c.name}: ≥ {goal:.0%} of the ceiling", epochs,
-                               f"{r['ceiling_fraction']:.0%}", r["ceiling_fraction"] >= goal))
+                checks.append(
+                    (
+                        f"{c.name}: ≥ {goal:.0%} of the ceiling",
+                        epochs,
+                        f"{r['ceiling_fraction']:.0%}",
+                        r["ceiling_fraction"] >= goal,
+                    )
+                )
             if c.kind == "sync":
-                checks.append((f"{c.name}: overhead < {TARGET_ROUND_MS:g} ms/round", epochs,
-                               f"{r['overhead_ms']:.1f} ms (engine wait {r['wait_min_ms']:.1f}–"
-                               f"{r['wait_max_ms']:.1f})", r["overhead_ms"] < TARGET_ROUND_MS))
+                checks.append(
+                    (
+                        f"{c.name}: overhead < {TARGET_ROUND_MS:g} ms/round",
+                        epochs,
+                        f"{r['overhead_ms']:.1f} ms (engine wait {r['wait_min_ms']:.1f}–"
+                        f"{r['wait_max_ms']:.1f})",
+                        r["overhead_ms"] < TARGET_ROUND_MS,
+                    )
+                )
             if c.kind in ("sync", "async"):
                 gap = (r["accuracy"] - serial["accuracy"]) * 100
                 met = abs(gap) <= TARGET_ACCURACY_PP or ("higher" if gap > 0 else False)
-                checks.append((f"{c.name}: holdout accuracy within {TARGET_ACCURACY_PP} pp of serial",
-                               epochs, f"{gap:+.2f} pp", met))
-                checks.append((f"{c.name}: peak memory < {TARGET_MEMORY_X:g}× data (above idle)", epochs,
-                               f"{r['added_x']:.2f}× above idle ({r['peak_x']:.2f}× whole tree)",
-                               r["added_x"] < TARGET_MEMORY_X))
+                checks.append(
+                    (
+                        f"{c.name}: holdout accuracy within {TARGET_ACCURACY_PP} pp of serial",
+                        epochs,
+                        f"{gap:+.2f} pp",
+                        met,
+                    )
+                )
+                checks.append(
+                    (
+                        f"{c.name}: peak memory < {TARGET_MEMORY_X:g}× data (above idle)",
+                        epochs,
+                        f"{r['added_x']:.2f}× above idle ({r['peak_x']:.2f}× whole tree)",
+                        r["added_x"] < TARGET_MEMORY_X,
+                    )
+                )
     lines = ["| target | epochs | measured | met |", "|---|---|---|---|"]
     verdicts = {True: "yes", False: "**no**", "higher": "no: higher than serial"}
     lines += [f"| {t} | {e} | {m} | {verdicts[ok]} |" for t, e, m, ok in checks]
@@ -571,27 +683,46 @@ def target_checks(rows, epochs_list, fit):
 def machine():
     model = "unknown"
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
-        fields = dict(re.findall(r"^(model name|cpu family|model)\s*:\s*(.*)$", cpuinfo.read(), re.M))
-        model = f"{fields.get('model name', '?')} (family {fields.get('cpu family', '?')}, " \
-                f"model {fields.get('model', '?')})"
+        fields = dict(
+            re.findall(r"^(model name|cpu family|model)\s*:\s*(.*)$", cpuinfo.read(), re.M)
+        )
+        model = (
+            f"{fields.get('model name', '?')} (family {fields.get('cpu family', '?')}, "
+            f"model {fields.get('model', '?')})"
+        )
     nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"nproc": nproc, "memory_gib": psutil.virtual_memory().total / 2**30,
-            "cpu": model, "platform": platform.platform()}
+    return {
+        "nproc": nproc,
+        "memory_gib": psutil.virtual_memory().total / 2**30,
+        "cpu": model,
+        "platform": platform.platform(),
+    }
 
 
 def versions():
     from importlib.metadata import PackageNotFoundError, version
 
     found = {"python": platform.python_version()}
-    for name in ("taskdml", "numpy", "scipy", "scikit-learn", "dask", "distributed", "dask-ml",
-                 "xarray", "psutil"):
+    for name in (
+        "taskdml",
+        "numpy",
+        "scipy",
+        "scikit-learn",
+        "dask",
+        "distributed",
+        "dask-ml",
+        "xarray",
+        "psutil",
+    ):
         with contextlib.suppress(PackageNotFoundError):
             found[name] = version(name)
     with contextlib.suppress(OSError, subprocess.CalledProcessError):
         here = os.path.dirname(os.path.abspath(__file__))
+
         def git(*words):
-            return subprocess.run(["git", *words], cwd=here, check=True, capture_output=True,
-                                  text=True).stdout.strip()
+            return subprocess.run(
+                ["git", *words], cwd=here, check=True, capture_output=True, text=True
+            ).stdout.strip()
 
         commit = git("rev-parse", "--short", "HEAD")
         if git("status", "--porcelain", "--", os.path.join(here, "..", "taskdml")):
@@ -602,16 +733,19 @@ def versions():
 
 def report(args, facts, rows, fit, checks_table):
     m, load = facts["machine"], facts["load"]
-    busy_note = ("**The machine was not idle**: other processes used "
-                 f"{load['foreign_cores']:.2f} of {m['nproc']} cores on average during the timed "
-                 "runs; timings are noisy and should be rerun on a calm machine."
-                 if load["foreign_cores"] > 0.1 else
-                 f"The machine was idle apart from this benchmark (other processes: "
-                 f"{load['foreign_cores']:.2f} cores on average).")
+    busy_note = (
+        "**The machine was not idle**: other processes used "
+        f"{load['foreign_cores']:.2f} of {m['nproc']} cores on average during the timed "
+        "runs; timings are noisy and should be rerun on a calm machine."
+        if load["foreign_cores"] > 0.1
+        else f"The machine was idle apart from this benchmark (other processes: "
+        f"{load['foreign_cores']:.2f} cores on average)."
+    )
     lines = [
         f"Command: `{facts['command']}`  ",
         f"Date: {facts['date']}  ",
-        f"Machine: {m['nproc']} CPUs, {m['cpu']}, {m['memory_gib']:.1f} GiB memory, {m['platform']}  ",
+        f"Machine: {m['nproc']} CPUs, {m['cpu']}, {m['memory_gib']:.1f} GiB memory, "
+        f"{m['platform']}  ",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in facts["versions"].items()),
         "",
         busy_note + f" Load average before/after: {load['before']} / {load['after']}; CPU steal "
@@ -619,24 +753,25 @@ def report(args, facts, rows, fit, checks_table):
         *([""] + [f"Note: {args.note}"] if args.note else []),
         "",
         f"Data: {args.n_samples:,} × {N_FEATURES} float64 in {args.chunk_size:,}-row chunks "
-        f"({facts['data_mib']:,.0f} MiB for X and y; train = first {facts['n_train']:,} rows, holdout "
-        f"= the rest), R = {args.workers} workers × 1 thread. Generating and persisting it on the "
-        f"cluster took {facts['persist_s']:.2f} s; the helpers took "
+        f"({facts['data_mib']:,.0f} MiB for X and y; train = first {facts['n_train']:,} rows, "
+        f"holdout = the rest), R = {args.workers} workers × 1 thread. Generating and persisting "
+        f"it on the cluster took {facts['persist_s']:.2f} s; the helpers took "
         f"{facts['helper_data_s']['reference']:.2f} s (reference) and "
         f"{facts['helper_data_s']['ceiling']:.2f} s (ceiling). Median of "
         f"{args.repeats} runs after one warm-up; whole benchmark {facts['total_s']:.0f} s.",
         "",
         results_table(rows),
         "",
-        "*speedup* = serial wall / wall; *of ceiling* = speedup / the ceiling's speedup at the same "
-        "epochs. *overhead ms/round* = (wall − busiest replica's busy_s) / rounds (for async: per "
-        "chunk a replica trains). *engine wait* = the engine's `reduce_wait_s` (sync) or "
-        "`held_back_s` (async) per round, fastest and slowest replica. *peak RSS*: client + "
-        "scheduler + workers for cluster rows, the helper process(es) for the others; *data* = "
-        f"X and y of all rows ({facts['data_mib']:,.0f} MiB); *idle* = the same processes before "
-        f"any data: {facts['idle_mib']['cluster']:,.0f} MiB cluster ({facts['idle_taskdml_mib']:,.0f} MiB "
-        "before dask-ml was imported in the client and workers; client process with scheduler "
-        f"and nannies {facts['idle_client_mib']:,.0f} MiB; other processes "
+        "*speedup* = serial wall / wall; *of ceiling* = speedup / the ceiling's speedup at the "
+        "same epochs. *overhead ms/round* = (wall − busiest replica's busy_s) / rounds (for "
+        "async: per chunk a replica trains). *engine wait* = the engine's `reduce_wait_s` "
+        "(sync) or `held_back_s` (async) per round, fastest and slowest replica. *peak RSS*: "
+        "client + scheduler + workers for cluster rows, the helper process(es) for the others; "
+        f"*data* = X and y of all rows ({facts['data_mib']:,.0f} MiB); *idle* = the same "
+        f"processes before any data: {facts['idle_mib']['cluster']:,.0f} MiB cluster "
+        f"({facts['idle_taskdml_mib']:,.0f} MiB before dask-ml was imported in the client and "
+        "workers; client process with scheduler and nannies "
+        f"{facts['idle_client_mib']:,.0f} MiB; other processes "
         f"{' + '.join(f'{v:,.0f}' for v in facts['idle_others_mib'])} MiB), "
         f"{facts['idle_mib']['reference']:,.0f} MiB reference helper, "
         f"{facts['idle_mib']['ceiling']:,.0f} MiB ceiling helpers. RSS counts shared library pages "
@@ -644,17 +779,21 @@ def report(args, facts, rows, fit, checks_table):
         "",
     ]
     if fit:
-        lines += [f"Fixed vs per-round cost (least squares of wall − busiest busy over the {fit['points']} "
-                  f"sync rows): **{fit['per_round_ms']:.1f} ms per round** plus **{fit['fixed_ms']:.0f} ms "
-                  "per `train()` call**.", ""]
+        lines += [
+            "Fixed vs per-round cost (least squares of wall − busiest busy over the "
+            f"{fit['points']} sync rows): **{fit['per_round_ms']:.1f} ms per round** plus "
+            f"**{fit['fixed_ms']:.0f} ms per `train()` call**.",
+            "",
+        ]
     t = facts["timeline"]
     lines += [
         "Where the fixed cost of a `train()` call goes (task stream of 3 extra sync runs, 1 epoch, "
         "sync_every=4; ms from the call's start, medians): first chunk-inspection task starts at "
-        f"{t['inspect_start']:.0f}; the {t['inspect_tasks']:.0f} inspection tasks (a pass over every "
-        f"chunk) end at {t['inspect_end']:.0f} ({t['inspect_cpu']:.0f} ms of worker CPU); `prepare_start` "
-        f"runs at {t['prepare_start']:.0f}; all replicas are computing by {t['replicas_start']:.0f}; "
-        f"they end at {t['replicas_end']:.0f}; the call returns at {t['wall']:.0f}.",
+        f"{t['inspect_start']:.0f}; the {t['inspect_tasks']:.0f} inspection tasks (a pass over "
+        f"every chunk) end at {t['inspect_end']:.0f} ({t['inspect_cpu']:.0f} ms of worker CPU); "
+        f"`prepare_start` runs at {t['prepare_start']:.0f}; all replicas are computing by "
+        f"{t['replicas_start']:.0f}; they end at {t['replicas_end']:.0f}; the call returns at "
+        f"{t['wall']:.0f}.",
         "",
         f"The first sync `train()` call on freshly persisted data (the warm-up) moved "
         f"{facts['first_call_fetched_mib']:,.0f} MiB between workers (chunks that were not on "
@@ -663,20 +802,36 @@ def report(args, facts, rows, fit, checks_table):
         f"For reading the accuracies: `LogisticRegression` (lbfgs) on the same train rows scores "
         f"{facts['lbfgs_accuracy']:.4f} on the holdout.",
         "",
-        "Targets:", "", checks_table, "", "Details:", "", detail_table(rows), ""]
+        "Targets:",
+        "",
+        checks_table,
+        "",
+        "Details:",
+        "",
+        detail_table(rows),
+        "",
+    ]
     return "\n".join(lines)
 
 
 def write_section(path, body):
     """Replace the generated block of this benchmark's section (create the file or section)."""
     block = f"{BEGIN}\n{body}\n{END}"
-    text = open(path).read() if os.path.exists(path) else "# Benchmark results\n"
+    if os.path.exists(path):
+        with open(path) as existing:
+            text = existing.read()
+    else:
+        text = "# Benchmark results\n"
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
         text = head + block + rest.split(END, 1)[1]
     else:
-        text = (text.rstrip("\n") + "\n\n## Data-parallel training (`benchmarks/data_parallel.py`)\n\n"
-                + block + "\n")
+        text = (
+            text.rstrip("\n")
+            + "\n\n## Data-parallel training (`benchmarks/data_parallel.py`)\n\n"
+            + block
+            + "\n"
+        )
     with open(path + ".tmp", "w") as out:
         out.write(text)
     os.replace(path + ".tmp", path)
@@ -686,12 +841,16 @@ def write_section(path, body):
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 200k rows, 1 repeat, nothing written")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 200k rows, 1 repeat, nothing written"
+    )
     parser.add_argument("--repeats", type=int, help="timed runs per configuration (default 5)")
-    parser.add_argument("--workers", type=int, default=2, help="cluster workers = replicas = ceiling loops")
+    parser.add_argument(
+        "--workers", type=int, default=2, help="cluster workers = replicas = ceiling loops"
+    )
     parser.add_argument("--n-samples", type=int, help="rows, train + holdout (default 1,000,000)")
     parser.add_argument("--chunk-size", type=int, default=CHUNK_SIZE, help="rows per chunk")
     parser.add_argument("--epochs", type=int, nargs="+", default=[1, 5], help="epoch counts to run")
@@ -712,10 +871,16 @@ def main(argv=None):
     warnings.simplefilter("ignore")
     started = time.perf_counter()
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    command = " ".join(["python benchmarks/data_parallel.py", *(sys.argv[1:] if argv is None else argv)])
-    facts = {"command": command,
-             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-             "machine": machine(), "versions": versions(), "n_train": n_train_rows(args.n_samples)}
+    command = " ".join(
+        ["python benchmarks/data_parallel.py", *(sys.argv[1:] if argv is None else argv)]
+    )
+    facts = {
+        "command": command,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine(),
+        "versions": versions(),
+        "n_train": n_train_rows(args.n_samples),
+    }
     helpers = Helpers(args.workers, args.n_samples, args.chunk_size)
     helper_pids = helpers.pids("reference") | helpers.pids("ceiling")
 
@@ -723,10 +888,20 @@ def main(argv=None):
         children = {p.pid for p in psutil.Process().children(recursive=True)}
         return {os.getpid()} | (children - helper_pids)
 
-    sampler = MemorySampler({"cluster": cluster_pids, "reference": lambda: helpers.pids("reference"),
-                             "ceiling": lambda: helpers.pids("ceiling")})
-    cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
-                           host="127.0.0.1", dashboard_address=None)
+    sampler = MemorySampler(
+        {
+            "cluster": cluster_pids,
+            "reference": lambda: helpers.pids("reference"),
+            "ceiling": lambda: helpers.pids("ceiling"),
+        }
+    )
+    cluster = LocalCluster(
+        n_workers=args.workers,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+    )
     client = Client(cluster)
     try:
         client.run(taskdml_imports)
@@ -739,8 +914,10 @@ def main(argv=None):
         idle["ceiling"] = sum(v for (r, _), v in helpers.idle_rss.items() if r == "ceiling")
         facts["idle_mib"] = {k: v / MIB for k, v in idle.items()}
         facts["idle_client_mib"] = psutil.Process().memory_info().rss / MIB
-        facts["idle_others_mib"] = sorted((psutil.Process(pid).memory_info().rss / MIB
-                                           for pid in cluster_pids() - {os.getpid()}), reverse=True)
+        facts["idle_others_mib"] = sorted(
+            (psutil.Process(pid).memory_info().rss / MIB for pid in cluster_pids() - {os.getpid()}),
+            reverse=True,
+        )
 
         facts["helper_data_s"] = helpers.wait_ready()
         X, y = make_data(args.n_samples, args.chunk_size)
@@ -769,13 +946,20 @@ def main(argv=None):
                 for config in CONFIGS:
                     outcome = run_config(config, epochs, client, data, helpers, sampler)
                     runs[(config, epochs)].append(outcome)
-                    print(f"repeat {repeat + 1}/{args.repeats} epochs {epochs} {config.name}: "
-                          f"{outcome['wall']:.3f} s", file=sys.stderr)
+                    print(
+                        f"repeat {repeat + 1}/{args.repeats} epochs {epochs} {config.name}: "
+                        f"{outcome['wall']:.3f} s",
+                        file=sys.stderr,
+                    )
         timed_s = time.perf_counter() - timed_began
         busy_after, steal_after = system_cpu()
         foreign = (busy_after - busy_before) - (tree_cpu_s() - cpu_before)
-        facts["load"] = {"before": load_before, "after": " ".join(f"{x:.2f}" for x in os.getloadavg()),
-                         "foreign_cores": max(foreign, 0.0) / timed_s, "steal_s": steal_after - steal_before}
+        facts["load"] = {
+            "before": load_before,
+            "after": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+            "foreign_cores": max(foreign, 0.0) / timed_s,
+            "steal_s": steal_after - steal_before,
+        }
     finally:
         if sampler.is_alive():
             sampler.stop()
@@ -789,9 +973,24 @@ def main(argv=None):
         serial_wall = statistics.median(r["wall"] for r in runs[(CONFIGS[0], epochs)])
         ceiling = serial_wall / statistics.median(r["wall"] for r in runs[(CONFIGS[2], epochs)])
         for config in CONFIGS:
-            group = "cluster" if config.on_cluster else "ceiling" if config.kind == "ceiling" else "reference"
-            rows.append(summarise(config, epochs, runs[(config, epochs)], serial_wall, ceiling,
-                                  idle[group], data_bytes))
+            group = (
+                "cluster"
+                if config.on_cluster
+                else "ceiling"
+                if config.kind == "ceiling"
+                else "reference"
+            )
+            rows.append(
+                summarise(
+                    config,
+                    epochs,
+                    runs[(config, epochs)],
+                    serial_wall,
+                    ceiling,
+                    idle[group],
+                    data_bytes,
+                )
+            )
     fit = round_cost_fit(rows)
     checks_table, _ = target_checks(rows, args.epochs, fit)
     text = report(args, facts, rows, fit, checks_table)
