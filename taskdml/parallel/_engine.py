@@ -386,8 +386,8 @@ def _sequential(estimator, chunks, plan, client):
         began = time.perf_counter()
         for chunk in _tasks.epoch_order(chunks, (plan.seed, epoch, 0), plan.shuffle):
             state = dask.delayed(_tasks.partial_fit_chunk, pure=True)(
-                state, chunk.X, chunk.y, plan.transformers,
-                dict(plan.fit_kwargs, **_weight_kwarg(chunk.weight)), dask_key_name=(name, step))
+                state, chunk.X, chunk.y, plan.transformers, plan.fit_kwargs, chunk.weight,
+                _replica.row_seed(plan, epoch, chunk.index), dask_key_name=(name, step))
             step += 1
         state = _gather(client, [state])[0]
         entry = {"epoch": epoch + 1, "duration_s": time.perf_counter() - began,
@@ -396,10 +396,6 @@ def _sequential(estimator, chunks, plan, client):
         if _replica.should_stop(history, plan):
             break
     return TrainResult(state, history, "sequential", {"replicas": 1})
-
-
-def _weight_kwarg(weight):
-    return {} if weight is None else {"sample_weight": weight}
 
 
 def _owned(chunks, n_replicas):

@@ -13,27 +13,22 @@ import contextlib
 import copy
 import time
 
-import numpy as np
 
 from taskdml.parallel._collective import call
-from taskdml.parallel._tasks import epoch_order, transform_chunk
+from taskdml.parallel._tasks import epoch_order, fit_chunk, transform_chunk
 
 
 def _fit_chunk(estimator, chunk, plan, epoch):
     """``partial_fit`` *estimator* in place on one :class:`~taskdml.parallel._chunks.Chunk`;
     return the rows it saw."""
-    X, y, weight = chunk.X, chunk.y, chunk.weight
-    if plan.shuffle_rows:
-        rows = np.random.default_rng([plan.seed, epoch, chunk.index, 1]).permutation(len(X))
-        X, y = X[rows], None if y is None else y[rows]
-        weight = None if weight is None else weight[rows]
-    X = transform_chunk(X, plan.transformers)
-    kwargs = dict(plan.fit_kwargs, **({} if weight is None else {"sample_weight": weight}))
-    if y is None:
-        estimator.partial_fit(X, **kwargs)
-    else:
-        estimator.partial_fit(X, y, **kwargs)
-    return len(X)
+    return fit_chunk(estimator, chunk.X, chunk.y, plan.transformers, plan.fit_kwargs,
+                     chunk.weight, row_seed(plan, epoch, chunk.index))
+
+
+def row_seed(plan, epoch, index):
+    """The seed that permutes chunk *index*'s rows in *epoch*, or ``None`` without
+    ``shuffle_rows``: the same for every strategy."""
+    return [plan.seed, epoch, index, 1] if plan.shuffle_rows else None
 
 
 @contextlib.contextmanager

@@ -1,8 +1,8 @@
 """The task functions of taskdml: pure, module-level, state in and new state out.
 
 The engine, the grid searches and the adaptive searches build their graphs from these, so
-one piece of work is one function wherever it runs: :func:`partial_fit_chunk` (one link of a
-chain of ``partial_fit`` tasks), :func:`fit_concatenated` (an estimator without
+one piece of work is one function wherever it runs: :func:`fit_chunk` (``partial_fit`` on one
+chunk, in a replica or as :func:`partial_fit_chunk`, one link of a chain of tasks), :func:`fit_concatenated` (an estimator without
 ``partial_fit``, fitted once on chunks concatenated), :func:`chunk_labels` and
 :func:`transform_chunk`. :func:`epoch_order` is the one seeded chunk order of an epoch. Every
 estimator that arrives as an argument is copied before it is trained: a threaded scheduler
@@ -21,15 +21,31 @@ def transform_chunk(X, transformers):
     return X
 
 
-def partial_fit_chunk(estimator, X, y, transformers, fit_kwargs):
-    """Return a copy of *estimator* after ``partial_fit`` on one chunk."""
+def partial_fit_chunk(estimator, X, y, transformers, fit_kwargs, weight=None, row_seed=None):
+    """Return a copy of *estimator* after ``partial_fit`` on one chunk (see :func:`fit_chunk`)."""
     estimator = copy.deepcopy(estimator)
-    X = transform_chunk(X, transformers)
-    if y is None:
-        estimator.partial_fit(X, **fit_kwargs)
-    else:
-        estimator.partial_fit(X, y, **fit_kwargs)
+    fit_chunk(estimator, X, y, transformers, fit_kwargs, weight, row_seed)
     return estimator
+
+
+def fit_chunk(estimator, X, y, transformers, fit_kwargs, weight=None, row_seed=None):
+    """``partial_fit`` *estimator* in place on one chunk; return the rows it saw.
+
+    The chunk's rows are permuted first when *row_seed* (a seed for
+    :func:`numpy.random.default_rng`) is given, then *transformers* apply; *weight* goes to
+    ``partial_fit`` as ``sample_weight``.
+    """
+    if row_seed is not None:
+        rows = np.random.default_rng(row_seed).permutation(len(X))
+        X, y = X[rows], None if y is None else y[rows]
+        weight = None if weight is None else weight[rows]
+    X = transform_chunk(X, transformers)
+    kwargs = dict(fit_kwargs, **({} if weight is None else {"sample_weight": weight}))
+    if y is None:
+        estimator.partial_fit(X, **kwargs)
+    else:
+        estimator.partial_fit(X, y, **kwargs)
+    return len(X)
 
 
 def fit_concatenated(estimator, chunks, transformers=()):

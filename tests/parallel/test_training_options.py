@@ -103,8 +103,6 @@ def test_shuffle_rows_leaves_an_exact_merge_unchanged(client):
                                reference.feature_log_prob_, rtol=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="the sequential strategy ignores shuffle_rows: "
-                   "_engine._sequential chains _tasks.partial_fit_chunk, which never permutes")
 def test_sequential_strategy_shuffles_rows_too():
     """strategy="sequential" with shuffle_rows equals the serial loop over row-permuted chunks."""
     result = train(SGDClassifier(random_state=0), *_dask(X_NP, Y_NP), classes=[0, 1],
