@@ -261,7 +261,8 @@ def test_stopped_trials_release_their_state(straggler_run):
 
 
 def test_a_failing_trial_is_recorded_and_the_search_completes(client):
-    """A trial that raises is 'failed' with its error; the others finish and a best is found."""
+    """A trial that raises is 'failed' with its error; the others finish and a best is found;
+    the ranks follow the documented rule (budget reached, then score, failed last)."""
     failing = 1e-3
     search = ASHASearchCV(FailingSGD(failing_alpha=failing, random_state=0), ALPHAS, n_trials=9, max_epochs=3,
                           random_state=0)
@@ -270,8 +271,15 @@ def test_a_failing_trial_is_recorded_and_the_search_completes(client):
     row = search.trials_[search.trials_["alpha"] == failing].iloc[0]
     assert row["state"] == "failed"
     assert "RuntimeError: this trial fails on purpose" in row["error"]
-    assert np.isnan(search.cv_results_["mean_test_score"][row["trial"]])
+    means = search.cv_results_["mean_test_score"]
+    assert np.isnan(means[row["trial"]])
     assert search.cv_results_["rank_test_score"][row["trial"]] == 9
+    # The documented ranking, computed directly: by budget reached, then score; failed trials
+    # last; a trial's rank is 1 + the number of trials strictly better.
+    keys = [(-np.inf, -np.inf) if np.isnan(score) else (budget, score)
+            for budget, score in zip(search.cv_results_["budget"], means)]
+    expected = [1 + sum(other > key for other in keys) for key in keys]
+    np.testing.assert_array_equal(search.cv_results_["rank_test_score"], expected)
     assert search.best_params_["alpha"] != failing and hasattr(search, "best_estimator_")
 
 
@@ -287,16 +295,20 @@ def test_every_trial_failing_ends_the_search(client):
                      random_state=0).fit(_data())
 
 
-@pytest.mark.parametrize("make_search", [
-    lambda: SuccessiveHalvingSearchCV(SGDClassifier(random_state=0), ALPHAS, n_trials=9, max_epochs=9,
-                                      random_state=1),
-    lambda: HyperbandSearchCV(SGDClassifier(random_state=0), {"alpha": loguniform(1e-6, 1e-1)}, max_iter=9,
-                              random_state=1),
+@pytest.mark.parametrize("make_search, budgets", [
+    (lambda: SuccessiveHalvingSearchCV(SGDClassifier(random_state=0), ALPHAS, n_trials=9,
+                                       max_epochs=9, random_state=1),
+     {1: 6, 3: 2, 9: 1}),       # 9 trials at 1 epoch, the best 3 at 3, the best one at 9
+    (lambda: HyperbandSearchCV(SGDClassifier(random_state=0), {"alpha": loguniform(1e-6, 1e-1)},
+                               max_iter=9, random_state=1),
+     {1: 6, 3: 6, 9: 5}),       # brackets 9@1 -> 3@3 -> 1@9, 5@3 -> 1@9 and 3@9 (Li et al.)
 ], ids=["halving", "hyperband"])
-def test_synchronous_searches_are_reproducible(client, make_search):
-    """With a seed, halving and Hyperband give the same trials, scores and best_params_."""
+def test_synchronous_searches_are_reproducible(client, make_search, budgets):
+    """With a seed, halving and Hyperband give the same trials, scores and best_params_; each
+    trial ends at the budget the schedule, worked out by hand, gives it."""
     data = _data()
     first, second = make_search().fit(data), make_search().fit(data)
+    assert first.trials_["budget"].value_counts().to_dict() == budgets
     columns = ["trial", "alpha", "budget", "score", "state"]
     assert first.trials_[columns].equals(second.trials_[columns])
     assert first.best_params_ == second.best_params_
@@ -446,9 +458,14 @@ def test_refit_false_has_no_best_estimator():
 
 
 def test_patience_stops_a_plateau():
-    """A trial whose score stops improving is stopped before its rung's budget."""
+    """A trial whose score stops improving is stopped before its rung's budget. With eta0=1e-9
+    no trial learns, so every score is equal: trial 0 wins the tie at rung 0 (budgets 1, 3, 9),
+    trains to 1 + patience = 3 epochs, and dask-ml's rule (no gain above tol over the last
+    patience epochs) stops it there."""
     search = SuccessiveHalvingSearchCV(SGDClassifier(random_state=0, learning_rate="constant", eta0=1e-9),
                                        _SMALL, n_trials=3, max_epochs=9, patience=2, tol=1e-3,
                                        random_state=0).fit(*_tiny())
-    assert search.trials_["state"].str.endswith("(plateau)").any()
-    assert search.trials_["budget"].max() < 9
+    assert len({entry["score"] for entry in search.history_}) == 1
+    assert search.trials_["budget"].tolist() == [3, 1, 1]
+    assert search.trials_["state"].tolist() == ["stopped at rung 1 (plateau)",
+                                                "stopped at rung 0", "stopped at rung 0"]
