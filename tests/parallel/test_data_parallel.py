@@ -163,12 +163,17 @@ def test_transform_on_xarray_keeps_feature_names():
 
 
 def test_fit_on_a_dataset_with_y_inside():
-    """A Dataset's X and y are used; fitting on it equals fitting on the arrays."""
-    _, _, X, y = _data()
+    """A Dataset's X and y are used; fitting on it equals fitting on the arrays, and (one
+    replica, chunks in order) the serial partial_fit loop over its chunks."""
+    X_np, y_np, X, y = _data()
     data = xr.Dataset({"X": (("sample", "feature"), X), "y": ("sample", y)})
     from_dataset = DataParallel(SGDClassifier(random_state=0), random_state=0).fit(data)
     from_arrays = DataParallel(SGDClassifier(random_state=0), random_state=0).fit(X, y)
     np.testing.assert_array_equal(from_dataset.estimator_.coef_, from_arrays.estimator_.coef_)
+    in_order = DataParallel(SGDClassifier(random_state=0), n_replicas=1, shuffle=False).fit(data)
+    serial = _serial(SGDClassifier(random_state=0), np.split(X_np, 8), np.split(y_np, 8), 1,
+                     classes=[0, 1])
+    np.testing.assert_array_equal(in_order.estimator_.coef_, serial.coef_)
 
 
 def test_partial_fit_continues():

@@ -936,7 +936,15 @@ def test_exact_merges_with_sample_weight(estimator, X, y, classes, atol):
 
 
 def test_incremental_pca_is_exact_only_without_truncation():
-    """IncrementalPCA's rule is exact when every component is kept, approximate otherwise."""
+    """IncrementalPCA's rule is exact when every component is kept, approximate otherwise: and
+    so it is, against one partial_fit pass over the same chunks."""
     assert get_merge_rule(IncrementalPCA(n_components=4).partial_fit(X_DENSE)).exact
     assert not get_merge_rule(IncrementalPCA(n_components=2).partial_fit(X_DENSE)).exact
     assert get_merge_rule(IncrementalPCA(n_components=2)).exact  # cannot tell before fitting
+    splits = [[np.arange(0, 80), np.arange(80, 160), np.arange(160, 240)]]
+    for n_components, exact in ((4, True), (2, False)):
+        estimator = IncrementalPCA(n_components=n_components)
+        merged = _train_rounds(estimator, X_DENSE, None, None, splits)
+        serial = _serial(estimator, X_DENSE, None, None, splits)
+        same = np.allclose(np.abs(merged.components_), np.abs(serial.components_), atol=1e-10)
+        assert same is exact, n_components
