@@ -581,9 +581,15 @@ def test_split_seed_determines_rows():
 
 
 def test_split_keeps_chunks_in_place_and_names_keys(seed):
-    """Each output chunk is one task on one input chunk: no rechunk, no gather, named keys."""
+    """Each output chunk is one task on one input chunk: no rechunk, no gather, named keys; the
+    test chunk of input chunk i holds chunk i's rows of the split's definition."""
     data = datasets.make_classification(10_000, 4, chunk_size=1_000, random_state=seed)
     train, test = datasets.train_test_split(data, random_state=seed)
+    expected = _reference_test_rows(10_000, 0.25, seed)
+    X = _local(data.X)
+    for i, block in enumerate(test.X.data.blocks):
+        in_chunk = expected[(expected >= 1_000 * i) & (expected < 1_000 * (i + 1))]
+        np.testing.assert_array_equal(_local(block), X[in_chunk])
     for part, side in ((train, "train"), (test, "test")):
         assert {key_split(k) for k in dask.core.flatten(part.X.data.__dask_keys__())} == {
             f"train_test_split-{side}"
@@ -596,10 +602,14 @@ def test_split_keeps_chunks_in_place_and_names_keys(seed):
 
 
 def test_split_drops_chunks_left_empty(seed):
-    """With one-row chunks the empty outputs are dropped, not kept as 0-row chunks."""
+    """With one-row chunks the empty outputs are dropped, not kept as 0-row chunks; the rows
+    kept are those of the split's definition."""
     data = _indexed(60, 1)
     train, test = datasets.train_test_split(data, test_size=10, random_state=seed)
     assert test.X.chunks[0] == (1,) * 10 and train.X.chunks[0] == (1,) * 50
+    expected = _reference_test_rows(60, 10, seed)
+    np.testing.assert_array_equal(_rows(test), expected)
+    np.testing.assert_array_equal(_rows(train), np.setdiff1d(np.arange(60), expected))
 
 
 def test_split_on_cluster_equals_local(client, seed):
@@ -628,12 +638,16 @@ def test_split_in_memory_variables_and_coordinates(seed):
 
 
 def test_split_output_writes_to_zarr(tmp_path, seed):
-    """Irregular split chunks are rechunked by write_zarr and read back intact."""
+    """Irregular split chunks are rechunked by write_zarr and read back intact, by read_zarr and
+    by xarray itself."""
     data = datasets.make_blobs(3_000, chunk_size=700, random_state=seed)
     train, _ = datasets.train_test_split(data, random_state=seed)
     datasets.write_zarr(train, tmp_path / "train.zarr")
     back = datasets.read_zarr(tmp_path / "train.zarr")
     np.testing.assert_array_equal(_local(back.X), _local(train.X))
+    with xr.open_zarr(tmp_path / "train.zarr", consolidated=False) as plain:
+        np.testing.assert_array_equal(plain.X.values, _local(train.X))
+        np.testing.assert_array_equal(plain.y.values, _local(train.y))
 
 
 @pytest.mark.parametrize(
