@@ -76,7 +76,10 @@ def test_exact_rules_equal_one_serial_pass_on_the_cluster(client, estimator):
 
 
 def test_sync_is_deterministic_and_equals_the_thread_path(client):
-    """Two sync runs with one seed agree exactly, and so do 2 replicas as threads."""
+    """Two sync runs with one seed agree exactly, and so do 2 replicas as threads: all equal the
+    independent loop of replicas (test_reference.py) with the same shuffled chunk order."""
+    from test_reference import reference_sync
+
     X, y = _data()
     runs = [train(SGDClassifier(random_state=0), X, y, epochs=2, random_state=3).estimator
             for _ in range(2)]
@@ -84,6 +87,11 @@ def test_sync_is_deterministic_and_equals_the_thread_path(client):
                     client=False).estimator
     np.testing.assert_array_equal(runs[0].coef_, runs[1].coef_)
     np.testing.assert_array_equal(runs[0].coef_, threads.coef_)
+    expected = reference_sync(SGDClassifier(random_state=0), X.compute(), y.compute(), [0, 1],
+                              n_replicas=2, sync_every=1, epochs=2, shuffle=True, random_state=3,
+                              chunk_rows=X.chunks[0])
+    np.testing.assert_array_equal(runs[0].coef_, expected.coef_)
+    np.testing.assert_array_equal(runs[0].intercept_, expected.intercept_)
 
 
 def test_async_reaches_sync_accuracy(client):

@@ -322,9 +322,25 @@ def test_subclasses_inherit_rules_and_can_override():
 
 
 def test_meta_rule_takes_exactness_from_the_wrapped_estimator():
-    """OneVsRest(MultinomialNB) is exact, OneVsRest(SGDClassifier) is not."""
+    """OneVsRest(MultinomialNB) is exact, OneVsRest(SGDClassifier) is not: and so they are,
+    against one partial_fit pass over the same chunks."""
     assert get_merge_rule(OneVsRestClassifier(MultinomialNB())).exact
     assert not get_merge_rule(OneVsRestClassifier(SGDClassifier())).exact
+    splits = [[np.arange(0, 80), np.arange(80, 160), np.arange(160, 240)]]
+    for estimator, exact in ((OneVsRestClassifier(MultinomialNB()), True),
+                             (OneVsRestClassifier(SGDClassifier(random_state=0)), False)):
+        merged = _train_rounds(estimator, X_COUNTS, Y_THREE, [0, 1, 2], splits)
+        serial = _serial(estimator, X_COUNTS, Y_THREE, [0, 1, 2], splits)
+        _assert_exact_as_claimed(merged, serial, exact)
+
+
+def _assert_exact_as_claimed(merged, serial, exact):
+    """*merged* equals *serial* (every fitted attribute, to 1e-10) exactly when *exact*."""
+    if exact:
+        _assert_fitted_close(merged, serial, rtol=1e-10, atol=1e-12)
+    else:
+        with pytest.raises(AssertionError):
+            _assert_fitted_close(merged, serial, rtol=1e-10, atol=1e-12)
 
 
 # -- the laws, for every rule -------------------------------------------------------------
@@ -946,5 +962,4 @@ def test_incremental_pca_is_exact_only_without_truncation():
         estimator = IncrementalPCA(n_components=n_components)
         merged = _train_rounds(estimator, X_DENSE, None, None, splits)
         serial = _serial(estimator, X_DENSE, None, None, splits)
-        same = np.allclose(np.abs(merged.components_), np.abs(serial.components_), atol=1e-10)
-        assert same is exact, n_components
+        _assert_exact_as_claimed(merged, serial, exact)

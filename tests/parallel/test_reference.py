@@ -35,8 +35,8 @@ Y_REAL = X_NP @ [1.0, 2.0, 0.0, -1.0, 0.5] + _rng.normal(size=len(X_NP))
 X_COUNTS = _rng.poisson(2.0, size=X_NP.shape).astype(float)
 
 
-def _chunks(X, y):
-    bounds = np.cumsum((0, *CHUNK_ROWS))
+def _chunks(X, y, chunk_rows=CHUNK_ROWS):
+    bounds = np.cumsum((0, *chunk_rows))
     return [
         (X[a:b], None if y is None else y[a:b]) for a, b in zip(bounds[:-1], bounds[1:])
     ]
@@ -50,9 +50,10 @@ def _epoch_order(n_chunks, epoch, rank, shuffle, seed):
 
 
 def reference_sync(estimator, X, y, classes, *, n_replicas, sync_every, epochs, shuffle=False,
-                   random_state=0):
-    """The sync strategy as a plain loop of replicas in this process."""
-    chunks = _chunks(X, y)
+                   random_state=0, chunk_rows=CHUNK_ROWS):
+    """The sync strategy as a plain loop of replicas in this process (X, y: NumPy arrays cut
+    into chunks of *chunk_rows* rows)."""
+    chunks = _chunks(X, y, chunk_rows)
     owned = [[c for i, c in enumerate(chunks) if i % n_replicas == rank]
              for rank in range(n_replicas)]
     seed = int(check_random_state(random_state).randint(2**31 - 1))
