@@ -61,8 +61,10 @@ def _verbose():
     return root.get("verbose") or os.environ.get("TASKDML_FULL_ERROR") == "1"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "TASKDML"},
-             epilog=EXIT_CODES_TEXT)
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "TASKDML"},
+    epilog=EXIT_CODES_TEXT,
+)
 @click.version_option(package_name="taskdml", prog_name="taskdml")
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks of errors.")
 def cli(verbose):
@@ -75,14 +77,19 @@ def _run_dir_option(function):
     The default folder is the library's (``taskdml.runs.DEFAULT_ROOT``, used when the option
     is absent); it is only named here, in the help, and a test checks that the two agree.
     """
-    return click.option("--run-dir", type=click.Path(file_okay=False),
-                        help="Folder of the run directories [default: .taskdml/runs].")(function)
+    return click.option(
+        "--run-dir",
+        type=click.Path(file_okay=False),
+        help="Folder of the run directories [default: .taskdml/runs].",
+    )(function)
 
 
 @cli.command(epilog=EXIT_CODES_TEXT)
 @click.argument("pipeline_file", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
-@click.option("--scheduler", metavar="ADDRESS", help="Use a running scheduler (tcp://127.0.0.1:8786).")
+@click.option(
+    "--scheduler", metavar="ADDRESS", help="Use a running scheduler (tcp://127.0.0.1:8786)."
+)
 @click.option("--workers", type=click.IntRange(min=1), help="Workers of the embedded LocalCluster.")
 @_run_dir_option
 @click.option("--dry-run", is_flag=True, help="Validate and print the plan; run nothing.")
@@ -100,21 +107,35 @@ def run(pipeline_file, overrides, scheduler, workers, run_dir, dry_run, as_json)
     if dry_run:
         where = scheduler or pipeline.cluster.get("address") or _local(pipeline, workers)
         if as_json:
-            click.echo(json.dumps({"pipeline": pipeline.name, "plan": json.loads(render(pipeline, "json")),
-                                   "cluster": where, "dry_run": True}, indent=2))
+            click.echo(
+                json.dumps(
+                    {
+                        "pipeline": pipeline.name,
+                        "plan": json.loads(render(pipeline, "json")),
+                        "cluster": where,
+                        "dry_run": True,
+                    },
+                    indent=2,
+                )
+            )
         else:
             click.echo(render(pipeline) + f"\n\nwould run on: {where} (dry run: nothing ran)")
         return
-    progress = Progress([step.name for step in pipeline.ordered_steps()],
-                        live=False if as_json else None)
+    progress = Progress(
+        [step.name for step in pipeline.ordered_steps()], live=False if as_json else None
+    )
     try:
-        result = run_pipeline(pipeline, run_root=run_dir, scheduler=scheduler, n_workers=workers,
-                              on_event=progress)
+        result = run_pipeline(
+            pipeline, run_root=run_dir, scheduler=scheduler, n_workers=workers, on_event=progress
+        )
     except StepFailed as error:
         if as_json and error.run_dir is not None:
             click.echo(json.dumps(run_summary(error.run_dir, exit_code=error.exit_code), indent=2))
-        click.echo(f"\nrun failed; what finished is kept in {error.run_dir}\n"
-                   f"see it with: taskdml runs show {error.run_dir}", err=True)
+        click.echo(
+            f"\nrun failed; what finished is kept in {error.run_dir}\n"
+            f"see it with: taskdml runs show {error.run_dir}",
+            err=True,
+        )
         raise
     except KeyboardInterrupt:
         click.echo("\ninterrupted; the run directory keeps what finished.", err=True)
@@ -123,8 +144,11 @@ def run(pipeline_file, overrides, scheduler, workers, run_dir, dry_run, as_json)
         click.echo(json.dumps(run_summary(result.path, exit_code=0), indent=2))
     else:
         order = [step.name for step in pipeline.ordered_steps()]
-        click.echo(_results_table({name: result.steps[name] for name in order if name in result.steps},
-                                  result.metrics))
+        click.echo(
+            _results_table(
+                {name: result.steps[name] for name in order if name in result.steps}, result.metrics
+            )
+        )
         click.echo(f"\nrun {result.run_id} succeeded; recorded in {result.path}")
 
 
@@ -142,8 +166,11 @@ def _results_table(steps, metrics):
     for name, entry in steps.items():
         duration = entry.get("duration_s")
         time = f"{duration:7.2f}s" if duration is not None else ""
-        result = (describe(entry.get("summary")) if entry.get("state") == "completed"
-                  else entry.get("error", entry.get("reason", "")))
+        result = (
+            describe(entry.get("summary"))
+            if entry.get("state") == "completed"
+            else entry.get("error", entry.get("reason", ""))
+        )
         lines.append(f"{name:<17} {entry.get('state', ''):<9} {time:>8}  {result}")
     for step, values in metrics.items():
         lines += ["", f"metrics of {step}:"]
@@ -157,10 +184,14 @@ def _metric_lines(values, indent):
         return [f"{indent}{name:<24} {value:.4f}" for name, value in values.items()]
     names = list(next(iter(values.values())))
     width = max(len(label) for label in values)
-    lines = [f"{indent}{'item':<{width}}  " + "  ".join(f"{name:>{max(len(name), 8)}}" for name in names)]
+    lines = [
+        f"{indent}{'item':<{width}}  " + "  ".join(f"{name:>{max(len(name), 8)}}" for name in names)
+    ]
     for label, row in values.items():
-        lines.append(f"{indent}{label:<{width}}  "
-                     + "  ".join(f"{row[name]:>{max(len(name), 8)}.4f}" for name in names))
+        lines.append(
+            f"{indent}{label:<{width}}  "
+            + "  ".join(f"{row[name]:>{max(len(name), 8)}.4f}" for name in names)
+        )
     return lines
 
 
@@ -173,14 +204,21 @@ def validate(pipeline_file, overrides):
     from taskdml import load_pipeline
 
     pipeline = load_pipeline(pipeline_file, overrides=overrides)
-    click.echo(f"{pipeline_file}: valid pipeline {pipeline.name!r} with {len(pipeline.steps)} steps.")
+    click.echo(
+        f"{pipeline_file}: valid pipeline {pipeline.name!r} with {len(pipeline.steps)} steps."
+    )
 
 
 @cli.command(epilog=EXIT_CODES_TEXT)
 @click.argument("pipeline_file", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
-@click.option("--format", "fmt", type=click.Choice(["text", "mermaid", "dot", "json"]), default="text",
-              show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "mermaid", "dot", "json"]),
+    default="text",
+    show_default=True,
+)
 @_errors
 def show(pipeline_file, overrides, fmt):
     """Print the DAG of PIPELINE_FILE."""
@@ -210,8 +248,10 @@ def runs_list(run_dir, as_json):
     if not entries:
         click.echo(f"no runs under {run_dir or DEFAULT_ROOT}")
     for entry in entries:
-        click.echo(f"{entry['run_id']}  {entry.get('pipeline', '?'):<20} "
-                   f"{entry.get('status', '?'):<11} {entry.get('duration_s', '')}s")
+        click.echo(
+            f"{entry['run_id']}  {entry.get('pipeline', '?'):<20} "
+            f"{entry.get('status', '?'):<11} {entry.get('duration_s', '')}s"
+        )
 
 
 @runs.command("show", epilog=EXIT_CODES_TEXT)
@@ -227,8 +267,10 @@ def runs_show(run, run_dir, as_json):
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
-    click.echo(f"run {summary['run_id']} of {summary['pipeline']}: {summary['status']} "
-               f"in {summary['duration_s']}s ({summary['run_dir']})")
+    click.echo(
+        f"run {summary['run_id']} of {summary['pipeline']}: {summary['status']} "
+        f"in {summary['duration_s']}s ({summary['run_dir']})"
+    )
     click.echo(_results_table(summary["steps"], summary["metrics"]))
 
 

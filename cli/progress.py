@@ -26,8 +26,14 @@ def describe(summary):
     parts = []
     for name, value in (summary or {}).items():
         if isinstance(value, dict) and value.get("type") == "dataset":
-            parts.append(f"{name}: {value['n_samples']:,}×{value['n_features']} in {value['chunks']} chunks")
-        elif isinstance(value, dict) and value and all(isinstance(v, (int, float)) for v in value.values()):
+            parts.append(
+                f"{name}: {value['n_samples']:,}×{value['n_features']} in {value['chunks']} chunks"
+            )
+        elif (
+            isinstance(value, dict)
+            and value
+            and all(isinstance(v, (int, float)) for v in value.values())
+        ):
             parts.append(", ".join(f"{k}={v:.4g}" for k, v in value.items()))
         elif isinstance(value, dict) and "type" in value:
             parts.append(f"{name}: {value['type']}")
@@ -65,10 +71,13 @@ class Progress:
         kind = event["event"]
         with self.lock:
             if kind == "run_started":
-                dashboard = (f"dashboard: {event['dashboard']}" if event["dashboard"]
-                             else NO_DASHBOARD)
-                self._line(f"taskdml: running {event['pipeline']} on {event['workers']} workers "
-                           f"({event['threads']} threads); {dashboard}")
+                dashboard = (
+                    f"dashboard: {event['dashboard']}" if event["dashboard"] else NO_DASHBOARD
+                )
+                self._line(
+                    f"taskdml: running {event['pipeline']} on {event['workers']} workers "
+                    f"({event['threads']} threads); {dashboard}"
+                )
                 if event.get("run_dir"):
                     self._line(f"run directory: {event['run_dir']}")
             elif kind.startswith("step_"):
@@ -80,10 +89,16 @@ class Progress:
 
     def _step(self, kind, event):
         entry = self.state[event["step"]]
-        entry["state"] = {"step_started": "running", "step_finished": "completed",
-                          "step_failed": "failed", "step_skipped": "skipped"}[kind]
+        entry["state"] = {
+            "step_started": "running",
+            "step_finished": "completed",
+            "step_failed": "failed",
+            "step_skipped": "skipped",
+        }[kind]
         entry["since"] = time.monotonic()
-        entry.update({k: event[k] for k in ("duration_s", "summary", "error", "items") if k in event})
+        entry.update(
+            {k: event[k] for k in ("duration_s", "summary", "error", "items") if k in event}
+        )
         if self.live:
             self._redraw()
         else:
@@ -113,7 +128,7 @@ class Progress:
         if self.drawn:
             self.stream.write(f"\x1b[{self.drawn}F\x1b[J")
         for name in self.order:
-            self.stream.write(self._format(name)[: 200] + "\n")
+            self.stream.write(self._format(name)[:200] + "\n")
         self.stream.flush()
         self.drawn = len(self.order)
 

@@ -74,20 +74,26 @@ def unwrap(X, y=None, sample_weight=None):
 
     if isinstance(X, xr.Dataset):
         if "X" not in X.data_vars:
-            raise DataError(f"the Dataset has no variable 'X'.{did_you_mean('X', X.data_vars)} Its "
-                            f"variables are {sorted(map(str, X.data_vars))}; expected 'X' (dims "
-                            "sample, feature) and optionally 'y' (dims sample).")
+            raise DataError(
+                f"the Dataset has no variable 'X'.{did_you_mean('X', X.data_vars)} Its "
+                f"variables are {sorted(map(str, X.data_vars))}; expected 'X' (dims "
+                "sample, feature) and optionally 'y' (dims sample)."
+            )
         if "y" in X.data_vars:
             if y is not None:
-                raise DataError("y was given twice: as an argument and as the Dataset's variable "
-                                "'y'; pass one of them.")
+                raise DataError(
+                    "y was given twice: as an argument and as the Dataset's variable "
+                    "'y'; pass one of them."
+                )
             y = X["y"]
         X = X["X"]
     template = None
     if isinstance(X, xr.DataArray):
         if set(X.dims) != {"sample", "feature"}:
-            raise DataError(f"X has dims {X.dims}; expected ('sample', 'feature'). Rename them, "
-                            f"e.g. X.rename({{{X.dims[0]!r}: 'sample', ...}}).")
+            raise DataError(
+                f"X has dims {X.dims}; expected ('sample', 'feature'). Rename them, "
+                f"e.g. X.rename({{{X.dims[0]!r}: 'sample', ...}})."
+            )
         template = X.transpose("sample", "feature")
         X = template.data
     if isinstance(y, xr.DataArray):
@@ -130,9 +136,11 @@ def as_dask(X, y=None, sample_weight=None):
 
     X, y, sample_weight, _ = unwrap(X, y, sample_weight)
     if not isinstance(X, da.Array):
-        raise DataError(f"chunked X must be a dask array or an xarray object, got "
-                        f"{type(X).__name__}; convert a dask DataFrame with "
-                        ".to_dask_array(lengths=True).")
+        raise DataError(
+            f"chunked X must be a dask array or an xarray object, got "
+            f"{type(X).__name__}; convert a dask DataFrame with "
+            ".to_dask_array(lengths=True)."
+        )
     if X.ndim != 2:
         raise DataError(f"X must be 2-D (samples, features), got shape {X.shape}.")
     X = X.rechunk({1: -1})

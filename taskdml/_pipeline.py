@@ -23,8 +23,23 @@ from taskdml.steps import KINDS
 
 DEFAULT_ALLOW = ("sklearn.*", "taskdml.*", "numpy.*", "scipy.*")
 # Modules that can run arbitrary commands or code; never callable from a pipeline file.
-BLOCKED = ("os", "sys", "subprocess", "shutil", "builtins", "importlib", "pickle", "marshal",
-           "ctypes", "socket", "pty", "runpy", "code", "posix", "multiprocessing")
+BLOCKED = (
+    "os",
+    "sys",
+    "subprocess",
+    "shutil",
+    "builtins",
+    "importlib",
+    "pickle",
+    "marshal",
+    "ctypes",
+    "socket",
+    "pty",
+    "runpy",
+    "code",
+    "posix",
+    "multiprocessing",
+)
 
 
 def freeze(value):
@@ -69,8 +84,8 @@ def thaw(value):
 class Step:
     """One step of a pipeline: a callable, an estimator fit, a search, or an evaluation.
 
-    Exactly one of ``call``, ``fit``, ``search`` and ``evaluate`` is given; the other arguments mirror the
-    keys of a step in the pipeline file (``with_`` is the file's ``with``).
+    Exactly one of ``call``, ``fit``, ``search`` and ``evaluate`` is given; the other arguments
+    mirror the keys of a step in the pipeline file (``with_`` is the file's ``with``).
 
     Parameters
     ----------
@@ -173,7 +188,12 @@ class Step:
         for argument, refs in (self.inputs or {}).items():
             for position, ref in enumerate([refs] if isinstance(refs, str) else refs):
                 step, _, output = ref.partition(".")
-                yield argument, (position if not isinstance(refs, str) else None), step, output or None
+                yield (
+                    argument,
+                    (position if not isinstance(refs, str) else None),
+                    step,
+                    output or None,
+                )
 
     def foreach_items(self):
         """The ``foreach`` fan-out: one ``(label, kwargs)`` per item.
@@ -194,7 +214,9 @@ class Step:
             return [(None, {})]
         if isinstance(self.foreach, types.MappingProxyType):
             keys = list(self.foreach)
-            combos = [dict(zip(keys, values)) for values in itertools.product(*self.foreach.values())]
+            combos = [
+                dict(zip(keys, values)) for values in itertools.product(*self.foreach.values())
+            ]
         else:
             combos = [thaw(item) for item in self.foreach]
         return [(",".join(f"{k}={v}" for k, v in combo.items()), combo) for combo in combos]
@@ -243,22 +265,42 @@ class Step:
         for key in self.to_dict():
             if key not in kind.keys | {self.kind, "inputs", "description"}:
                 owners = [k for k, spec in KINDS.items() if key in spec.keys]
-                problems.append(((key,), f"key {key!r} does not apply to a {self.kind!r} step; "
-                                         f"it belongs to {' or '.join(map(repr, owners))} steps."))
+                problems.append(
+                    (
+                        (key,),
+                        f"key {key!r} does not apply to a {self.kind!r} step; "
+                        f"it belongs to {' or '.join(map(repr, owners))} steps.",
+                    )
+                )
         if self.outputs is not None and kind.outputs_fixed:
-            problems.append((("outputs",), f"a {self.kind!r} step's outputs are fixed: "
-                                           f"{list(kind.outputs)}; remove 'outputs'."))
+            problems.append(
+                (
+                    ("outputs",),
+                    f"a {self.kind!r} step's outputs are fixed: "
+                    f"{list(kind.outputs)}; remove 'outputs'.",
+                )
+            )
         if self.outputs is not None and len(set(self.outputs)) != len(self.outputs):
             problems.append((("outputs",), f"output names repeat: {list(self.outputs)}."))
         inputs = set(self.inputs or {})
         for missing in sorted(kind.required_inputs - inputs):
-            problems.append((("inputs",), f"a {self.kind!r} step needs input {missing!r} "
-                                          f"(e.g. inputs: {{{missing}: other_step}})."))
+            problems.append(
+                (
+                    ("inputs",),
+                    f"a {self.kind!r} step needs input {missing!r} "
+                    f"(e.g. inputs: {{{missing}: other_step}}).",
+                )
+            )
         if kind.allowed_inputs is not None:
             for extra in sorted(inputs - kind.allowed_inputs):
-                problems.append((("inputs", extra), f"unknown input {extra!r} for a {self.kind!r} "
-                                 f"step.{did_you_mean(extra, kind.allowed_inputs)} Allowed: "
-                                 f"{', '.join(sorted(kind.allowed_inputs))}."))
+                problems.append(
+                    (
+                        ("inputs", extra),
+                        f"unknown input {extra!r} for a {self.kind!r} "
+                        f"step.{did_you_mean(extra, kind.allowed_inputs)} Allowed: "
+                        f"{', '.join(sorted(kind.allowed_inputs))}.",
+                    )
+                )
         return problems
 
 
@@ -386,24 +428,40 @@ class Pipeline:
         outputs = {step.name: step.output_names for step in self.steps}
         for step in self.steps:
             for argument, position, ref_step, ref_output in step.references():
-                path = ("steps", step.name, "inputs", argument) + ((position,) if position is not None else ())
+                path = ("steps", step.name, "inputs", argument) + (
+                    (position,) if position is not None else ()
+                )
                 if ref_step not in outputs:
-                    problems.append((path, f"unknown step {ref_step!r}.{did_you_mean(ref_step, names)} "
-                                           f"Steps: {', '.join(names)}."))
+                    problems.append(
+                        (
+                            path,
+                            f"unknown step {ref_step!r}.{did_you_mean(ref_step, names)} "
+                            f"Steps: {', '.join(names)}.",
+                        )
+                    )
                 elif ref_step == step.name:
                     problems.append((path, f"step {step.name!r} cannot read its own output."))
                 elif ref_output is not None and ref_output not in outputs[ref_step]:
-                    problems.append((path, f"step {ref_step!r} has no output {ref_output!r}."
-                                           f"{did_you_mean(ref_output, outputs[ref_step])} Its outputs: "
-                                           f"{', '.join(outputs[ref_step])}."))
+                    problems.append(
+                        (
+                            path,
+                            f"step {ref_step!r} has no output {ref_output!r}."
+                            f"{did_you_mean(ref_output, outputs[ref_step])} Its outputs: "
+                            f"{', '.join(outputs[ref_step])}.",
+                        )
+                    )
         if not problems:
             try:
                 graphlib.TopologicalSorter(self.dependencies()).prepare()
             except graphlib.CycleError as error:
                 cycle = error.args[1]
-                problems.append((("steps", cycle[0], "inputs"),
-                                 f"the steps form a cycle: {' -> '.join(cycle)} (each feeds the "
-                                 "next). Remove one of these inputs: a step cannot depend on itself."))
+                problems.append(
+                    (
+                        ("steps", cycle[0], "inputs"),
+                        f"the steps form a cycle: {' -> '.join(cycle)} (each feeds the "
+                        "next). Remove one of these inputs: a step cannot depend on itself.",
+                    )
+                )
         return problems
 
     def _target_problems(self):
@@ -446,8 +504,9 @@ def resolve_callable(path, allow=DEFAULT_ALLOW):
     """
     module = path.partition(":")[0]
     top = module.split(".")[0]
-    if top in BLOCKED or not any(fnmatch.fnmatchcase(module, glob) or module == glob.removesuffix(".*")
-                                 for glob in allow):
+    if top in BLOCKED or not any(
+        fnmatch.fnmatchcase(module, glob) or module == glob.removesuffix(".*") for glob in allow
+    ):
         raise PipelineError(
             f"{path!r} is outside imports.allow ({', '.join(allow)}). Add a glob for module "
             f"{module!r} to imports.allow if you trust it"
@@ -456,20 +515,28 @@ def resolve_callable(path, allow=DEFAULT_ALLOW):
     try:
         return pkgutil.resolve_name(path)
     except ModuleNotFoundError as error:
-        raise PipelineError(f"cannot import {path!r}: no module named {error.name!r}. Is it "
-                            "installed in this environment?") from None
+        raise PipelineError(
+            f"cannot import {path!r}: no module named {error.name!r}. Is it "
+            "installed in this environment?"
+        ) from None
     except AttributeError:
         import importlib
 
         owner = importlib.import_module(module)
         attr = path.partition(":")[2]
         hint = did_you_mean(attr, [name for name in dir(owner) if not name.startswith("_")])
-        raise PipelineError(f"cannot import {path!r}: module {module!r} has no attribute "
-                            f"{attr!r}.{hint}") from None
+        raise PipelineError(
+            f"cannot import {path!r}: module {module!r} has no attribute {attr!r}.{hint}"
+        ) from None
 
 
-_SEARCH_NEEDS = {"grid": (), "random": ("trials",), "halving": ("trials", "max_epochs"),
-                 "hyperband": ("max_epochs",), "asha": ("trials", "max_epochs")}
+_SEARCH_NEEDS = {
+    "grid": (),
+    "random": ("trials",),
+    "halving": ("trials", "max_epochs"),
+    "hyperband": ("max_epochs",),
+    "asha": ("trials", "max_epochs"),
+}
 
 
 def _search_problems(step):
@@ -477,19 +544,39 @@ def _search_problems(step):
     from taskdml.model_selection._space import from_spec, is_grid
 
     if step.method is None:
-        return [(("steps", step.name), f"a search step needs 'method': one of {', '.join(_SEARCH_NEEDS)}.")]
+        return [
+            (
+                ("steps", step.name),
+                f"a search step needs 'method': one of {', '.join(_SEARCH_NEEDS)}.",
+            )
+        ]
     if step.space is None:
-        return [(("steps", step.name), "a search step needs 'space': parameter -> values or distribution.")]
-    problems = [(("steps", step.name, "budget"), f"method {step.method!r} needs budget.{need} "
-                 f"(e.g. budget: {{{need}: 27}}).")
-                for need in _SEARCH_NEEDS[step.method] if need not in (step.budget or {})]
+        return [
+            (
+                ("steps", step.name),
+                "a search step needs 'space': parameter -> values or distribution.",
+            )
+        ]
+    problems = [
+        (
+            ("steps", step.name, "budget"),
+            f"method {step.method!r} needs budget.{need} (e.g. budget: {{{need}: 27}}).",
+        )
+        for need in _SEARCH_NEEDS[step.method]
+        if need not in (step.budget or {})
+    ]
     try:
         space = from_spec(thaw(step.space))
     except PipelineError as error:
         return problems + [(("steps", step.name, "space"), str(error))]
     if step.method == "grid" and not is_grid(space):
-        problems.append((("steps", step.name, "space"), "a grid search needs lists of values; use "
-                         "method: random (or asha, hyperband) for distributions."))
+        problems.append(
+            (
+                ("steps", step.name, "space"),
+                "a grid search needs lists of values; use "
+                "method: random (or asha, hyperband) for distributions.",
+            )
+        )
     return problems
 
 
@@ -497,9 +584,14 @@ def _metric_problems(step):
     from taskdml.metrics import available_metrics
 
     known = available_metrics()
-    return [(("steps", step.name, "evaluate") + ((i,) if len(step.evaluate) > 1 else ()),
-             f"unknown metric {name!r}.{did_you_mean(name, known)} Known: {', '.join(known)}.")
-            for i, name in enumerate(step.evaluate) if name not in known]
+    return [
+        (
+            ("steps", step.name, "evaluate") + ((i,) if len(step.evaluate) > 1 else ()),
+            f"unknown metric {name!r}.{did_you_mean(name, known)} Known: {', '.join(known)}.",
+        )
+        for i, name in enumerate(step.evaluate)
+        if name not in known
+    ]
 
 
 def _estimator_value_problems(step, target):
@@ -515,7 +607,9 @@ def _estimator_value_problems(step, target):
             validate()
         except (ValueError, TypeError) as error:
             where = ("foreach",) if label else ("with",)
-            problems.append((where, f"{error}".rstrip(".") + (f" (item {label})" if label else "") + "."))
+            problems.append(
+                (where, f"{error}".rstrip(".") + (f" (item {label})" if label else "") + ".")
+            )
     return problems
 
 
@@ -530,8 +624,9 @@ def _argument_problems(step, target):
         space = step.space if isinstance(step.space, tuple) else (step.space or {},)
         searched = [("space", name) for branch in space for name in branch]
         given = [("with", name) for name in step.with_ or {}] + foreach + searched
-        return (_unknown(step, given, accepted, "parameter")
-                or _estimator_value_problems(step, target))
+        return _unknown(step, given, accepted, "parameter") or _estimator_value_problems(
+            step, target
+        )
     if not callable(target):
         return [(("call",), f"{step.target!r} is not callable.")]
     try:
@@ -541,12 +636,22 @@ def _argument_problems(step, target):
     if any(p.kind is p.VAR_KEYWORD for p in parameters):
         return []
     accepted = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    given = ([("with", name) for name in step.with_ or {}]
-             + [("inputs", name) for name in step.inputs or {}] + foreach)
+    given = (
+        [("with", name) for name in step.with_ or {}]
+        + [("inputs", name) for name in step.inputs or {}]
+        + foreach
+    )
     return _unknown(step, given, accepted, "argument")
 
 
 def _unknown(step, given, accepted, noun):
-    return [((section, name), f"{step.target!r} takes no {noun} {name!r}."
-             f"{did_you_mean(name, accepted)} It accepts: {', '.join(sorted(accepted)) or 'nothing'}.")
-            for section, name in given if name not in accepted]
+    return [
+        (
+            (section, name),
+            f"{step.target!r} takes no {noun} {name!r}."
+            f"{did_you_mean(name, accepted)} It accepts: "
+            f"{', '.join(sorted(accepted)) or 'nothing'}.",
+        )
+        for section, name in given
+        if name not in accepted
+    ]

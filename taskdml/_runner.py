@@ -115,8 +115,9 @@ class StepContext:
         if self.recorder.directory is not None:
             name = self.step.name if item is None else f"{self.step.name}[{item}]"
             artifact = self.recorder.directory.save_model(name, model)
-            self.recorder.add_artifact(self.step.name, "model" if item is None else f"model[{item}]",
-                                     artifact)
+            self.recorder.add_artifact(
+                self.step.name, "model" if item is None else f"model[{item}]", artifact
+            )
 
     def record_training(self, result, item=None):
         """Note the engine's strategy, history and facts of a fit in the manifest.
@@ -127,10 +128,17 @@ class StepContext:
         item : str, optional
             The ``foreach`` item the training belongs to.
         """
-        entry = {"strategy": result.strategy, "history": result.history,
-                 "stats": dict(result.stats)}
-        self.recorder.step(self.step.name, training=entry if item is None else {
-            **self.recorder.steps.get(self.step.name, {}).get("training", {}), item: entry})
+        entry = {
+            "strategy": result.strategy,
+            "history": result.history,
+            "stats": dict(result.stats),
+        }
+        self.recorder.step(
+            self.step.name,
+            training=entry
+            if item is None
+            else {**self.recorder.steps.get(self.step.name, {}).get("training", {}), item: entry},
+        )
 
     def record_search(self, trials, plot):
         """Write a search's trials table and picture to ``trials-<step>.csv`` and ``.png``.
@@ -147,7 +155,9 @@ class StepContext:
         directory, name = self.recorder.directory, f"trials-{self.step.name}"
         directory.write_text(f"{name}.csv", trials.to_csv(index=False))
         directory.write_with(f"{name}.png", plot)
-        self.recorder.add_artifact(self.step.name, "trials", {"path": f"{name}.csv", "format": "csv"})
+        self.recorder.add_artifact(
+            self.step.name, "trials", {"path": f"{name}.csv", "format": "csv"}
+        )
         self.recorder.add_artifact(self.step.name, "plot", {"path": f"{name}.png", "format": "png"})
 
     def record_metrics(self, values):
@@ -187,16 +197,27 @@ class _Recorder:
             self.directory.update_step(step, artifacts=artifacts)
 
     def event(self, event_type, /, **fields):
-        event = {"event": event_type, "time": datetime.datetime.now().isoformat(timespec="milliseconds"),
-                 **fields}
+        event = {
+            "event": event_type,
+            "time": datetime.datetime.now().isoformat(timespec="milliseconds"),
+            **fields,
+        }
         if self.directory is not None:
             self.directory.append_event(event)
         if self.on_event is not None:
             self.on_event(event)
 
 
-def run_pipeline(pipeline, client=None, *, run_root=None, record=True, scheduler=None,
-                 n_workers=None, on_event=None):
+def run_pipeline(
+    pipeline,
+    client=None,
+    *,
+    run_root=None,
+    record=True,
+    scheduler=None,
+    n_workers=None,
+    on_event=None,
+):
     """Run *pipeline* and return a :class:`Run`.
 
     Parameters
@@ -244,14 +265,21 @@ def run_pipeline(pipeline, client=None, *, run_root=None, record=True, scheduler
     started = time.perf_counter()
     status = "failed"
     try:
-        with clusters.connect(pipeline.cluster, scheduler=scheduler, n_workers=n_workers,
-                              client=client) as active:
+        with clusters.connect(
+            pipeline.cluster, scheduler=scheduler, n_workers=n_workers, client=client
+        ) as active:
             info = clusters.describe(active)
             if directory is not None:
-                directory.update_manifest(pipeline=pipeline.name, status="running",
-                                          cluster=info, versions=versions())
-            recorder.event("run_started", pipeline=pipeline.name, run_id=_run_id(directory),
-                           run_dir=str(directory.path) if directory else None, **info)
+                directory.update_manifest(
+                    pipeline=pipeline.name, status="running", cluster=info, versions=versions()
+                )
+            recorder.event(
+                "run_started",
+                pipeline=pipeline.name,
+                run_id=_run_id(directory),
+                run_dir=str(directory.path) if directory else None,
+                **info,
+            )
             with active.as_current():  # entered once here: dask's config is process-wide
                 outputs, status = _execute(pipeline, active, recorder)
     except KeyboardInterrupt:
@@ -260,16 +288,26 @@ def run_pipeline(pipeline, client=None, *, run_root=None, record=True, scheduler
     finally:
         duration = round(time.perf_counter() - started, 3)
         if directory is not None:
-            directory.update_manifest(status=status, duration_s=duration,
-                                      finished=datetime.datetime.now().isoformat(timespec="seconds"))
+            directory.update_manifest(
+                status=status,
+                duration_s=duration,
+                finished=datetime.datetime.now().isoformat(timespec="seconds"),
+            )
         recorder.event("run_finished", status=status, duration_s=duration)
-    run = Run(_run_id(directory), directory.path if directory else None, status,
-              recorder.steps, recorder.metrics, outputs)
+    run = Run(
+        _run_id(directory),
+        directory.path if directory else None,
+        status,
+        recorder.steps,
+        recorder.metrics,
+        outputs,
+    )
     if status != "succeeded":
         failed = [name for name, entry in recorder.steps.items() if entry.get("state") == "failed"]
         first = recorder.steps[failed[0]]
-        raise StepFailed(f"step {failed[0]!r} failed: {first['error']}", step=failed[0],
-                         run_dir=run.path)
+        raise StepFailed(
+            f"step {failed[0]!r} failed: {first['error']}", step=failed[0], run_dir=run.path
+        )
     return run
 
 
@@ -285,10 +323,13 @@ def _write_definition(directory, pipeline):
     directory.write_text("resolved.yaml", dump_pipeline(pipeline))
     overrides = source.overrides if source else ()
     directory.write_text("overrides.txt", "".join(f"{item}\n" for item in overrides))
-    directory.update_manifest(pipeline=pipeline.name, status="starting",
-                              source=source.path if source else None, overrides=list(overrides),
-                              steps={step.name: {"kind": step.kind, "state": "pending"}
-                                     for step in pipeline.steps})
+    directory.update_manifest(
+        pipeline=pipeline.name,
+        status="starting",
+        source=source.path if source else None,
+        overrides=list(overrides),
+        steps={step.name: {"kind": step.kind, "state": "pending"} for step in pipeline.steps},
+    )
 
 
 def _execute(pipeline, client, recorder):
@@ -296,18 +337,31 @@ def _execute(pipeline, client, recorder):
     sorter = graphlib.TopologicalSorter(pipeline.dependencies())
     sorter.prepare()
     outputs, failed = {}, []
-    pool = concurrent.futures.ThreadPoolExecutor(MAX_CONCURRENT_STEPS, thread_name_prefix="taskdml-step")
+    pool = concurrent.futures.ThreadPoolExecutor(
+        MAX_CONCURRENT_STEPS, thread_name_prefix="taskdml-step"
+    )
     running = {}
     try:
         while True:
             for name in sorter.get_ready():
                 step = pipeline.step(name)
                 inputs = _inputs(step, outputs)
-                running[pool.submit(contextvars.copy_context().run, _run_step, pipeline, step, inputs,
-                                    client, recorder)] = name
+                running[
+                    pool.submit(
+                        contextvars.copy_context().run,
+                        _run_step,
+                        pipeline,
+                        step,
+                        inputs,
+                        client,
+                        recorder,
+                    )
+                ] = name
             if not running:
                 break
-            done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+            done, _ = concurrent.futures.wait(
+                running, return_when=concurrent.futures.FIRST_COMPLETED
+            )
             for future in done:
                 name = running.pop(future)
                 try:
@@ -326,7 +380,9 @@ def _execute(pipeline, client, recorder):
     for step in pipeline.steps:
         if step.name not in outputs and step.name not in failed:
             blocked = sorted(pipeline.dependencies()[step.name] - set(outputs))
-            recorder.step(step.name, state="skipped", reason=f"input from {', '.join(blocked)} missing")
+            recorder.step(
+                step.name, state="skipped", reason=f"input from {', '.join(blocked)} missing"
+            )
             recorder.event("step_skipped", step=step.name, because=blocked)
     return outputs, ("failed" if failed else "succeeded")
 
@@ -350,8 +406,11 @@ def _run_step(pipeline, step, inputs, client, recorder):
     started = time.perf_counter()
     try:
         items = [label for label, _ in step.foreach_items() if label is not None]
-        recorder.step(step.name, state="running",
-                      started=datetime.datetime.now().isoformat(timespec="seconds"))
+        recorder.step(
+            step.name,
+            state="running",
+            started=datetime.datetime.now().isoformat(timespec="seconds"),
+        )
         recorder.event("step_started", step=step.name, kind=step.kind, items=items)
         context = StepContext(client, pipeline, step, recorder)
         with span(pipeline.name, step.name), _keys.step_scope(step.name):
@@ -361,8 +420,13 @@ def _run_step(pipeline, step, inputs, client, recorder):
             raise
         duration = round(time.perf_counter() - started, 3)
         message = _describe_error(error)
-        recorder.step(step.name, state="failed", duration_s=duration, error=message,
-                      traceback=traceback.format_exc())
+        recorder.step(
+            step.name,
+            state="failed",
+            duration_s=duration,
+            error=message,
+            traceback=traceback.format_exc(),
+        )
         recorder.event("step_failed", step=step.name, duration_s=duration, error=message)
         raise
     duration = round(time.perf_counter() - started, 3)
@@ -398,9 +462,13 @@ def summarize(value):
         return {str(key): summarize(item) for key, item in value.items()}
     if hasattr(value, "data_vars") and "X" in getattr(value, "data_vars", {}):
         n_samples, n_features = value["X"].shape
-        return {"type": "dataset", "n_samples": int(n_samples), "n_features": int(n_features),
-                "chunks": len(value["X"].chunks[0]) if value["X"].chunks else 1,
-                "nbytes": int(value.nbytes)}
+        return {
+            "type": "dataset",
+            "n_samples": int(n_samples),
+            "n_features": int(n_features),
+            "chunks": len(value["X"].chunks[0]) if value["X"].chunks else 1,
+            "nbytes": int(value.nbytes),
+        }
     if isinstance(value, (int, float, str, bool)) or value is None:
         return value
     if dask.is_dask_collection(value) or type(value).__name__ == "Future":

@@ -45,7 +45,7 @@ _distribution = {
     "minProperties": 1,
     "additionalProperties": False,
     "title": "a list of values or one of {uniform: [low, high]}, {loguniform: [low, high]}, "
-             "{randint: [low, high]}, {choice: [values]}",
+    "{randint: [low, high]}, {choice: [values]}",
     "properties": {
         "uniform": {"type": "array", "items": {"type": "number"}},
         "loguniform": {"type": "array", "items": {"type": "number"}},
@@ -65,10 +65,22 @@ BUDGET = {
     "description": "how much a search may train",
     "additionalProperties": False,
     "properties": {
-        "trials": {"type": "integer", "minimum": 1, "description": "candidates to sample (random, asha, halving)"},
-        "max_epochs": {"type": "integer", "minimum": 1, "description": "most epochs of partial_fit a trial gets"},
+        "trials": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "candidates to sample (random, asha, halving)",
+        },
+        "max_epochs": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "most epochs of partial_fit a trial gets",
+        },
         "min_epochs": {"type": "integer", "minimum": 1, "description": "epochs of the first rung"},
-        "reduction_factor": {"type": "integer", "minimum": 2, "description": "eta: 1/eta of a rung is promoted"},
+        "reduction_factor": {
+            "type": "integer",
+            "minimum": 2,
+            "description": "eta: 1/eta of a rung is promoted",
+        },
     },
 }
 
@@ -101,14 +113,18 @@ STEP = {
         },
         "foreach": {
             "type": ["object", "array"],
-            "description": "fan out: {key: [values]} (a product over keys) or a list of {key: value}",
+            "description": (
+                "fan out: {key: [values]} (a product over keys) or a list of {key: value}"
+            ),
             "additionalProperties": {"type": "array"},
             "items": {"type": "object"},
         },
         "search": {**_callable, "description": "search hyperparameters of this estimator class"},
         "method": {"enum": ["grid", "random", "halving", "hyperband", "asha"]},
-        "space": {"anyOf": [_space, {"type": "array", "items": _space}],
-                  "description": "the search space (a list of spaces for conditional parameters)"},
+        "space": {
+            "anyOf": [_space, {"type": "array", "items": _space}],
+            "description": "the search space (a list of spaces for conditional parameters)",
+        },
         "budget": BUDGET,
         "cv": {"type": "integer", "minimum": 2, "description": "k-fold cross-validation"},
         "validation_fraction": {"type": "number", "description": "hold-out fraction for scoring"},
@@ -120,7 +136,9 @@ STEP = {
 
 CLUSTER = {
     "type": "object",
-    "description": "where to run: a LocalCluster (default), a scheduler address, or a cluster class",
+    "description": (
+        "where to run: a LocalCluster (default), a scheduler address, or a cluster class"
+    ),
     "additionalProperties": False,
     "properties": {
         "n_workers": {"type": "integer", "minimum": 1},
@@ -128,13 +146,19 @@ CLUSTER = {
         "memory_limit": {"type": ["string", "integer"]},
         "processes": {"type": "boolean"},
         "dashboard_address": {"type": ["string", "null"]},
-        "address": {"type": "string", "description": "an existing scheduler, e.g. tcp://127.0.0.1:8786"},
+        "address": {
+            "type": "string",
+            "description": "an existing scheduler, e.g. tcp://127.0.0.1:8786",
+        },
         "spec": {
             "type": "object",
             "additionalProperties": False,
             "required": ["class"],
             "properties": {
-                "class": {**_callable, "description": "a cluster class, e.g. dask_jobqueue:SLURMCluster"},
+                "class": {
+                    **_callable,
+                    "description": "a cluster class, e.g. dask_jobqueue:SLURMCluster",
+                },
                 "kwargs": {"type": "object"},
             },
         },
@@ -242,13 +266,20 @@ def check(value, schema, path=()):
         return [(path, f"expected {schema['const']!r}, found {value!r}.")]
     if "enum" in schema and value not in schema["enum"]:
         choices = ", ".join(repr(choice) for choice in schema["enum"])
-        return [(path, f"expected one of {choices}, found {value!r}.{did_you_mean(value, schema['enum'])}")]
+        return [
+            (
+                path,
+                f"expected one of {choices}, found {value!r}.{did_you_mean(value, schema['enum'])}",
+            )
+        ]
     if "type" in schema and not _is_type(value, schema["type"]):
         return [(path, f"expected {_expected(schema)}, found {value!r}.")]
     if isinstance(value, dict):
         return _check_mapping(value, schema, path)
     if isinstance(value, list) and "items" in schema:
-        return [p for i, item in enumerate(value) for p in check(item, schema["items"], path + (i,))]
+        return [
+            p for i, item in enumerate(value) for p in check(item, schema["items"], path + (i,))
+        ]
     return _check_scalar(value, schema, path)
 
 
@@ -266,20 +297,24 @@ def _check_mapping(value, schema, path):
     names = schema.get("propertyNames")
     for key, item in value.items():
         if names and not (isinstance(key, str) and re.match(names["pattern"], key)):
-            problems.append((
-                path + (key,),
-                f"name {key!r} is not allowed: use lowercase letters, digits and '_', "
-                "starting with a letter (e.g. 'train_model').",
-            ))
+            problems.append(
+                (
+                    path + (key,),
+                    f"name {key!r} is not allowed: use lowercase letters, digits and '_', "
+                    "starting with a letter (e.g. 'train_model').",
+                )
+            )
             continue
         if key in known:
             problems += check(item, known[key], path + (key,))
         elif extra is False:
             allowed = ", ".join(sorted(known))
-            problems.append((
-                path + (key,),
-                f"unknown key {key!r}.{did_you_mean(key, known)} Allowed here: {allowed}.",
-            ))
+            problems.append(
+                (
+                    path + (key,),
+                    f"unknown key {key!r}.{did_you_mean(key, known)} Allowed here: {allowed}.",
+                )
+            )
         elif isinstance(extra, dict):
             problems += check(item, extra, path + (key,))
     return problems

@@ -139,4 +139,6 @@ def parse_scalar(text):
         value = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError:
         return text
-    return text if value is None and text.strip() not in ("", "null", "~", "Null", "NULL") else value
+    return (
+        text if value is None and text.strip() not in ("", "null", "~", "Null", "NULL") else value
+    )

@@ -15,8 +15,16 @@ import os
 from taskdml._pipeline import resolve_callable, thaw
 from taskdml.exceptions import ClusterUnavailable
 
-CLUSTER_CLASSES = ("distributed", "distributed.*", "dask_jobqueue", "dask_jobqueue.*",
-                   "dask_kubernetes", "dask_kubernetes.*", "dask_cloudprovider.*", "dask_gateway")
+CLUSTER_CLASSES = (
+    "distributed",
+    "distributed.*",
+    "dask_jobqueue",
+    "dask_jobqueue.*",
+    "dask_kubernetes",
+    "dask_kubernetes.*",
+    "dask_cloudprovider.*",
+    "dask_gateway",
+)
 CONNECT_TIMEOUT = "10s"
 
 
@@ -28,7 +36,9 @@ def default_workers():
     int
         The cores this process may run on (at least 1).
     """
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+    return max(
+        1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    )
 
 
 @contextlib.contextmanager
@@ -142,8 +152,10 @@ def describe(client):
     }
 
 
-NO_DASHBOARD = ("no dashboard: the scheduler serves none (it needs bokeh>=3.1 installed where "
-                "it runs, and its dashboard enabled)")
+NO_DASHBOARD = (
+    "no dashboard: the scheduler serves none (it needs bokeh>=3.1 installed where "
+    "it runs, and its dashboard enabled)"
+)
 
 
 def serves_dashboard(client):

@@ -509,8 +509,23 @@ def make_classification(
         shift=shift,
         scale=scale,
     )
-    params = (seed, n_samples, n_features, n_informative, n_redundant, n_repeated, n_classes,
-              n_clusters_per_class, weights, flip_y, class_sep, hypercube, shift, scale, chunk_size)
+    params = (
+        seed,
+        n_samples,
+        n_features,
+        n_informative,
+        n_redundant,
+        n_repeated,
+        n_classes,
+        n_clusters_per_class,
+        weights,
+        flip_y,
+        class_sep,
+        hypercube,
+        shift,
+        scale,
+        chunk_size,
+    )
     return _generated(fn, params, model, _classification_block, chunk_size, np.int64)
 
 
@@ -657,9 +672,7 @@ def make_blobs(
         n_centers, n_features = centers.shape
     cluster_std = np.broadcast_to(np.asarray(cluster_std, dtype=np.float64), (n_centers,)).copy()
     if (cluster_std < 0).any() or not np.isfinite(cluster_std).all():
-        raise DataError(
-            f"{fn}: cluster_std must be finite and >= 0, got {cluster_std.tolist()!r}."
-        )
+        raise DataError(f"{fn}: cluster_std must be finite and >= 0, got {cluster_std.tolist()!r}.")
     model = _BlobsModel(seed, n_samples, n_features, centers, cluster_std)
     params = (seed, n_samples, n_features, centers, cluster_std, chunk_size)
     data = _generated(fn, params, model, _blobs_block, chunk_size, np.int64)
@@ -904,9 +917,7 @@ def _writable(function, data, path, overwrite):
         raise DataError(f"{function}: data must be an xarray.Dataset, got {type(data).__name__}.")
     path = os.fspath(path)
     if os.path.exists(path) and not overwrite:
-        raise DataError(
-            f"{function}: {path!r} already exists. Pass overwrite=True to replace it."
-        )
+        raise DataError(f"{function}: {path!r} already exists. Pass overwrite=True to replace it.")
     data = data.drop_encoding()
     # zarr v3 has no stable fixed-width unicode type; variable-length strings round-trip.
     strings = {k: v.astype(object) for k, v in data.coords.items() if v.dtype.kind == "U"}
@@ -1029,8 +1040,10 @@ def _from_dataframe(function, path, frame, target, features):
     not_numeric = {
         c: str(frame.dtypes[c])
         for c in features
-        if not (pd.api.types.is_numeric_dtype(frame.dtypes[c]) or pd.api.types.is_bool_dtype(
-            frame.dtypes[c]))
+        if not (
+            pd.api.types.is_numeric_dtype(frame.dtypes[c])
+            or pd.api.types.is_bool_dtype(frame.dtypes[c])
+        )
     }
     if not_numeric:
         raise DataError(
@@ -1040,9 +1053,7 @@ def _from_dataframe(function, path, frame, target, features):
     frame = frame[features + ([target] if target is not None else [])]
     lengths = tuple(int(n) for n in frame.map_partitions(len).compute())
     X_rows = frame[features].to_dask_array(lengths=lengths)
-    X = X_rows.map_blocks(
-        _as_float64, dtype=np.float64, name=key_name(function, X_rows.name, "X")
-    )
+    X = X_rows.map_blocks(_as_float64, dtype=np.float64, name=key_name(function, X_rows.name, "X"))
     y = None
     if target is not None:
         y_rows = frame[target].to_dask_array(lengths=lengths)
@@ -1186,8 +1197,9 @@ def _split_dask(array, axis, offset, threshold, counts_cache):
     other_blocks = [range(n) for i, n in enumerate(array.numblocks) if i != axis]
     outputs = []
     for side, test in (("train", False), ("test", True)):
-        sizes = [c if test else (b - a - c)
-                 for a, b, c in zip(bounds[:-1], bounds[1:], test_counts)]
+        sizes = [
+            c if test else (b - a - c) for a, b, c in zip(bounds[:-1], bounds[1:], test_counts)
+        ]
         kept = [i for i, size in enumerate(sizes) if size > 0]
         name = key_name("train_test_split", array.name, offset, threshold, phase=side)
         layer = {}
@@ -1196,7 +1208,13 @@ def _split_dask(array, axis, offset, threshold, counts_cache):
                 in_index = rest[:axis] + (i,) + rest[axis:]
                 out_index = rest[:axis] + (j,) + rest[axis:]
                 layer[(name, *out_index)] = (
-                    _rows_on_side, (array.name, *in_index), axis, bounds[i], offset, threshold, test
+                    _rows_on_side,
+                    (array.name, *in_index),
+                    axis,
+                    bounds[i],
+                    offset,
+                    threshold,
+                    test,
                 )
         chunks = list(array.chunks)
         chunks[axis] = tuple(sizes[i] for i in kept)
@@ -1293,8 +1311,10 @@ def train_test_split(data, *, test_size=0.25, random_state=None):
             if memory_mask is None:
                 memory_mask = _row_hashes(0, n_samples, offset) <= threshold
             values = np.asarray(var.values)
-            pieces = [np.compress(~memory_mask, values, axis=axis),
-                      np.compress(memory_mask, values, axis=axis)]
+            pieces = [
+                np.compress(~memory_mask, values, axis=axis),
+                np.compress(memory_mask, values, axis=axis),
+            ]
         for part, piece in zip(parts, pieces):
             part[var_name] = xr.Variable(var.dims, piece, attrs=var.attrs)
     coord_names = set(data.coords)

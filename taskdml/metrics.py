@@ -221,8 +221,7 @@ def _ranking_chunk(y, scores, n_classes):
 def _ranking_combine(values):
     """Merge the ranking counts of several chunks, column by column."""
     return tuple(
-        _group_pairs(*(np.concatenate(parts) for parts in zip(*column)))
-        for column in zip(*values)
+        _group_pairs(*(np.concatenate(parts) for parts in zip(*column))) for column in zip(*values)
     )
 
 
@@ -230,9 +229,7 @@ STATISTICS = {
     statistic.name: statistic
     for statistic in [
         Statistic("confusion", "classification", ("predict",), _confusion_chunk, _sum_values),
-        Statistic(
-            "log_loss", "classification", ("predict_proba",), _log_loss_chunk, _sum_values
-        ),
+        Statistic("log_loss", "classification", ("predict_proba",), _log_loss_chunk, _sum_values),
         Statistic(
             "ranking",
             "classification",
@@ -243,9 +240,7 @@ STATISTICS = {
         Statistic(
             "ranking_proba", "classification", ("predict_proba",), _ranking_chunk, _ranking_combine
         ),
-        Statistic(
-            "regression", "regression", ("predict",), _regression_chunk, _regression_combine
-        ),
+        Statistic("regression", "regression", ("predict",), _regression_chunk, _regression_combine),
     ]
 }
 """Every :class:`Statistic` a built-in metric uses, by name."""
@@ -362,9 +357,7 @@ def _roc_auc(ranking, classes, multi_class, average):
         return _binary_auc(ranking[0], [1], [0])
     support = _require_all_classes(ranking[0], classes, f"roc_auc_{multi_class}")
     if multi_class == "ovr":
-        scores = [
-            _binary_auc(ranking[c], [c], np.setdiff1d(everyone, [c])) for c in everyone
-        ]
+        scores = [_binary_auc(ranking[c], [c], np.setdiff1d(everyone, [c])) for c in everyone]
         return np.average(scores, weights=support if average == "weighted" else None)
     pairs = list(itertools.combinations(everyone, 2))
     scores = [
@@ -382,10 +375,7 @@ def _average_precision(ranking, classes):
         return _binary_average_precision(ranking[0], [positive], [1 - positive])
     _require_all_classes(ranking[0], classes, "average_precision")
     return np.mean(
-        [
-            _binary_average_precision(ranking[c], [c], np.setdiff1d(everyone, [c]))
-            for c in everyone
-        ]
+        [_binary_average_precision(ranking[c], [c], np.setdiff1d(everyone, [c])) for c in everyone]
     )
 
 
@@ -556,9 +546,7 @@ def available_metrics(task=None):
     >>> available_metrics("regression")[:3]
     ['explained_variance', 'mae', 'max_error']
     """
-    return sorted(
-        name for name, metric in METRICS.items() if task in (None, metric.statistic.task)
-    )
+    return sorted(name for name, metric in METRICS.items() if task in (None, metric.statistic.task))
 
 
 # --------------------------------------------------------------------------------------------
@@ -741,9 +729,7 @@ def _check_data(data):
                 f"(dims sample, feature) and 'y' (dims sample)"
             )
         if set(data[name].dims) != set(dims):
-            raise DataError(
-                f"data[{name!r}] has dims {data[name].dims}; expected {dims}"
-            )
+            raise DataError(f"data[{name!r}] has dims {data[name].dims}; expected {dims}")
     X = data["X"].transpose("sample", "feature").data
     y = data["y"].data
     if not isinstance(X, da.Array):
@@ -807,9 +793,7 @@ def evaluate_graph(model, data, metrics, *, preprocess=(), split_every=8):
         if hasattr(model, "fit"):
             check_is_fitted(model)
         _check_model(model, metrics)
-    _check_preprocess(
-        [t for t in preprocess if not (is_dask_collection(t) or _is_future(t))]
-    )
+    _check_preprocess([t for t in preprocess if not (is_dask_collection(t) or _is_future(t))])
     model_node = _as_node(model, "model", model)
     preprocess_nodes = [_as_node(t, "preprocess", t) for t in preprocess]
 

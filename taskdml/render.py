@@ -28,7 +28,11 @@ def _target(step):
 def _edges(pipeline):
     for step in pipeline.ordered_steps():
         for argument, _, source, output in step.references():
-            yield source, step.name, f"{output or pipeline.step(source).output_names[0]} -> {argument}"
+            yield (
+                source,
+                step.name,
+                f"{output or pipeline.step(source).output_names[0]} -> {argument}",
+            )
 
 
 def _text(pipeline):
@@ -42,7 +46,9 @@ def _text(pipeline):
             line += f"  <- {', '.join(sources)}"
         items = [label for label, _ in step.foreach_items() if label]
         if items:
-            line += f"  [{len(items)} items: {'; '.join(items[:4])}{' ...' if len(items) > 4 else ''}]"
+            line += (
+                f"  [{len(items)} items: {'; '.join(items[:4])}{' ...' if len(items) > 4 else ''}]"
+            )
         lines.append(line)
     return "\n".join(lines)
 
@@ -61,10 +67,14 @@ def _dot(pipeline):
     for step in pipeline.ordered_steps():
         label = f"{step.name}\\n{step.kind}: {_target(step)}".replace('"', "'")
         lines.append(f'    {step.name} [label="{label}"];')
-    lines += [f'    {source} -> {target} [label="{label}"];' for source, target, label in _edges(pipeline)]
+    lines += [
+        f'    {source} -> {target} [label="{label}"];' for source, target, label in _edges(pipeline)
+    ]
     return "\n".join(lines + ["}"])
 
 
 def _json(pipeline):
-    return json.dumps({"pipeline": pipeline.to_dict(),
-                       "order": [step.name for step in pipeline.ordered_steps()]}, indent=2)
+    return json.dumps(
+        {"pipeline": pipeline.to_dict(), "order": [step.name for step in pipeline.ordered_steps()]},
+        indent=2,
+    )

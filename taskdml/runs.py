@@ -41,8 +41,13 @@ def atomic_write(path, data):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = "wb" if isinstance(data, bytes) else "w"
-    with tempfile.NamedTemporaryFile(mode, dir=path.parent, prefix=f".{path.name}.",
-                                     delete=False, **({} if mode == "wb" else {"encoding": "utf-8"})) as tmp:
+    with tempfile.NamedTemporaryFile(
+        mode,
+        dir=path.parent,
+        prefix=f".{path.name}.",
+        delete=False,
+        **({} if mode == "wb" else {"encoding": "utf-8"}),
+    ) as tmp:
         tmp.write(data)
         tmp.flush()
         os.fsync(tmp.fileno())
@@ -189,8 +194,11 @@ class RunDirectory:
             buffer = io.BytesIO()
             joblib.dump(model, buffer)
             data = buffer.getvalue()
-            artifact = {"path": str(Path("models") / f"{step}.joblib"), "format": "joblib",
-                        "why_not_skops": f"{type(error).__name__}: {error}"}
+            artifact = {
+                "path": str(Path("models") / f"{step}.joblib"),
+                "format": "joblib",
+                "why_not_skops": f"{type(error).__name__}: {error}",
+            }
         atomic_write(self.path / artifact["path"], data)
         return artifact
 
@@ -226,8 +234,10 @@ def load_model(run_path, step):
         import joblib
 
         return joblib.load(joblib_file)
-    raise RunNotFound(f"run {run_path} saved no model for step {step!r}; the artifacts of "
-                      f"each step are listed in {Path(run_path) / 'manifest.json'}.")
+    raise RunNotFound(
+        f"run {run_path} saved no model for step {step!r}; the artifacts of "
+        f"each step are listed in {Path(run_path) / 'manifest.json'}."
+    )
 
 
 def list_runs(root=None):
@@ -287,11 +297,15 @@ def find_run(run, root=None):
     if not matches:
         ids = [entry["run_id"] for entry in runs]
         held = f"{len(runs)} recorded runs" if runs else "no recorded runs"
-        raise RunNotFound(f"no run {run!r} under {root} ({held}).{did_you_mean(run, ids)} "
-                          f"See the recorded runs with '{listing}'.")
-    raise RunNotFound(f"{run!r} matches {len(matches)} runs under {root}: "
-                      f"{', '.join(m['run_id'] for m in matches)}. Give more of the id; "
-                      f"'{listing}' shows them all.")
+        raise RunNotFound(
+            f"no run {run!r} under {root} ({held}).{did_you_mean(run, ids)} "
+            f"See the recorded runs with '{listing}'."
+        )
+    raise RunNotFound(
+        f"{run!r} matches {len(matches)} runs under {root}: "
+        f"{', '.join(m['run_id'] for m in matches)}. Give more of the id; "
+        f"'{listing}' shows them all."
+    )
 
 
 def run_summary(run, root=None, *, exit_code=None):
@@ -322,12 +336,19 @@ def run_summary(run, root=None, *, exit_code=None):
     metrics = _read_json(metrics_file) if metrics_file.exists() else {}
     if exit_code is None:
         exit_code = 0 if manifest.get("status") == "succeeded" else 1
-    return {"run_id": manifest["run_id"], "pipeline": manifest.get("pipeline"),
-            "run_dir": str(manifest["path"]), "status": manifest["status"],
-            "exit_code": exit_code, "duration_s": manifest.get("duration_s"),
-            "steps": {name: {k: v for k, v in entry.items() if k != "traceback"}
-                      for name, entry in manifest.get("steps", {}).items()},
-            "metrics": metrics}
+    return {
+        "run_id": manifest["run_id"],
+        "pipeline": manifest.get("pipeline"),
+        "run_dir": str(manifest["path"]),
+        "status": manifest["status"],
+        "exit_code": exit_code,
+        "duration_s": manifest.get("duration_s"),
+        "steps": {
+            name: {k: v for k, v in entry.items() if k != "traceback"}
+            for name, entry in manifest.get("steps", {}).items()
+        },
+        "metrics": metrics,
+    }
 
 
 def _read_json(path):

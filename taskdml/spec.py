@@ -121,8 +121,10 @@ def loads_pipeline(text, source="<string>", overrides=()):
     """
     data, locations = load_with_locations(text, source)
     if not isinstance(data, dict):
-        raise PipelineError(f"{Location(source, 1, 1)}: a pipeline file is a mapping with keys "
-                            f"taskdml, name and steps; found {type(data).__name__}.")
+        raise PipelineError(
+            f"{Location(source, 1, 1)}: a pipeline file is a mapping with keys "
+            f"taskdml, name and steps; found {type(data).__name__}."
+        )
     overrides = tuple(overrides)
     for item in overrides:
         _apply_override(data, item, locations)
@@ -161,7 +163,9 @@ def _build(data, source):
             problems += error.problems
     if problems:
         return None, problems
-    fields = {key: data[key] for key in ("description", "params", "cluster", "imports") if key in data}
+    fields = {
+        key: data[key] for key in ("description", "params", "cluster", "imports") if key in data
+    }
     try:
         return Pipeline(data["name"], steps, source=source, **fields), []
     except PipelineError as error:
@@ -171,8 +175,9 @@ def _build(data, source):
 def _located(problems, locations):
     lines = []
     for path, text in problems:
-        where = next((locations[path[:n]] for n in range(len(path), -1, -1) if path[:n] in locations),
-                     None)
+        where = next(
+            (locations[path[:n]] for n in range(len(path), -1, -1) if path[:n] in locations), None
+        )
         lines.append(f"{where}: {dotted(path)}: {text}")
     count = f"{len(problems)} problems" if len(problems) > 1 else "1 problem"
     return f"invalid pipeline ({count}):\n" + "\n".join(f"  {line}" for line in lines)
@@ -182,8 +187,10 @@ def _apply_override(data, item, locations):
     match = _OVERRIDE.match(item)
     where = Location(f"override {item!r}", 0, 0)
     if not match or (match["op"] != "~" and match["value"] is None):
-        raise PipelineError(f"{where}: expected key=value, +key=value, ++key=value or ~key "
-                            "(e.g. seed=3 or steps.fit.with.alpha=0.001).")
+        raise PipelineError(
+            f"{where}: expected key=value, +key=value, ++key=value or ~key "
+            "(e.g. seed=3 or steps.fit.with.alpha=0.001)."
+        )
     parts = match["key"].split(".")
     if parts[0] not in SECTIONS:
         parts = ["params"] + parts
@@ -195,24 +202,32 @@ def _apply_override(data, item, locations):
             if match["op"] in ("+", "++") and isinstance(node, dict) and part not in node:
                 node[part] = {}
             else:
-                raise PipelineError(f"{where}: {dotted(path[:depth + 1])} is not a mapping in the "
-                                    f"file.{did_you_mean(part, node if isinstance(node, dict) else [])}")
+                raise PipelineError(
+                    f"{where}: {dotted(path[: depth + 1])} is not a mapping in the "
+                    f"file.{did_you_mean(part, node if isinstance(node, dict) else [])}"
+                )
         node = node[part]
     exists = last in node
     if match["op"] == "~":
         if not exists:
-            raise PipelineError(f"{where}: cannot delete {dotted(path)}: it is not in the file."
-                                f"{did_you_mean(last, node)}")
+            raise PipelineError(
+                f"{where}: cannot delete {dotted(path)}: it is not in the file."
+                f"{did_you_mean(last, node)}"
+            )
         del node[last]
         return
     if match["op"] is None and not exists:
-        raise PipelineError(f"{where}: {dotted(path)} is not in the file.{did_you_mean(last, node)} "
-                            f"To add a new key write +{match['key']}={match['value']}.")
+        raise PipelineError(
+            f"{where}: {dotted(path)} is not in the file.{did_you_mean(last, node)} "
+            f"To add a new key write +{match['key']}={match['value']}."
+        )
     if match["op"] == "+" and exists:
-        raise PipelineError(f"{where}: {dotted(path)} already exists; write {match['key']}="
-                            f"{match['value']} to change it.")
+        raise PipelineError(
+            f"{where}: {dotted(path)} already exists; write {match['key']}="
+            f"{match['value']} to change it."
+        )
     node[last] = parse_scalar(match["value"])
-    for key in [key for key in locations if key[:len(path)] == path]:
+    for key in [key for key in locations if key[: len(path)] == path]:
         del locations[key]
     locations[path] = where
 
@@ -260,19 +275,26 @@ class _Interpolator:
                 return parse_scalar(os.environ[name.strip()])
             if default:
                 return parse_scalar(default.strip())
-            self._fail(path, f"environment variable {name.strip()!r} is not set and "
-                             f"${{{expression}}} gives no default; set it or write "
-                             f"${{oc.env:{name.strip()},default}}.")
+            self._fail(
+                path,
+                f"environment variable {name.strip()!r} is not set and "
+                f"${{{expression}}} gives no default; set it or write "
+                f"${{oc.env:{name.strip()},default}}.",
+            )
         if ":" in expression:
-            self._fail(path, f"unknown resolver in ${{{expression}}}; only oc.env: (or env:) is "
-                             "supported.")
+            self._fail(
+                path, f"unknown resolver in ${{{expression}}}; only oc.env: (or env:) is supported."
+            )
         target = tuple(expression.split("."))
         node = self.data
         for depth, part in enumerate(target):
             if not isinstance(node, dict) or part not in node:
                 choices = node if isinstance(node, dict) else []
-                self._fail(path, f"${{{expression}}} refers to {dotted(target[:depth + 1])}, which "
-                                 f"does not exist.{did_you_mean(part, choices)}")
+                self._fail(
+                    path,
+                    f"${{{expression}}} refers to {dotted(target[: depth + 1])}, which "
+                    f"does not exist.{did_you_mean(part, choices)}",
+                )
             node = node[part]
         if target in self.active:
             cycle = " -> ".join(dotted(p) for p in self.active + [target])

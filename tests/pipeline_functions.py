@@ -48,8 +48,11 @@ def worker_facts():
     from distributed import get_worker
 
     worker = get_worker()
-    return {"pid": os.getpid(), "memory_limit": worker.memory_manager.memory_limit,
-            "nthreads": worker.state.nthreads}
+    return {
+        "pid": os.getpid(),
+        "memory_limit": worker.memory_manager.memory_limit,
+        "nthreads": worker.state.nthreads,
+    }
 
 
 def process_id():

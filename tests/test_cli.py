@@ -18,8 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PIPELINES = sorted((ROOT / "pipelines").glob("*.yaml"))
 TASKDML = str(Path(sys.executable).with_name("taskdml"))
 # Subprocesses find tests/pipeline_functions.py, and whatever this process found first.
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
-    [str(ROOT / "tests")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(
+        [str(ROOT / "tests")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    ),
+}
 
 
 def _in_memory_accuracies(n_samples, test_size, seed, estimator_seeds, **estimator):
@@ -30,22 +34,37 @@ def _in_memory_accuracies(n_samples, test_size, seed, estimator_seeds, **estimat
 
     from taskdml import datasets
 
-    data = datasets.make_classification(n_samples=n_samples, n_features=20, n_informative=10,
-                                        chunk_size=20_000, random_state=seed)
+    data = datasets.make_classification(
+        n_samples=n_samples, n_features=20, n_informative=10, chunk_size=20_000, random_state=seed
+    )
     train, test = datasets.train_test_split(data, test_size=test_size, random_state=seed)
     train, test = train.compute(), test.compute()
     scaler = StandardScaler().fit(train["X"].values)
     X_train, X_test = scaler.transform(train["X"].values), scaler.transform(test["X"].values)
-    return [SGDClassifier(**estimator, random_state=estimator_seed).fit(X_train, train["y"].values)
-            .score(X_test, test["y"].values) for estimator_seed in estimator_seeds]
+    return [
+        SGDClassifier(**estimator, random_state=estimator_seed)
+        .fit(X_train, train["y"].values)
+        .score(X_test, test["y"].values)
+        for estimator_seed in estimator_seeds
+    ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", PIPELINES, ids=[p.stem for p in PIPELINES])
 def test_every_example_pipeline_runs(path, cluster, tmp_path):
     """Each file in pipelines/ runs to success (on the shared test cluster)."""
-    result = CliRunner().invoke(cli, ["run", str(path), "--scheduler", cluster.scheduler_address,
-                                      "--run-dir", str(tmp_path), "--json"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            str(path),
+            "--scheduler",
+            cluster.scheduler_address,
+            "--run-dir",
+            str(tmp_path),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["status"] == "succeeded" and summary["metrics"]
@@ -54,9 +73,23 @@ def test_every_example_pipeline_runs(path, cluster, tmp_path):
 @pytest.mark.slow
 def test_quickstart_end_to_end_through_the_entry_point(tmp_path):
     """The installed `taskdml` runs quickstart on its own embedded cluster and reports accuracy."""
-    done = subprocess.run([TASKDML, "run", str(ROOT / "pipelines" / "quickstart.yaml"), "n_samples=40000",
-                           "chunk_size=10000", "--workers", "2", "--run-dir", str(tmp_path)],
-                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    done = subprocess.run(
+        [
+            TASKDML,
+            "run",
+            str(ROOT / "pipelines" / "quickstart.yaml"),
+            "n_samples=40000",
+            "chunk_size=10000",
+            "--workers",
+            "2",
+            "--run-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert "accuracy" in done.stdout and "succeeded" in done.stdout
     assert "dashboard: http://127.0.0.1:" in done.stderr
@@ -76,13 +109,45 @@ def scheduler_and_worker(tmp_path):
     address = f"tcp://127.0.0.1:{port}"
     env = ENV
     dask = str(Path(sys.executable).with_name("dask"))
-    processes = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
-                                   "--dashboard-address", "127.0.0.1:0"], cwd=tmp_path, env=env,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    processes.append(subprocess.Popen([dask, "worker", address, "--nworkers", "2", "--nthreads", "1",
-                                       "--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0"],
-                                      cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL))
+    processes = [
+        subprocess.Popen(
+            [
+                dask,
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--dashboard-address",
+                "127.0.0.1:0",
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
+    processes.append(
+        subprocess.Popen(
+            [
+                dask,
+                "worker",
+                address,
+                "--nworkers",
+                "2",
+                "--nthreads",
+                "1",
+                "--host",
+                "127.0.0.1",
+                "--dashboard-address",
+                "127.0.0.1:0",
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    )
     try:
         from distributed import Client
 
@@ -101,9 +166,23 @@ def scheduler_and_worker(tmp_path):
 @pytest.mark.slow
 def test_same_file_runs_on_a_separate_scheduler(scheduler_and_worker, tmp_path):
     """quickstart.yaml runs unchanged against `dask scheduler` + `dask worker` via --scheduler."""
-    done = subprocess.run([TASKDML, "run", str(ROOT / "pipelines" / "quickstart.yaml"), "n_samples=40000",
-                           "--scheduler", scheduler_and_worker, "--run-dir", str(tmp_path), "--json"],
-                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    done = subprocess.run(
+        [
+            TASKDML,
+            "run",
+            str(ROOT / "pipelines" / "quickstart.yaml"),
+            "n_samples=40000",
+            "--scheduler",
+            scheduler_and_worker,
+            "--run-dir",
+            str(tmp_path),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     manifest = json.loads((Path(summary["run_dir"]) / "manifest.json").read_text())
@@ -112,8 +191,9 @@ def test_same_file_runs_on_a_separate_scheduler(scheduler_and_worker, tmp_path):
     # The reference: the same SGDClassifier, 3 epochs, fitted in memory by scikit-learn on the
     # same rows with seeds 0-4 (0.71-0.75 here: three epochs of SGD depend on the seed). The
     # data-parallel fit (2 replicas, model averaging) must score within 2 points of that range.
-    reference = _in_memory_accuracies(40_000, 0.2, 0, range(5), loss="log_loss", alpha=1e-4,
-                                      max_iter=3, tol=None)
+    reference = _in_memory_accuracies(
+        40_000, 0.2, 0, range(5), loss="log_loss", alpha=1e-4, max_iter=3, tol=None
+    )
     accuracy = summary["metrics"]["report"]["accuracy"]
     assert min(reference) - 0.02 <= accuracy <= max(reference) + 0.02, (accuracy, reference)
 
@@ -121,20 +201,42 @@ def test_same_file_runs_on_a_separate_scheduler(scheduler_and_worker, tmp_path):
 def test_unreachable_scheduler_exits_4(tmp_path):
     """A scheduler that does not answer gives exit 4 and says how to start one."""
     path = ROOT / "pipelines" / "quickstart.yaml"
-    result = CliRunner().invoke(cli, ["run", str(path), "--scheduler", f"tcp://127.0.0.1:{_free_port()}",
-                                      "--run-dir", str(tmp_path)])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            str(path),
+            "--scheduler",
+            f"tcp://127.0.0.1:{_free_port()}",
+            "--run-dir",
+            str(tmp_path),
+        ],
+    )
     assert result.exit_code == 4
-    assert "could not connect to the scheduler" in result.output and "dask scheduler" in result.output
+    assert (
+        "could not connect to the scheduler" in result.output and "dask scheduler" in result.output
+    )
     assert "Traceback" not in result.output
 
 
 def test_failing_step_exits_1_and_points_at_the_run(cluster, tmp_path):
     """A step that raises gives exit 1, the error, and the run directory."""
     path = tmp_path / "fails.yaml"
-    path.write_text("taskdml: 1\nname: fails\nimports: {allow: [pipeline_functions]}\nsteps:\n"
-                    "  boom:\n    call: pipeline_functions:fail\n    with: {message: disk full}\n")
-    result = CliRunner().invoke(cli, ["run", str(path), "--scheduler", cluster.scheduler_address,
-                                      "--run-dir", str(tmp_path / "runs")])
+    path.write_text(
+        "taskdml: 1\nname: fails\nimports: {allow: [pipeline_functions]}\nsteps:\n"
+        "  boom:\n    call: pipeline_functions:fail\n    with: {message: disk full}\n"
+    )
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            str(path),
+            "--scheduler",
+            cluster.scheduler_address,
+            "--run-dir",
+            str(tmp_path / "runs"),
+        ],
+    )
     assert result.exit_code == 1
     assert "step 'boom' failed: RuntimeError: disk full" in result.output
     assert "taskdml runs show" in result.output
@@ -143,9 +245,20 @@ def test_failing_step_exits_1_and_points_at_the_run(cluster, tmp_path):
 def test_runs_list_and_show(cluster, tmp_path):
     """runs list shows the run; runs show (by prefix or 'latest') shows its steps and metrics."""
     runs = str(tmp_path / "runs")
-    CliRunner().invoke(cli, ["run", str(ROOT / "pipelines" / "digits_sweep.yaml"), "--scheduler",
-                             cluster.scheduler_address, "--run-dir", runs])
-    listed = json.loads(CliRunner().invoke(cli, ["runs", "list", "--run-dir", runs, "--json"]).output)
+    CliRunner().invoke(
+        cli,
+        [
+            "run",
+            str(ROOT / "pipelines" / "digits_sweep.yaml"),
+            "--scheduler",
+            cluster.scheduler_address,
+            "--run-dir",
+            runs,
+        ],
+    )
+    listed = json.loads(
+        CliRunner().invoke(cli, ["runs", "list", "--run-dir", runs, "--json"]).output
+    )
     assert [entry["status"] for entry in listed] == ["succeeded"]
     shown = CliRunner().invoke(cli, ["runs", "show", listed[0]["run_id"][:12], "--run-dir", runs])
     assert "balanced_accuracy" in shown.output and "sweep" in shown.output
@@ -162,12 +275,19 @@ def test_interrupt_exits_130_and_keeps_the_ledger(tmp_path):
     is listed from the start, so the text alone says nothing about which one runs).
     """
     path = tmp_path / "slow.yaml"
-    path.write_text("taskdml: 1\nname: slow\nimports: {allow: [pipeline_functions]}\n"
-                    "cluster: {n_workers: 1}\nsteps:\n  quick:\n    call: pipeline_functions:add\n"
-                    "    with: {a: 1, b: 2}\n  wait:\n    call: pipeline_functions:wait_and_return\n"
-                    "    inputs: {value: quick}\n    with: {seconds: 60}\n")
-    process = subprocess.Popen([TASKDML, "run", str(path), "--run-dir", str(tmp_path / "runs")],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    path.write_text(
+        "taskdml: 1\nname: slow\nimports: {allow: [pipeline_functions]}\n"
+        "cluster: {n_workers: 1}\nsteps:\n  quick:\n    call: pipeline_functions:add\n"
+        "    with: {a: 1, b: 2}\n  wait:\n    call: pipeline_functions:wait_and_return\n"
+        "    inputs: {value: quick}\n    with: {seconds: 60}\n"
+    )
+    process = subprocess.Popen(
+        [TASKDML, "run", str(path), "--run-dir", str(tmp_path / "runs")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
     deadline = time.monotonic() + 180  # a guard against a hang, not a measurement
     manifest = None
     while manifest is None and time.monotonic() < deadline and process.poll() is None:
@@ -186,9 +306,11 @@ def test_interrupt_exits_130_and_keeps_the_ledger(tmp_path):
     assert recorded["steps"]["wait"]["state"] == "interrupted"
 
 
-FAILS = ("taskdml: 1\nname: fails\nimports: {allow: [pipeline_functions]}\nsteps:\n"
-         "  fine:\n    call: pipeline_functions:add\n    with: {a: 1, b: 2}\n"
-         "  boom:\n    call: pipeline_functions:fail\n    with: {message: disk full}\n")
+FAILS = (
+    "taskdml: 1\nname: fails\nimports: {allow: [pipeline_functions]}\nsteps:\n"
+    "  fine:\n    call: pipeline_functions:add\n    with: {a: 1, b: 2}\n"
+    "  boom:\n    call: pipeline_functions:fail\n    with: {message: disk full}\n"
+)
 
 
 def _fake_run(root, run_id, status="succeeded"):
@@ -196,8 +318,12 @@ def _fake_run(root, run_id, status="succeeded"):
     from taskdml.runs import RunDirectory
 
     directory = RunDirectory(root, run_id=run_id)
-    directory.update_manifest(pipeline="demo", status=status, duration_s=1.0,
-                              steps={"a": {"kind": "call", "state": "completed"}})
+    directory.update_manifest(
+        pipeline="demo",
+        status=status,
+        duration_s=1.0,
+        steps={"a": {"kind": "call", "state": "completed"}},
+    )
     return directory
 
 
@@ -212,10 +338,21 @@ def test_exit_codes_are_one_table_shared_by_help_readme_and_errors():
     assert EXIT_CODES_TEXT in words(CliRunner().invoke(cli, ["--help"]).output)
     assert EXIT_CODES_TEXT in words((ROOT / "README.md").read_text(encoding="utf-8"))
     codes = {text: code for code, text in EXIT_CODES}
-    assert (StepFailed.exit_code, PipelineError.exit_code, ClusterUnavailable.exit_code,
-            RunNotFound.exit_code) == (codes["a step failed"], codes["invalid pipeline"],
-                                       codes["cluster unavailable"], codes["run not found"]) \
+    assert (
+        (
+            StepFailed.exit_code,
+            PipelineError.exit_code,
+            ClusterUnavailable.exit_code,
+            RunNotFound.exit_code,
+        )
+        == (
+            codes["a step failed"],
+            codes["invalid pipeline"],
+            codes["cluster unavailable"],
+            codes["run not found"],
+        )
         == (1, 3, 4, 5)
+    )
 
 
 @pytest.mark.parametrize("command", [["run"], ["runs", "list"], ["runs", "show"]])
@@ -233,8 +370,9 @@ def test_usage_errors_exit_2(tmp_path):
     assert missing.exit_code == 2 and "Missing argument" in missing.output
     path = tmp_path / "p.yaml"
     path.write_text(FAILS)
-    zero = CliRunner().invoke(cli, ["run", str(path), "--workers", "0",
-                                    "--run-dir", str(tmp_path / "runs")])
+    zero = CliRunner().invoke(
+        cli, ["run", str(path), "--workers", "0", "--run-dir", str(tmp_path / "runs")]
+    )
     assert zero.exit_code == 2 and "--workers" in zero.output
     assert not (tmp_path / "runs").exists()
 
@@ -242,8 +380,10 @@ def test_usage_errors_exit_2(tmp_path):
 def test_cluster_that_fails_to_start_exits_4(tmp_path):
     """A cluster class that raises while starting gives exit 4, its error, and the fix."""
     path = tmp_path / "p.yaml"
-    path.write_text(FAILS + "cluster:\n  spec:\n    class: distributed:LocalCluster\n"
-                    "    kwargs: {n_workers: 1, no_such_option: 1}\n")
+    path.write_text(
+        FAILS + "cluster:\n  spec:\n    class: distributed:LocalCluster\n"
+        "    kwargs: {n_workers: 1, no_such_option: 1}\n"
+    )
     result = CliRunner().invoke(cli, ["run", str(path), "--run-dir", str(tmp_path / "runs")])
     assert result.exit_code == 4, result.output
     assert "could not start LocalCluster(n_workers=1, no_such_option=1)" in result.output
@@ -259,11 +399,14 @@ def test_run_not_found_and_ambiguous_prefix_exit_5(tmp_path):
     assert missing.exit_code == 5
     assert "no run 'no-such-run'" in missing.output
     assert f"taskdml runs list --run-dir {runs}" in missing.output
-    ambiguous = CliRunner().invoke(cli, ["runs", "show", "20260101-000000-aa", "--run-dir",
-                                         str(runs)])
+    ambiguous = CliRunner().invoke(
+        cli, ["runs", "show", "20260101-000000-aa", "--run-dir", str(runs)]
+    )
     assert ambiguous.exit_code == 5
-    assert ("'20260101-000000-aa' matches 2 runs" in ambiguous.output
-            and "20260101-000000-aaaaaa, 20260101-000000-aabbbb" in ambiguous.output)
+    assert (
+        "'20260101-000000-aa' matches 2 runs" in ambiguous.output
+        and "20260101-000000-aaaaaa, 20260101-000000-aabbbb" in ambiguous.output
+    )
     assert "taskdml runs list" in ambiguous.output
     assert "Traceback" not in missing.output + ambiguous.output
 
@@ -302,8 +445,11 @@ def test_runs_show_json_is_the_recorded_run(tmp_path):
     directory = _fake_run(tmp_path, "20260101-000000-cccccc", status="failed")
     directory.update_step("a", traceback="long text", state="failed", error="RuntimeError: x")
     directory.record_metrics("report", {"accuracy": 0.5})
-    shown = json.loads(CliRunner().invoke(cli, ["runs", "show", "latest", "--run-dir",
-                                                str(tmp_path), "--json"]).output)
+    shown = json.loads(
+        CliRunner()
+        .invoke(cli, ["runs", "show", "latest", "--run-dir", str(tmp_path), "--json"])
+        .output
+    )
     manifest = json.loads((directory.path / "manifest.json").read_text())
     assert shown == run_summary("20260101", tmp_path)
     assert shown["run_id"] == manifest["run_id"] and shown["status"] == "failed"
@@ -316,8 +462,20 @@ def test_dry_run_json_prints_the_plan_and_runs_nothing(tmp_path):
     """--dry-run --json gives the resolved pipeline, its order and the cluster; no run dir."""
     path = tmp_path / "p.yaml"
     path.write_text(FAILS)
-    result = CliRunner().invoke(cli, ["run", str(path), "+a=1", "--dry-run", "--json",
-                                      "--workers", "3", "--run-dir", str(tmp_path / "runs")])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            str(path),
+            "+a=1",
+            "--dry-run",
+            "--json",
+            "--workers",
+            "3",
+            "--run-dir",
+            str(tmp_path / "runs"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     shown = json.loads(result.stdout)
     assert shown["dry_run"] is True and shown["pipeline"] == "fails"
@@ -331,14 +489,27 @@ def test_run_json_after_a_failure_reports_the_run(cluster, tmp_path):
     """run --json after a failing step prints the run's JSON on stdout, then exits 1."""
     path = tmp_path / "p.yaml"
     path.write_text(FAILS)
-    result = CliRunner().invoke(cli, ["run", str(path), "--scheduler", cluster.scheduler_address,
-                                      "--run-dir", str(tmp_path / "runs"), "--json"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            str(path),
+            "--scheduler",
+            cluster.scheduler_address,
+            "--run-dir",
+            str(tmp_path / "runs"),
+            "--json",
+        ],
+    )
     assert result.exit_code == 1
     shown = json.loads(result.stdout)
     assert shown["status"] == "failed" and shown["exit_code"] == 1
     assert shown["steps"]["fine"]["state"] == "completed"
-    assert shown["steps"]["boom"] == {**shown["steps"]["boom"], "state": "failed",
-                                      "error": "RuntimeError: disk full"}
+    assert shown["steps"]["boom"] == {
+        **shown["steps"]["boom"],
+        "state": "failed",
+        "error": "RuntimeError: disk full",
+    }
     assert "traceback" not in shown["steps"]["boom"]
     assert Path(shown["run_dir"]).parent == tmp_path / "runs"
 
@@ -348,11 +519,13 @@ def test_no_dashboard_is_said_and_not_linked(tmp_path):
     from taskdml.cluster import NO_DASHBOARD
 
     path = tmp_path / "p.yaml"
-    path.write_text(FAILS.split("  boom:")[0] + "cluster:\n  spec:\n"
-                    "    class: distributed:LocalCluster\n"
-                    "    kwargs: {n_workers: 1, host: 127.0.0.1,\n"
-                    "             dashboard_address: '127.0.0.1:0',\n"
-                    "             scheduler_kwargs: {dashboard: false}}\n")
+    path.write_text(
+        FAILS.split("  boom:")[0] + "cluster:\n  spec:\n"
+        "    class: distributed:LocalCluster\n"
+        "    kwargs: {n_workers: 1, host: 127.0.0.1,\n"
+        "             dashboard_address: '127.0.0.1:0',\n"
+        "             scheduler_kwargs: {dashboard: false}}\n"
+    )
     result = CliRunner().invoke(cli, ["run", str(path), "--run-dir", str(tmp_path / "runs")])
     assert result.exit_code == 0, result.output
     assert NO_DASHBOARD in result.output and "/status" not in result.output

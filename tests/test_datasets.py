@@ -100,8 +100,9 @@ def test_generator_seed_determines_values(name):
     chunk_b=st.integers(500, 20_000),
     random_state=st.integers(0, 2**32),
 )
-def test_generator_values_do_not_depend_on_chunking(name, n_samples, chunk_a, chunk_b,
-                                                    random_state):
+def test_generator_values_do_not_depend_on_chunking(
+    name, n_samples, chunk_a, chunk_b, random_state
+):
     """Property: for a seed the arrays are identical whatever chunk_size."""
     chunk_a = max(chunk_a, n_samples // 50 + 1)  # keep the number of tasks small
     a = GENERATORS[name](n_samples=n_samples, chunk_size=chunk_a, random_state=random_state)
@@ -124,8 +125,14 @@ def test_generator_same_on_cluster_and_local_scheduler(name, client, seed):
 def test_make_classification_weights_give_class_balance(seed):
     """Class proportions follow weights (exactly up to a few rows when flip_y=0)."""
     data = datasets.make_classification(
-        60_000, 6, n_informative=3, n_classes=3, weights=[0.2, 0.3], flip_y=0.0,
-        chunk_size=7_000, random_state=seed,
+        60_000,
+        6,
+        n_informative=3,
+        n_classes=3,
+        weights=[0.2, 0.3],
+        flip_y=0.0,
+        chunk_size=7_000,
+        random_state=seed,
     )
     counts = np.bincount(_local(data.y), minlength=3)
     np.testing.assert_allclose(counts / 60_000, [0.2, 0.3, 0.5], atol=2e-4)
@@ -145,8 +152,14 @@ def test_make_classification_flip_y_moves_labels_toward_uniform(seed):
 def test_make_classification_feature_structure(seed):
     """Redundant features are linear in the informative ones; repeated ones are copies."""
     data = datasets.make_classification(
-        3_000, 9, n_informative=3, n_redundant=2, n_repeated=2, flip_y=0.0,
-        chunk_size=1_000, random_state=seed,
+        3_000,
+        9,
+        n_informative=3,
+        n_redundant=2,
+        n_repeated=2,
+        flip_y=0.0,
+        chunk_size=1_000,
+        random_state=seed,
     )
     X = _local(data.X)
     assert np.linalg.matrix_rank(X[:, :5], tol=1e-8) == 3
@@ -160,8 +173,16 @@ def test_make_classification_feature_structure(seed):
 def test_make_classification_classes_sit_on_hypercube_vertices(seed):
     """Each class's informative mean is a distinct vertex of the (+-class_sep) hypercube."""
     data = datasets.make_classification(
-        40_000, 5, n_informative=3, n_redundant=0, n_classes=4, n_clusters_per_class=1,
-        class_sep=2.0, flip_y=0.0, chunk_size=9_000, random_state=seed,
+        40_000,
+        5,
+        n_informative=3,
+        n_redundant=0,
+        n_classes=4,
+        n_clusters_per_class=1,
+        class_sep=2.0,
+        flip_y=0.0,
+        chunk_size=9_000,
+        random_state=seed,
     )
     X, y = _local(data.X), _local(data.y)
     means = np.array([X[y == c, :3].mean(0) for c in range(4)])
@@ -203,8 +224,12 @@ def test_make_blobs_clusters_around_centers(seed):
     """Rows split evenly over the centers, each cluster centred with its own std."""
     centers = np.array([[0.0, 0.0], [20.0, 0.0], [0.0, 20.0]])
     data, returned = datasets.make_blobs(
-        9_000, centers=centers, cluster_std=[0.5, 1.0, 2.0], chunk_size=2_500,
-        random_state=seed, return_centers=True,
+        9_000,
+        centers=centers,
+        cluster_std=[0.5, 1.0, 2.0],
+        chunk_size=2_500,
+        random_state=seed,
+        return_centers=True,
     )
     np.testing.assert_array_equal(returned, centers)
     X, y = _local(data.X), _local(data.y)
@@ -512,8 +537,9 @@ def _reference_test_rows(n_samples, test_size, seed):
     """The split's definition computed directly: scikit-learn's test size, and the rows whose
     splitmix64(offset + row) are the smallest, by a full sort (the library streams a histogram).
     """
-    n_test = len(sklearn.model_selection.train_test_split(np.arange(n_samples),
-                                                          test_size=test_size)[1])
+    n_test = len(
+        sklearn.model_selection.train_test_split(np.arange(n_samples), test_size=test_size)[1]
+    )
     offset = int(np.random.SeedSequence(seed, spawn_key=(2,)).generate_state(1, np.uint64)[0])
     hashes = [_splitmix64((offset + row) & _M64) for row in range(n_samples)]
     return np.sort(np.argsort(hashes)[:n_test])
@@ -554,10 +580,12 @@ def test_split_does_not_depend_on_chunking(n_samples, chunk_a, chunk_b, test_siz
     chunk_a = max(chunk_a, n_samples // 40 + 1)
     chunk_b = max(chunk_b, n_samples // 40 + 1)
     assume(math.ceil(test_size * n_samples) < n_samples)
-    parts_a = datasets.train_test_split(_indexed(n_samples, chunk_a), test_size=test_size,
-                                        random_state=random_state)
-    parts_b = datasets.train_test_split(_indexed(n_samples, chunk_b), test_size=test_size,
-                                        random_state=random_state)
+    parts_a = datasets.train_test_split(
+        _indexed(n_samples, chunk_a), test_size=test_size, random_state=random_state
+    )
+    parts_b = datasets.train_test_split(
+        _indexed(n_samples, chunk_b), test_size=test_size, random_state=random_state
+    )
     for a, b in zip(parts_a, parts_b):
         np.testing.assert_array_equal(_rows(a), _rows(b))
         assert all(c > 0 for c in a.X.chunks[0])

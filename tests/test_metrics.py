@@ -113,9 +113,7 @@ class Problem:
 def problems():
     """The four problems, built once: 3000 rows each."""
     Xb, yb = make_classification(3000, n_features=6, n_informative=4, random_state=0)
-    Xm, ym = make_classification(
-        3000, n_features=6, n_informative=4, n_classes=3, random_state=1
-    )
+    Xm, ym = make_classification(3000, n_features=6, n_informative=4, n_classes=3, random_state=1)
     Xr, yr = make_regression(3000, n_features=5, noise=10.0, random_state=2)
     return {
         "binary": Problem(Xb, yb, LogisticRegression()),
@@ -455,8 +453,9 @@ def test_multiclass_ranking_needs_every_class(problems):
         reference("roc_auc_ovr", p.model, p.Xt[keep], p.y[keep])
     data = as_dataset(p.X[keep], p.y[keep], chunks=500)
     with pytest.raises(
-        DataError, match=r"^roc_auc_ovr needs samples of every class of the model in y, but "
-        r"classes \['cat'\] have none"
+        DataError,
+        match=r"^roc_auc_ovr needs samples of every class of the model in y, but "
+        r"classes \['cat'\] have none",
     ):
         evaluate(p.model, data, ["roc_auc_ovr"], preprocess=p.preprocess)
 

@@ -45,8 +45,9 @@ def _split_in_memory(seed):
     """TRAIN's data and split, computed in memory."""
     from taskdml import datasets
 
-    data = datasets.make_classification(n_samples=6000, n_features=8, chunk_size=1000,
-                                        random_state=seed)
+    data = datasets.make_classification(
+        n_samples=6000, n_features=8, chunk_size=1000, random_state=seed
+    )
     train, test = datasets.train_test_split(data, random_state=seed)
     train, test = train.compute(), test.compute()
     return train["X"].values, train["y"].values, test["X"].values, test["y"].values
@@ -70,19 +71,31 @@ def test_pipeline_runs_and_records_everything(client, tmp_path):
     assert accuracy == pytest.approx(accuracy_score(y_test, model.predict(X_scaled)))
     assert run.metrics["report"]["roc_auc"] == pytest.approx(roc_auc_score(y_test, scores))
     in_memory = StandardScaler().fit(X_train)
-    reference = SGDClassifier(random_state=0).fit(
-        in_memory.transform(X_train), y_train).score(in_memory.transform(X_test), y_test)
+    reference = (
+        SGDClassifier(random_state=0)
+        .fit(in_memory.transform(X_train), y_train)
+        .score(in_memory.transform(X_test), y_test)
+    )
     assert abs(accuracy - reference) <= 0.03, reference
     files = {path.name for path in run.path.iterdir()}
-    assert {"pipeline.yaml", "resolved.yaml", "overrides.txt", "manifest.json", "events.jsonl",
-            "metrics.json", "models"} <= files
+    assert {
+        "pipeline.yaml",
+        "resolved.yaml",
+        "overrides.txt",
+        "manifest.json",
+        "events.jsonl",
+        "metrics.json",
+        "models",
+    } <= files
     assert (run.path / "overrides.txt").read_text() == "seed=1\n"
     manifest = json.loads((run.path / "manifest.json").read_text())
     assert manifest["status"] == "succeeded"
     assert {entry["state"] for entry in manifest["steps"].values()} == {"completed"}
     assert manifest["steps"]["model"]["artifacts"]["model"]["format"] in ("skops", "joblib")
     assert manifest["versions"]["dask"] and manifest["cluster"]["workers"] == 2
-    events = [json.loads(line)["event"] for line in (run.path / "events.jsonl").read_text().splitlines()]
+    events = [
+        json.loads(line)["event"] for line in (run.path / "events.jsonl").read_text().splitlines()
+    ]
     assert events[0] == "run_started" and events[-1] == "run_finished"
     model = run.model("model")
     assert type(model).__name__ == "SGDClassifier" and hasattr(model, "coef_")
@@ -92,11 +105,21 @@ def test_keys_and_spans_are_named_after_steps(client, tmp_path):
     """Dashboard prefixes start with the step name; each step has its own span."""
     run_pipeline(loads_pipeline(TRAIN), client, run_root=tmp_path)
     prefixes = _prefixes(client)
-    assert {"data-generate", "split-train", "split-test", "scale-inspect", "scale-replica", "model-replica",
-            "report-statistics"} <= prefixes
+    assert {
+        "data-generate",
+        "split-train",
+        "split-test",
+        "scale-inspect",
+        "scale-replica",
+        "model-replica",
+        "report-statistics",
+    } <= prefixes
     spans = client.run_on_scheduler(
-        lambda dask_scheduler: [s.name for s in dask_scheduler.extensions["spans"].spans.values()])
-    assert {("train_small", step) for step in ("data", "split", "scale", "model", "report")} <= set(spans)
+        lambda dask_scheduler: [s.name for s in dask_scheduler.extensions["spans"].spans.values()]
+    )
+    assert {("train_small", step) for step in ("data", "split", "scale", "model", "report")} <= set(
+        spans
+    )
 
 
 def test_independent_steps_run_concurrently(client, tmp_path):
@@ -105,11 +128,19 @@ def test_independent_steps_run_concurrently(client, tmp_path):
     import uuid
 
     a, b = f"slow_a-{uuid.uuid4().hex}", f"slow_b-{uuid.uuid4().hex}"
-    pipeline = Pipeline("concurrent", [
-        Step("slow_a", call="pipeline_functions:meet", with_={"value": 1, "mine": a, "other": b}),
-        Step("slow_b", call="pipeline_functions:meet", with_={"value": 2, "mine": b, "other": a}),
-        Step("total", call="pipeline_functions:add", inputs={"a": "slow_a", "b": "slow_b"}),
-    ], imports=ALLOW)
+    pipeline = Pipeline(
+        "concurrent",
+        [
+            Step(
+                "slow_a", call="pipeline_functions:meet", with_={"value": 1, "mine": a, "other": b}
+            ),
+            Step(
+                "slow_b", call="pipeline_functions:meet", with_={"value": 2, "mine": b, "other": a}
+            ),
+            Step("total", call="pipeline_functions:add", inputs={"a": "slow_a", "b": "slow_b"}),
+        ],
+        imports=ALLOW,
+    )
     events = []
     scheduler_before = dask.config.get("scheduler", None)
     run = run_pipeline(pipeline, client, run_root=tmp_path, on_event=events.append)
@@ -117,15 +148,22 @@ def test_independent_steps_run_concurrently(client, tmp_path):
     assert run.outputs["total"]["result"].result() == 3
     order = [(e["event"], e.get("step")) for e in events if e.get("step")]
     assert order.index(("step_started", "total")) > max(
-        order.index(("step_finished", "slow_a")), order.index(("step_finished", "slow_b")))
+        order.index(("step_finished", "slow_a")), order.index(("step_finished", "slow_b"))
+    )
 
 
 def test_foreach_fans_out_into_named_items(client, tmp_path):
     """foreach runs the product of values; outputs are keyed by item; keys carry indices."""
-    pipeline = Pipeline("fan", [
-        Step("sweep", call="pipeline_functions:add", foreach={"a": [1, 2], "b": [10, 20]}),
-        Step("split", call="pipeline_functions:pair", with_={"value": 5}, outputs=["one", "two"]),
-    ], imports=ALLOW)
+    pipeline = Pipeline(
+        "fan",
+        [
+            Step("sweep", call="pipeline_functions:add", foreach={"a": [1, 2], "b": [10, 20]}),
+            Step(
+                "split", call="pipeline_functions:pair", with_={"value": 5}, outputs=["one", "two"]
+            ),
+        ],
+        imports=ALLOW,
+    )
     run = run_pipeline(pipeline, client, record=False)
     results = {label: future.result() for label, future in run.outputs["sweep"]["result"].items()}
     assert results == {"a=1,b=10": 11, "a=1,b=20": 21, "a=2,b=10": 12, "a=2,b=20": 22}
@@ -137,48 +175,75 @@ def test_foreach_fans_out_into_named_items(client, tmp_path):
 
 def test_plain_callables_receive_in_memory_data(client):
     """A lazy dataset input is computed on the workers and arrives in memory."""
-    pipeline = Pipeline("memory", [
-        Step("data", call="taskdml.datasets:make_blobs", with_={"n_samples": 3000, "chunk_size": 500,
-                                                              "random_state": 0}),
-        Step("count", call="pipeline_functions:count_samples", inputs={"data": "data"}),
-    ], imports=ALLOW)
+    pipeline = Pipeline(
+        "memory",
+        [
+            Step(
+                "data",
+                call="taskdml.datasets:make_blobs",
+                with_={"n_samples": 3000, "chunk_size": 500, "random_state": 0},
+            ),
+            Step("count", call="pipeline_functions:count_samples", inputs={"data": "data"}),
+        ],
+        imports=ALLOW,
+    )
     assert run_pipeline(pipeline, client, record=False).outputs["count"]["result"].result() == 3000
 
 
 def test_failed_step_keeps_what_finished(client, tmp_path):
-    """A failing step fails the run; upstream and independent work is recorded, dependants skipped."""
-    pipeline = Pipeline("failing", [
-        Step("data", call="taskdml.datasets:load_sklearn", with_={"name": "iris"}),
-        Step("model", fit="sklearn.naive_bayes:GaussianNB", inputs={"data": "data"}),
-        Step("broken", call="pipeline_functions:fail", with_={"message": "bad input at row 7"}),
-        Step("after", call="pipeline_functions:add", inputs={"a": "broken", "b": "broken"}),
-    ], imports=ALLOW)
-    with pytest.raises(StepFailed, match="step 'broken' failed: RuntimeError: bad input at row 7") as info:
+    """A failing step fails the run; upstream and independent work is kept, dependants skipped."""
+    pipeline = Pipeline(
+        "failing",
+        [
+            Step("data", call="taskdml.datasets:load_sklearn", with_={"name": "iris"}),
+            Step("model", fit="sklearn.naive_bayes:GaussianNB", inputs={"data": "data"}),
+            Step("broken", call="pipeline_functions:fail", with_={"message": "bad input at row 7"}),
+            Step("after", call="pipeline_functions:add", inputs={"a": "broken", "b": "broken"}),
+        ],
+        imports=ALLOW,
+    )
+    with pytest.raises(
+        StepFailed, match="step 'broken' failed: RuntimeError: bad input at row 7"
+    ) as info:
         run_pipeline(pipeline, client, run_root=tmp_path)
     manifest = json.loads((info.value.run_dir / "manifest.json").read_text())
     states = {name: entry["state"] for name, entry in manifest["steps"].items()}
-    assert states == {"data": "completed", "model": "completed", "broken": "failed", "after": "skipped"}
+    assert states == {
+        "data": "completed",
+        "model": "completed",
+        "broken": "failed",
+        "after": "skipped",
+    }
     assert manifest["status"] == "failed"
     assert (info.value.run_dir / "models" / "model.skops").exists()
 
 
 def test_wrong_output_count_is_explained(client):
     """A callable returning fewer values than declared outputs names the fix."""
-    pipeline = Pipeline("outputs", [
-        Step("three", call="pipeline_functions:pair", with_={"value": 1}, outputs=["a", "b", "c"]),
-    ], imports=ALLOW)
+    pipeline = Pipeline(
+        "outputs",
+        [
+            Step(
+                "three", call="pipeline_functions:pair", with_={"value": 1}, outputs=["a", "b", "c"]
+            ),
+        ],
+        imports=ALLOW,
+    )
     with pytest.raises(StepFailed, match="declares 3 outputs but its callable returned 2 values"):
         run_pipeline(pipeline, client, record=False)
 
 
 def test_cluster_spec_starts_the_named_class(tmp_path):
     """cluster.spec builds the named cluster class with its kwargs, and closes it."""
-    text = TRAIN + """\
+    text = (
+        TRAIN
+        + """\
 cluster:
   spec:
     class: distributed:LocalCluster
     kwargs: {n_workers: 1, threads_per_worker: 1, host: 127.0.0.1, dashboard_address: "127.0.0.1:0"}
 """
+    )
     run = run_pipeline(loads_pipeline(text), run_root=tmp_path)
     manifest = json.loads((run.path / "manifest.json").read_text())
     assert manifest["cluster"]["cluster"] == "LocalCluster" and manifest["cluster"]["workers"] == 1
@@ -206,11 +271,14 @@ steps:
 """
 
 
-@pytest.mark.parametrize("method,space", [
-    ("grid", "{alpha: [1.0e-4, 1.0e-2], penalty: [l2, l1]}"),
-    ("random", "{alpha: {loguniform: [1.0e-5, 1.0e-1]}}"),
-    ("asha", "{alpha: {loguniform: [1.0e-5, 1.0e-1]}}"),
-])
+@pytest.mark.parametrize(
+    "method,space",
+    [
+        ("grid", "{alpha: [1.0e-4, 1.0e-2], penalty: [l2, l1]}"),
+        ("random", "{alpha: {loguniform: [1.0e-5, 1.0e-1]}}"),
+        ("asha", "{alpha: {loguniform: [1.0e-5, 1.0e-1]}}"),
+    ],
+)
 def test_search_step_outputs_and_records_trials(client, tmp_path, method, space):
     """A search step gives the best model and parameters, writes trials-tune.csv and a PNG,
     and its report is the saved best model's accuracy computed in memory by scikit-learn."""
@@ -250,8 +318,10 @@ def test_cluster_keys_in_the_file_reach_the_workers():
 
     from taskdml.cluster import connect
 
-    block = ("cluster: {n_workers: 1, threads_per_worker: 2, processes: false, "
-             "memory_limit: 1GiB, dashboard_address: '127.0.0.1:0'}")
+    block = (
+        "cluster: {n_workers: 1, threads_per_worker: 2, processes: false, "
+        "memory_limit: 1GiB, dashboard_address: '127.0.0.1:0'}"
+    )
     pipeline = loads_pipeline(ONE_STEP.replace("CLUSTER", block))
     with connect(pipeline.cluster) as client:  # what run_pipeline does with the file's block
         facts = client.submit(pipeline_functions.worker_facts, pure=False).result()
@@ -284,8 +354,9 @@ def test_models_skops_cannot_trust_are_saved_with_joblib(tmp_path):
     assert (load_model(directory.path, "own").predict(X) == 1).all()
     known = directory.save_model("known", LogisticRegression().fit(X, y))
     assert known["format"] == "skops"
-    np.testing.assert_array_equal(load_model(directory.path, "known").coef_,
-                                  LogisticRegression().fit(X, y).coef_)
+    np.testing.assert_array_equal(
+        load_model(directory.path, "known").coef_, LogisticRegression().fit(X, y).coef_
+    )
     with pytest.raises(RunNotFound, match="saved no model for step 'other'"):
         load_model(directory.path, "other")
 
@@ -295,12 +366,24 @@ def test_graph_builders_run_in_the_client_and_plain_callables_on_workers(client)
     function unmarked runs as a task in a worker process."""
     from distributed import futures_of
 
-    pipeline = Pipeline("builders", [
-        Step("built", call="pipeline_functions:arange_and_pid_marked", with_={"n": 10},
-             outputs=["array", "pid"]),
-        Step("task", call="pipeline_functions:arange_and_pid_unmarked", with_={"n": 10},
-             outputs=["array", "pid"]),
-    ], imports=ALLOW)
+    pipeline = Pipeline(
+        "builders",
+        [
+            Step(
+                "built",
+                call="pipeline_functions:arange_and_pid_marked",
+                with_={"n": 10},
+                outputs=["array", "pid"],
+            ),
+            Step(
+                "task",
+                call="pipeline_functions:arange_and_pid_unmarked",
+                with_={"n": 10},
+                outputs=["array", "pid"],
+            ),
+        ],
+        imports=ALLOW,
+    )
     run = run_pipeline(pipeline, client, record=False)
     built = run.outputs["built"]
     assert built["pid"] == os.getpid()

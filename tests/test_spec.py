@@ -41,45 +41,201 @@ BROKEN = [
     ("yaml-indent", "taskdml: 1\nname: demo\n steps:\n  a: 1\n", 3, "not valid YAML"),
     ("python-tag", "taskdml: 1\nname: !!python/object/apply:os.system [ls]\nsteps: {}\n", 2, "tag"),
     ("not-a-mapping", "- taskdml: 1\n", 1, "mapping"),
-    ("duplicate-key", VALID.replace("  report:", "  data:\n    call: numpy:ones\n  report:"), 17, "given twice"),
+    (
+        "duplicate-key",
+        VALID.replace("  report:", "  data:\n    call: numpy:ones\n  report:"),
+        17,
+        "given twice",
+    ),
     ("missing-version", VALID.replace("taskdml: 1\n", ""), 1, "'taskdml'"),
     ("wrong-version", VALID.replace("taskdml: 1", "taskdml: 2"), 1, "taskdml"),
     ("top-level-typo", VALID.replace("params:", "parms:"), 3, "Did you mean 'params'"),
     ("steps-typo", VALID.replace("steps:", "stpes:"), 4, "Did you mean 'steps'"),
-    ("step-key-typo", VALID.replace("    inputs: {data: data}", "    input: {data: data}"), 10, "Did you mean 'inputs'"),
+    (
+        "step-key-typo",
+        VALID.replace("    inputs: {data: data}", "    input: {data: data}"),
+        10,
+        "Did you mean 'inputs'",
+    ),
     ("with-typo", VALID.replace("with: {alpha:", "wiht: {alpha:"), 15, "Did you mean 'with'"),
-    ("two-kinds", VALID.replace("    evaluate: [accuracy]", "    evaluate: [accuracy]\n    call: numpy:mean"), 17, "exactly one of"),
+    (
+        "two-kinds",
+        VALID.replace("    evaluate: [accuracy]", "    evaluate: [accuracy]\n    call: numpy:mean"),
+        17,
+        "exactly one of",
+    ),
     ("no-kind", VALID.replace("    evaluate: [accuracy]\n", ""), 17, "exactly one of"),
     ("bad-step-name", VALID.replace("  report:", "  Report-1:"), 17, "not allowed"),
-    ("unknown-step-ref", VALID.replace("inputs: {data: split.train}", "inputs: {data: splt.train}"), 16, "Did you mean 'split'"),
-    ("unknown-output-ref", VALID.replace("inputs: {data: split.train}", "inputs: {data: split.trian}"), 16, "Did you mean 'train'"),
-    ("self-ref", VALID.replace("inputs: {data: split.train}", "inputs: {data: model}"), 16, "own output"),
-    ("cycle", VALID.replace("    inputs: {data: data}\n", "    inputs: {data: report}\n"), 10, "cycle"),
-    ("disallowed-import", VALID.replace("taskdml.datasets:load_sklearn", "os:system"), 6, "imports.allow"),
-    ("outside-allowlist", VALID.replace("taskdml.datasets:load_sklearn", "json:loads"), 6, "imports.allow"),
-    ("missing-module", VALID.replace("taskdml.datasets:load_sklearn", "sklearn.nosuch:thing"), 6, "no module named"),
-    ("missing-attr", VALID.replace("sklearn.linear_model:SGDClassifier", "sklearn.linear_model:SGDClasifier"), 14, "Did you mean 'SGDClassifier'"),
-    ("callable-syntax", VALID.replace("sklearn.linear_model:SGDClassifier", "sklearn.linear_model.SGDClassifier"), 14, "module:attr"),
-    ("estimator-param-typo", VALID.replace("with: {alpha:", "with: {alpah:"), 15, "Did you mean 'alpha'"),
-    ("call-kwarg-typo", VALID.replace("with: {name: iris}", "with: {nmae: iris}"), 7, "Did you mean 'name'"),
-    ("wrong-type-inputs", VALID.replace("inputs: {data: data}", "inputs: [data]"), 10, "expected a mapping"),
-    ("wrong-type-outputs", VALID.replace("outputs: [train, test]", "outputs: train"), 12, "expected a list"),
-    ("wrong-type-parallel", VALID.replace("    inputs: {data: split.train}", "    inputs: {data: split.train}\n    parallel: {epochs: many}"), 17, "expected an integer"),
-    ("bad-strategy", VALID.replace("    inputs: {data: split.train}", "    inputs: {data: split.train}\n    parallel: {strategy: snyc}"), 17, "Did you mean 'sync'"),
-    ("unknown-metric", VALID.replace("evaluate: [accuracy]", "evaluate: [acuracy]"), 18, "Did you mean 'accuracy'"),
-    ("fit-outputs", VALID.replace("    inputs: {data: split.train}", "    inputs: {data: split.train}\n    outputs: [m]"), 17, "outputs are fixed"),
-    ("fit-missing-data", VALID.replace("    inputs: {data: split.train}", "    inputs: {train: split.train}"), 16, "needs input 'data'"),
-    ("key-for-other-kind", VALID.replace("    evaluate: [accuracy]", "    evaluate: [accuracy]\n    parallel: {epochs: 2}"), 19, "does not apply"),
-    ("unknown-interpolation", VALID.replace("${params.seed}", "${params.sed}"), 11, "Did you mean 'seed'"),
-    ("interpolation-cycle", VALID.replace("seed: 0,", "seed: '${params.alpha}',").replace("alpha: 1.0e-4", "alpha: '${params.seed}'"), 3, "cycle"),
-    ("missing-env", VALID.replace("${params.seed}", "${oc.env:TASKDML_TEST_SURELY_UNSET}"), 11, "not set"),
-    ("search-without-budget", VALID.replace("    evaluate: [accuracy]\n    inputs: {model: model, data: split.test}",
-                                            "    search: sklearn.linear_model:SGDClassifier\n    method: asha\n"
-                                            "    space: {alpha: [0.1, 0.01]}\n    inputs: {data: split.train}"), 17, "needs budget.trials"),
-    ("grid-with-distribution", VALID.replace("    evaluate: [accuracy]\n    inputs: {model: model, data: split.test}",
-                                             "    search: sklearn.linear_model:SGDClassifier\n    method: grid\n"
-                                             "    space: {alpha: {loguniform: [1.0e-5, 1.0]}}\n    inputs: {data: split.train}"), 20, "needs lists of values"),
-    ("bad-cluster-key", VALID.replace("params:", "cluster: {n_wrkers: 2}\nparams:"), 3, "Did you mean 'n_workers'"),
+    (
+        "unknown-step-ref",
+        VALID.replace("inputs: {data: split.train}", "inputs: {data: splt.train}"),
+        16,
+        "Did you mean 'split'",
+    ),
+    (
+        "unknown-output-ref",
+        VALID.replace("inputs: {data: split.train}", "inputs: {data: split.trian}"),
+        16,
+        "Did you mean 'train'",
+    ),
+    (
+        "self-ref",
+        VALID.replace("inputs: {data: split.train}", "inputs: {data: model}"),
+        16,
+        "own output",
+    ),
+    (
+        "cycle",
+        VALID.replace("    inputs: {data: data}\n", "    inputs: {data: report}\n"),
+        10,
+        "cycle",
+    ),
+    (
+        "disallowed-import",
+        VALID.replace("taskdml.datasets:load_sklearn", "os:system"),
+        6,
+        "imports.allow",
+    ),
+    (
+        "outside-allowlist",
+        VALID.replace("taskdml.datasets:load_sklearn", "json:loads"),
+        6,
+        "imports.allow",
+    ),
+    (
+        "missing-module",
+        VALID.replace("taskdml.datasets:load_sklearn", "sklearn.nosuch:thing"),
+        6,
+        "no module named",
+    ),
+    (
+        "missing-attr",
+        VALID.replace("sklearn.linear_model:SGDClassifier", "sklearn.linear_model:SGDClasifier"),
+        14,
+        "Did you mean 'SGDClassifier'",
+    ),
+    (
+        "callable-syntax",
+        VALID.replace("sklearn.linear_model:SGDClassifier", "sklearn.linear_model.SGDClassifier"),
+        14,
+        "module:attr",
+    ),
+    (
+        "estimator-param-typo",
+        VALID.replace("with: {alpha:", "with: {alpah:"),
+        15,
+        "Did you mean 'alpha'",
+    ),
+    (
+        "call-kwarg-typo",
+        VALID.replace("with: {name: iris}", "with: {nmae: iris}"),
+        7,
+        "Did you mean 'name'",
+    ),
+    (
+        "wrong-type-inputs",
+        VALID.replace("inputs: {data: data}", "inputs: [data]"),
+        10,
+        "expected a mapping",
+    ),
+    (
+        "wrong-type-outputs",
+        VALID.replace("outputs: [train, test]", "outputs: train"),
+        12,
+        "expected a list",
+    ),
+    (
+        "wrong-type-parallel",
+        VALID.replace(
+            "    inputs: {data: split.train}",
+            "    inputs: {data: split.train}\n    parallel: {epochs: many}",
+        ),
+        17,
+        "expected an integer",
+    ),
+    (
+        "bad-strategy",
+        VALID.replace(
+            "    inputs: {data: split.train}",
+            "    inputs: {data: split.train}\n    parallel: {strategy: snyc}",
+        ),
+        17,
+        "Did you mean 'sync'",
+    ),
+    (
+        "unknown-metric",
+        VALID.replace("evaluate: [accuracy]", "evaluate: [acuracy]"),
+        18,
+        "Did you mean 'accuracy'",
+    ),
+    (
+        "fit-outputs",
+        VALID.replace(
+            "    inputs: {data: split.train}", "    inputs: {data: split.train}\n    outputs: [m]"
+        ),
+        17,
+        "outputs are fixed",
+    ),
+    (
+        "fit-missing-data",
+        VALID.replace("    inputs: {data: split.train}", "    inputs: {train: split.train}"),
+        16,
+        "needs input 'data'",
+    ),
+    (
+        "key-for-other-kind",
+        VALID.replace(
+            "    evaluate: [accuracy]", "    evaluate: [accuracy]\n    parallel: {epochs: 2}"
+        ),
+        19,
+        "does not apply",
+    ),
+    (
+        "unknown-interpolation",
+        VALID.replace("${params.seed}", "${params.sed}"),
+        11,
+        "Did you mean 'seed'",
+    ),
+    (
+        "interpolation-cycle",
+        VALID.replace("seed: 0,", "seed: '${params.alpha}',").replace(
+            "alpha: 1.0e-4", "alpha: '${params.seed}'"
+        ),
+        3,
+        "cycle",
+    ),
+    (
+        "missing-env",
+        VALID.replace("${params.seed}", "${oc.env:TASKDML_TEST_SURELY_UNSET}"),
+        11,
+        "not set",
+    ),
+    (
+        "search-without-budget",
+        VALID.replace(
+            "    evaluate: [accuracy]\n    inputs: {model: model, data: split.test}",
+            "    search: sklearn.linear_model:SGDClassifier\n    method: asha\n"
+            "    space: {alpha: [0.1, 0.01]}\n    inputs: {data: split.train}",
+        ),
+        17,
+        "needs budget.trials",
+    ),
+    (
+        "grid-with-distribution",
+        VALID.replace(
+            "    evaluate: [accuracy]\n    inputs: {model: model, data: split.test}",
+            "    search: sklearn.linear_model:SGDClassifier\n    method: grid\n"
+            "    space: {alpha: {loguniform: [1.0e-5, 1.0]}}\n    inputs: {data: split.train}",
+        ),
+        20,
+        "needs lists of values",
+    ),
+    (
+        "bad-cluster-key",
+        VALID.replace("params:", "cluster: {n_wrkers: 2}\nparams:"),
+        3,
+        "Did you mean 'n_workers'",
+    ),
     ("negative-workers", VALID.replace("params:", "cluster: {n_workers: 0}\nparams:"), 3, ">= 1"),
 ]
 
@@ -92,7 +248,7 @@ def _write(tmp_path, text):
 
 @pytest.mark.parametrize("case,text,line,fragment", BROKEN, ids=[case[0] for case in BROKEN])
 def test_broken_file_is_refused_before_anything_runs(tmp_path, case, text, line, fragment):
-    """A broken file exits 3 naming file:line and the problem, with no traceback, running nothing."""
+    """A broken file exits 3 naming file:line and the problem, no traceback, running nothing."""
     path = _write(tmp_path, text)
     runs = tmp_path / "runs"
     result = CliRunner().invoke(cli, ["run", str(path), "--run-dir", str(runs)])
@@ -126,41 +282,51 @@ def test_every_problem_is_reported_at_once():
 def test_interpolation_keeps_types_and_formats_strings(monkeypatch):
     """A whole ${...} keeps the value's type; inside text it is formatted; env vars resolve."""
     monkeypatch.setenv("TASKDML_TEST_SEED", "7")
-    text = VALID.replace("params: {seed: 0, alpha: 1.0e-4}",
-                         "params: {seed: '${oc.env:TASKDML_TEST_SEED}', alpha: 1.0e-4, tag: 'a-${params.alpha}'}")
+    text = VALID.replace(
+        "params: {seed: 0, alpha: 1.0e-4}",
+        "params: {seed: '${oc.env:TASKDML_TEST_SEED}', alpha: 1.0e-4, tag: 'a-${params.alpha}'}",
+    )
     pipeline = loads_pipeline(text)
     assert pipeline.step("split").with_["random_state"] == 7
     assert pipeline.params["tag"] == "a-0.0001"
     assert pipeline.step("model").with_["alpha"] == 1e-4
 
 
-@pytest.mark.parametrize("overrides,check", [
-    (["seed=3"], lambda p: p.step("split").with_["random_state"] == 3),
-    (["params.alpha=1e-2"], lambda p: p.step("model").with_["alpha"] == 0.01),
-    (["steps.data.with.name=wine"], lambda p: p.step("data").with_["name"] == "wine"),
-    (["+extra=[1, 2]"], lambda p: p.params["extra"] == (1, 2)),
-    (["++seed=5"], lambda p: p.params["seed"] == 5),
-    (["~params.alpha", "+alpha=0.5"], lambda p: p.step("model").with_["alpha"] == 0.5),
-    (["+cluster.n_workers=3"], lambda p: p.cluster["n_workers"] == 3),
-])
+@pytest.mark.parametrize(
+    "overrides,check",
+    [
+        (["seed=3"], lambda p: p.step("split").with_["random_state"] == 3),
+        (["params.alpha=1e-2"], lambda p: p.step("model").with_["alpha"] == 0.01),
+        (["steps.data.with.name=wine"], lambda p: p.step("data").with_["name"] == "wine"),
+        (["+extra=[1, 2]"], lambda p: p.params["extra"] == (1, 2)),
+        (["++seed=5"], lambda p: p.params["seed"] == 5),
+        (["~params.alpha", "+alpha=0.5"], lambda p: p.step("model").with_["alpha"] == 0.5),
+        (["+cluster.n_workers=3"], lambda p: p.cluster["n_workers"] == 3),
+    ],
+)
 def test_overrides_follow_hydra_grammar(overrides, check):
     """key=value, +key=value, ++key=value and ~key change the file before interpolation."""
     assert check(loads_pipeline(VALID, overrides=overrides))
 
 
-@pytest.mark.parametrize("override,fragment", [
-    ("sed=3", "Did you mean 'seed'"),
-    ("+seed=3", "already exists"),
-    ("~nothing", "cannot delete"),
-    ("=3", "expected key=value"),
-    ("seed", "expected key=value"),
-    ("steps.model.with.alpha=high", "'alpha' parameter of SGDClassifier must be"),
-])
+@pytest.mark.parametrize(
+    "override,fragment",
+    [
+        ("sed=3", "Did you mean 'seed'"),
+        ("+seed=3", "already exists"),
+        ("~nothing", "cannot delete"),
+        ("=3", "expected key=value"),
+        ("seed", "expected key=value"),
+        ("steps.model.with.alpha=high", "'alpha' parameter of SGDClassifier must be"),
+    ],
+)
 def test_bad_override_is_refused(override, fragment):
     """A wrong override names itself and the fix."""
     with pytest.raises(PipelineError, match=fragment.replace("(", r"\(")):
-        loads_pipeline(VALID.replace("with: {alpha: \"${params.alpha}\"}", "with: {alpha: 0.1}"),
-                       overrides=[override])
+        loads_pipeline(
+            VALID.replace('with: {alpha: "${params.alpha}"}', "with: {alpha: 0.1}"),
+            overrides=[override],
+        )
 
 
 def test_bad_override_exits_3_on_the_cli(tmp_path):
@@ -173,21 +339,33 @@ def test_bad_override_exits_3_on_the_cli(tmp_path):
 def test_validate_and_show(tmp_path):
     """validate says valid; show renders text, mermaid, dot and json."""
     path = str(_write(tmp_path, VALID))
-    assert "valid pipeline 'demo' with 4 steps" in CliRunner().invoke(cli, ["validate", path]).output
+    assert (
+        "valid pipeline 'demo' with 4 steps" in CliRunner().invoke(cli, ["validate", path]).output
+    )
     text = CliRunner().invoke(cli, ["show", path]).output
     assert "split" in text and "<- data" in text
     mermaid = CliRunner().invoke(cli, ["show", path, "--format", "mermaid"]).output
     dot = CliRunner().invoke(cli, ["show", path, "--format", "dot"]).output
     # One edge per input of VALID, labelled "output -> argument", written out by hand:
-    edges = [("data", "split", "result -> data"), ("split", "model", "train -> data"),
-             ("model", "report", "model -> model"), ("split", "report", "test -> data")]
+    edges = [
+        ("data", "split", "result -> data"),
+        ("split", "model", "train -> data"),
+        ("model", "report", "model -> model"),
+        ("split", "report", "test -> data"),
+    ]
     assert mermaid.startswith("flowchart TD")
     assert sorted(line.strip() for line in mermaid.splitlines() if "-->" in line) == sorted(
-        f"{source} -->|{label}| {target}" for source, target, label in edges)
+        f"{source} -->|{label}| {target}" for source, target, label in edges
+    )
     assert dot.startswith('digraph "demo" {')
-    assert sorted(line.strip() for line in dot.splitlines() if " -> " in line and "label" in line
-                  and "[label=" in line and line.strip().split()[1] == "->") == sorted(
-        f'{source} -> {target} [label="{label}"];' for source, target, label in edges)
+    assert sorted(
+        line.strip()
+        for line in dot.splitlines()
+        if " -> " in line
+        and "label" in line
+        and "[label=" in line
+        and line.strip().split()[1] == "->"
+    ) == sorted(f'{source} -> {target} [label="{label}"];' for source, target, label in edges)
     shown = json.loads(CliRunner().invoke(cli, ["show", path, "--format", "json"]).output)
     assert shown["order"] == ["data", "split", "model", "report"]
 
@@ -195,7 +373,9 @@ def test_validate_and_show(tmp_path):
 def test_dry_run_runs_nothing(tmp_path):
     """--dry-run prints the plan and writes no run directory."""
     runs = tmp_path / "runs"
-    result = CliRunner().invoke(cli, ["run", str(_write(tmp_path, VALID)), "--dry-run", "--run-dir", str(runs)])
+    result = CliRunner().invoke(
+        cli, ["run", str(_write(tmp_path, VALID)), "--dry-run", "--run-dir", str(runs)]
+    )
     assert result.exit_code == 0 and "dry run" in result.output
     assert not runs.exists()
 
@@ -209,18 +389,31 @@ def test_published_schema_accepts_valid_files_and_is_a_json_schema():
         jsonschema.validate({"taskdml": 1, "name": "x", "steps": {"a": {"cal": "x:y"}}}, SCHEMA)
 
 
-_values = st.one_of(st.integers(-10**6, 10**6), st.floats(allow_nan=False, allow_infinity=False),
-                    st.text(st.characters(codec="utf-8", exclude_characters="$\\"), max_size=12),
-                    st.booleans())
+_values = st.one_of(
+    st.integers(-(10**6), 10**6),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(st.characters(codec="utf-8", exclude_characters="$\\"), max_size=12),
+    st.booleans(),
+)
 
 
 @settings(max_examples=40, deadline=None)
-@given(params=st.dictionaries(st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True), _values, max_size=5))
+@given(
+    params=st.dictionaries(
+        st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True), _values, max_size=5
+    )
+)
 def test_dump_and_load_round_trip(params):
     """A pipeline dumped to YAML loads back equal, whatever its params."""
     pipeline = loads_pipeline(VALID)
     text = dump_pipeline(pipeline)
-    with_params = loads_pipeline(text.replace("params:\n", "params:\n" + textwrap.indent(
-        "".join(f"{k}: {json.dumps(v)}\n" for k, v in params.items()), "  "), 1))
+    with_params = loads_pipeline(
+        text.replace(
+            "params:\n",
+            "params:\n"
+            + textwrap.indent("".join(f"{k}: {json.dumps(v)}\n" for k, v in params.items()), "  "),
+            1,
+        )
+    )
     assert loads_pipeline(dump_pipeline(with_params)) == with_params
     assert loads_pipeline(text) == pipeline

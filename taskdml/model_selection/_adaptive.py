@@ -191,11 +191,20 @@ class _AdaptiveSearchCV(SearchBase):
         parallel = self._parallel_options(hasattr(self.estimator, "partial_fit"))
         rng = check_random_state(self.random_state)
         params = candidates(self._space(), self._n_candidates(), random_state=rng)
-        backend = self._backend(X, y, classes, params, int(rng.randint(2**31 - 1)), scoring, parallel)
+        backend = self._backend(
+            X, y, classes, params, int(rng.randint(2**31 - 1)), scoring, parallel
+        )
         trials = [Trial(i, p, clone(self.estimator).set_params(**p)) for i, p in enumerate(params)]
-        driver = Driver(self._policy(trials), backend, trials, parallel=bool(backend.plan.parallel),
-                        patience=self._patience(), tol=getattr(self, "tol", 0.0),
-                        raise_errors=self.error_score == "raise", started=began)
+        driver = Driver(
+            self._policy(trials),
+            backend,
+            trials,
+            parallel=bool(backend.plan.parallel),
+            patience=self._patience(),
+            tol=getattr(self, "tol", 0.0),
+            raise_errors=self.error_score == "raise",
+            started=began,
+        )
         try:
             try:
                 history = driver.run()
@@ -210,8 +219,12 @@ class _AdaptiveSearchCV(SearchBase):
             backend.close()
         failed = [t for t in trials if t.status == "failed"]
         if failed:
-            warnings.warn(f"{len(failed)} of {len(trials)} trials failed; see trials_['error']. First: "
-                          f"trial {failed[0].id}: {failed[0].error}", _fit_failed_warning(), stacklevel=2)
+            warnings.warn(
+                f"{len(failed)} of {len(trials)} trials failed; see trials_['error']. First: "
+                f"trial {failed[0].id}: {failed[0].error}",
+                _fit_failed_warning(),
+                stacklevel=2,
+            )
         self._store_results(trials, history, best, backend)
         self.n_features_in_ = X.shape[1]
         self.fit_time_ = time.perf_counter() - began
@@ -231,19 +244,33 @@ class _AdaptiveSearchCV(SearchBase):
         partial_fit = hasattr(self.estimator, "partial_fit")
         client = current_client()
         chunks, rows, dtypes = prepare(X, y, client=client, n_chunks_min=max(2, n_folds))
-        token = tokenize(type(self).__name__, type(self.estimator).__name__, seed, rows,
-                         [getattr(part, "key", None) for chunk in chunks for part in chunk], params)
+        token = tokenize(
+            type(self).__name__,
+            type(self.estimator).__name__,
+            seed,
+            rows,
+            [getattr(part, "key", None) for chunk in chunks for part in chunk],
+            params,
+        )
         classifier = is_classifier(self.estimator)
         if classes is None and y is not None and classifier and partial_fit:
             classes = find_classes(chunks, client, key_name(self._prefix, token, phase="classes"))
         classes = None if classes is None else np.asarray(classes)
         folds = make_folds(len(rows), self.cv, self._value("validation_fraction"), seed)
-        layout = Layout(rows, folds, X.shape[1],
-                        classes, y is not None)
-        plan = SearchPlan(prefix=self._prefix, token=token, seed=seed, metric=metric, scorer=scorer,
-                          partial_fit=partial_fit, max_budget=self._max_budget(), dtypes=dtypes,
-                          parallel=parallel or {}, shuffle=self._shuffle(),
-                          fit_kwargs={"classes": classes} if classes is not None and classifier else {})
+        layout = Layout(rows, folds, X.shape[1], classes, y is not None)
+        plan = SearchPlan(
+            prefix=self._prefix,
+            token=token,
+            seed=seed,
+            metric=metric,
+            scorer=scorer,
+            partial_fit=partial_fit,
+            max_budget=self._max_budget(),
+            dtypes=dtypes,
+            parallel=parallel or {},
+            shuffle=self._shuffle(),
+            fit_kwargs={"classes": classes} if classes is not None and classifier else {},
+        )
         if client is None:
             return LocalBackend(chunks, layout, plan)
         return ClusterBackend(client, chunks, layout, plan)
@@ -264,8 +291,13 @@ class _AdaptiveSearchCV(SearchBase):
                 event["epochs"] = event["budget"]
             else:
                 event["n_samples"] = round(n_train * event["budget"] / plan.max_budget)
-        self.cv_results_ = cv_results(trials, self.error_score, layout.n_folds, self.cv is not None,
-                                       with_bracket=self._has_brackets)
+        self.cv_results_ = cv_results(
+            trials,
+            self.error_score,
+            layout.n_folds,
+            self.cv is not None,
+            with_bracket=self._has_brackets,
+        )
         self.best_index_ = best.id
         self.best_params_ = best.params
         self.best_score_ = best.scores[best.rung]
@@ -283,8 +315,10 @@ class _AdaptiveSearchCV(SearchBase):
     _refit_gates_methods = False
 
     def _no_refit_message(self, attribute):
-        return (f"This {type(self).__name__} was initialized with refit=False. {attribute} is "
-                "available only after refitting on the best parameters; set refit=True.")
+        return (
+            f"This {type(self).__name__} was initialized with refit=False. {attribute} is "
+            "available only after refitting on the best parameters; set refit=True."
+        )
 
     def _apply_best(self, estimator, method, X):
         return _apply(estimator, method, X)
@@ -334,22 +368,34 @@ class _AdaptiveSearchCV(SearchBase):
     def _alias_given(self, name):
         import inspect
 
-        aliases = [(alias, vocabulary) for alias, vocabulary in self._aliases.get(name, ())
-                   if getattr(self, alias) is not None]
+        aliases = [
+            (alias, vocabulary)
+            for alias, vocabulary in self._aliases.get(name, ())
+            if getattr(self, alias) is not None
+        ]
         if not aliases:
             return None
         default = inspect.signature(type(self).__init__).parameters[name].default
         value = getattr(self, name)
-        canonical_given = not (value is default or (
-            isinstance(value, (numbers.Number, str)) and isinstance(default, (numbers.Number, str))
-            and value == default))
+        canonical_given = not (
+            value is default
+            or (
+                isinstance(value, (numbers.Number, str))
+                and isinstance(default, (numbers.Number, str))
+                and value == default
+            )
+        )
         if len(aliases) > 1 or canonical_given:
-            named = [f"{alias}={getattr(self, alias)!r} ({vocabulary}'s name)"
-                     for alias, vocabulary in aliases]
+            named = [
+                f"{alias}={getattr(self, alias)!r} ({vocabulary}'s name)"
+                for alias, vocabulary in aliases
+            ]
             if canonical_given:
                 named.insert(0, f"{name}={value!r}")
-            raise ValueError(f"{type(self).__name__}: {' and '.join(named)} set the same parameter, "
-                             f"{name}; give it once.")
+            raise ValueError(
+                f"{type(self).__name__}: {' and '.join(named)} set the same parameter, "
+                f"{name}; give it once."
+            )
         return aliases[0][0]
 
     # -- shared checks ------------------------------------------------------------------------
@@ -357,22 +403,32 @@ class _AdaptiveSearchCV(SearchBase):
     def _check_common_params(self):
         name = type(self).__name__
         if not (hasattr(self.estimator, "fit") or hasattr(self.estimator, "partial_fit")):
-            raise TypeError(f"{name}: estimator must be a scikit-learn estimator with partial_fit or fit, "
-                            f"got {self.estimator!r}.")
+            raise TypeError(
+                f"{name}: estimator must be a scikit-learn estimator with partial_fit or fit, "
+                f"got {self.estimator!r}."
+            )
         space = self._space_name()
         if self._space() is None:
             others = " or ".join(alias for alias, _ in self._aliases.get(space, ()))
-            raise ValueError(f"{name}: no parameter space; pass {space} (or {others}): a dict of "
-                             "parameter names to lists of values or scipy.stats distributions.")
+            raise ValueError(
+                f"{name}: no parameter space; pass {space} (or {others}): a dict of "
+                "parameter names to lists of values or scipy.stats distributions."
+            )
         fraction = self._value("validation_fraction")
         if self.cv is None and not (isinstance(fraction, numbers.Real) and 0 < fraction < 1):
-            raise ValueError(f"{name}: {self._given_name('validation_fraction')} must be a number in "
-                             f"(0, 1), got {fraction!r}.")
+            raise ValueError(
+                f"{name}: {self._given_name('validation_fraction')} must be a number in "
+                f"(0, 1), got {fraction!r}."
+            )
         if self.cv is not None and not (_is_integer(self.cv) and self.cv >= 2):
-            raise ValueError(f"{name}: cv must be None (a hold-out of validation_fraction) or an integer "
-                             f">= 2 (k folds of chunks), got {self.cv!r}.")
+            raise ValueError(
+                f"{name}: cv must be None (a hold-out of validation_fraction) or an integer "
+                f">= 2 (k folds of chunks), got {self.cv!r}."
+            )
         if not (self.error_score == "raise" or isinstance(self.error_score, numbers.Real)):
-            raise ValueError(f"{name}: error_score must be 'raise' or a number, got {self.error_score!r}.")
+            raise ValueError(
+                f"{name}: error_score must be 'raise' or a number, got {self.error_score!r}."
+            )
         if not isinstance(self.refit, (bool, np.bool_)):
             raise ValueError(f"{name}: refit must be True or False, got {self.refit!r}.")
 
@@ -385,27 +441,39 @@ class _AdaptiveSearchCV(SearchBase):
         if parallel is None:
             return None
         if not isinstance(parallel, dict):
-            raise ValueError(f"{name}: parallel must be None or a dict such as "
-                             f"{{'strategy': 'sync', 'sync_every': 1}}, got {parallel!r}.")
+            raise ValueError(
+                f"{name}: parallel must be None or a dict such as "
+                f"{{'strategy': 'sync', 'sync_every': 1}}, got {parallel!r}."
+            )
         if "epochs" in parallel:
-            raise ValueError(f"{name}: parallel['epochs'] does not apply to a search: the budget sets how "
-                             f"many epochs each trial trains ({self._budget_names}); remove it.")
+            raise ValueError(
+                f"{name}: parallel['epochs'] does not apply to a search: the budget sets how "
+                f"many epochs each trial trains ({self._budget_names}); remove it."
+            )
         for key in parallel:
             if key not in ADAPTIVE_PARALLEL_KEYS:
                 hint = did_you_mean(key, ADAPTIVE_PARALLEL_KEYS)
-                raise ValueError(f"{name}: unknown key {key!r} in parallel.{hint} "
-                                 f"Valid keys: {', '.join(ADAPTIVE_PARALLEL_KEYS)}.")
+                raise ValueError(
+                    f"{name}: unknown key {key!r} in parallel.{hint} "
+                    f"Valid keys: {', '.join(ADAPTIVE_PARALLEL_KEYS)}."
+                )
         strategy = parallel.get("strategy", "sync")
         if strategy not in STRATEGIES:
-            raise ValueError(f"{name}: parallel['strategy'] must be one of {', '.join(STRATEGIES)}, "
-                             f"got {strategy!r}.{did_you_mean(strategy, STRATEGIES)}")
+            raise ValueError(
+                f"{name}: parallel['strategy'] must be one of {', '.join(STRATEGIES)}, "
+                f"got {strategy!r}.{did_you_mean(strategy, STRATEGIES)}"
+            )
         if strategy == "sequential":
             return None
         parallel = {key: value for key, value in parallel.items() if key != "shuffle"}
         reason = unmergeable_reason(self.estimator) if partial_fit else "it has no partial_fit"
         if reason is not None:
-            warnings.warn(f"{name}: trials of {type(self.estimator).__name__} train as sequential chains "
-                          f"instead of {strategy!r}: {reason}", SequentialFallbackWarning, stacklevel=3)
+            warnings.warn(
+                f"{name}: trials of {type(self.estimator).__name__} train as sequential chains "
+                f"instead of {strategy!r}: {reason}",
+                SequentialFallbackWarning,
+                stacklevel=3,
+            )
             return None
         return dict(parallel, strategy=strategy)
 
@@ -432,8 +500,10 @@ class _AdaptiveSearchCV(SearchBase):
             if is_classifier(self.estimator):
                 check_classification_targets(y)
         if X.shape[0] < 2:
-            raise ValueError(f"{type(self).__name__} needs at least 2 samples to hold some out for "
-                             f"validation; got n_samples={X.shape[0]}.")
+            raise ValueError(
+                f"{type(self).__name__} needs at least 2 samples to hold some out for "
+                f"validation; got n_samples={X.shape[0]}."
+            )
         return X, y
 
     def _patience(self):
@@ -441,8 +511,10 @@ class _AdaptiveSearchCV(SearchBase):
 
     def _metadata_as_run(self, trials):
         """``metadata_``: models started and epochs trained, as the search ran."""
-        return {"n_models": sum(1 for t in trials if t.status != "pending"),
-                "partial_fit_calls": int(sum(t.budget for t in trials))}
+        return {
+            "n_models": sum(1 for t in trials if t.status != "pending"),
+            "partial_fit_calls": int(sum(t.budget for t in trials)),
+        }
 
     _has_brackets = False
     _budget_names = "max_epochs"
@@ -457,8 +529,11 @@ class _SampledTrials:
 
     _aliases = {
         "param_distributions": (("parameters", "dask-ml"),),
-        "n_trials": (("n_initial_parameters", "dask-ml"), ("n_iter", "scikit-learn"),
-                     ("n_candidates", "scikit-learn")),
+        "n_trials": (
+            ("n_initial_parameters", "dask-ml"),
+            ("n_iter", "scikit-learn"),
+            ("n_candidates", "scikit-learn"),
+        ),
         "min_epochs": (("n_initial_iter", "dask-ml"),),
         "max_epochs": (("max_iter", "dask-ml"),),
         "reduction_factor": (("aggressiveness", "dask-ml"), ("factor", "scikit-learn")),
@@ -478,8 +553,9 @@ class _SampledTrials:
         return self._value("max_epochs")
 
     def _rung_budgets(self):
-        return policies.rung_budgets(self._value("min_epochs"), self._value("max_epochs"),
-                                     self._value("reduction_factor"))
+        return policies.rung_budgets(
+            self._value("min_epochs"), self._value("max_epochs"), self._value("reduction_factor")
+        )
 
 
 class ASHASearchCV(_SampledTrials, _AdaptiveSearchCV):
@@ -569,12 +645,32 @@ class ASHASearchCV(_SampledTrials, _AdaptiveSearchCV):
 
     _prefix = "asha"
 
-    def __init__(self, estimator, param_distributions=None, *, n_trials=20, max_epochs=27,
-                 min_epochs=1, reduction_factor=3, scoring=None, cv=None, validation_fraction=0.2,
-                 parallel=None, refit=True, error_score=np.nan, random_state=None,
-                 parameters=None, n_initial_parameters=None, n_iter=None, n_candidates=None,
-                 n_initial_iter=None, max_iter=None, aggressiveness=None, factor=None,
-                 test_size=None):
+    def __init__(
+        self,
+        estimator,
+        param_distributions=None,
+        *,
+        n_trials=20,
+        max_epochs=27,
+        min_epochs=1,
+        reduction_factor=3,
+        scoring=None,
+        cv=None,
+        validation_fraction=0.2,
+        parallel=None,
+        refit=True,
+        error_score=np.nan,
+        random_state=None,
+        parameters=None,
+        n_initial_parameters=None,
+        n_iter=None,
+        n_candidates=None,
+        n_initial_iter=None,
+        max_iter=None,
+        aggressiveness=None,
+        factor=None,
+        test_size=None,
+    ):
         self.estimator = estimator
         self.param_distributions = param_distributions
         self.n_trials = n_trials
@@ -657,13 +753,34 @@ aggressiveness, factor, test_size : optional
 
     _prefix = "halving"
 
-    def __init__(self, estimator, param_distributions=None, *, n_trials=20, max_epochs=27,
-                 min_epochs=1, reduction_factor=3, patience=False, tol=1e-3, scoring=None, cv=None,
-                 validation_fraction=0.2, parallel=None, refit=True, error_score=np.nan,
-                 random_state=None,
-                 parameters=None, n_initial_parameters=None, n_iter=None, n_candidates=None,
-                 n_initial_iter=None, max_iter=None, aggressiveness=None, factor=None,
-                 test_size=None):
+    def __init__(
+        self,
+        estimator,
+        param_distributions=None,
+        *,
+        n_trials=20,
+        max_epochs=27,
+        min_epochs=1,
+        reduction_factor=3,
+        patience=False,
+        tol=1e-3,
+        scoring=None,
+        cv=None,
+        validation_fraction=0.2,
+        parallel=None,
+        refit=True,
+        error_score=np.nan,
+        random_state=None,
+        parameters=None,
+        n_initial_parameters=None,
+        n_iter=None,
+        n_candidates=None,
+        n_initial_iter=None,
+        max_iter=None,
+        aggressiveness=None,
+        factor=None,
+        test_size=None,
+    ):
         self.estimator = estimator
         self.param_distributions = param_distributions
         self.n_trials = n_trials
@@ -695,10 +812,14 @@ aggressiveness, factor, test_size : optional
 
     def _schedule(self, n_trials):
         eta = self._value("reduction_factor")
-        return [(max(1, n_trials // eta**i), budget) for i, budget in enumerate(self._rung_budgets())]
+        return [
+            (max(1, n_trials // eta**i), budget) for i, budget in enumerate(self._rung_budgets())
+        ]
 
     def _patience(self):
-        return _patience_epochs(self.patience, self._value("max_epochs"), self._value("reduction_factor"))
+        return _patience_epochs(
+            self.patience, self._value("max_epochs"), self._value("reduction_factor")
+        )
 
     def _policy(self, trials):
         schedule = self._schedule(len(trials))
@@ -718,8 +839,11 @@ aggressiveness, factor, test_size : optional
         """
         _check_rungs(self)
         schedule = self._schedule(self._value("n_trials"))
-        return {"n_models": self._value("n_trials"), "partial_fit_calls": _planned_budget(schedule),
-                "rungs": schedule}
+        return {
+            "n_models": self._value("n_trials"),
+            "partial_fit_calls": _planned_budget(schedule),
+            "rungs": schedule,
+        }
 
 
 class HyperbandSearchCV(_AdaptiveSearchCV):
@@ -786,10 +910,28 @@ class HyperbandSearchCV(_AdaptiveSearchCV):
     _has_brackets = True
     _budget_names = "max_iter"
 
-    def __init__(self, estimator, parameters=None, *, max_iter=81, aggressiveness=3, patience=False,
-                 tol=1e-3, scoring=None, cv=None, validation_fraction=0.2, parallel=None, refit=True,
-                 error_score=np.nan, random_state=None, param_distributions=None, max_epochs=None,
-                 reduction_factor=None, factor=None, test_size=None):
+    def __init__(
+        self,
+        estimator,
+        parameters=None,
+        *,
+        max_iter=81,
+        aggressiveness=3,
+        patience=False,
+        tol=1e-3,
+        scoring=None,
+        cv=None,
+        validation_fraction=0.2,
+        parallel=None,
+        refit=True,
+        error_score=np.nan,
+        random_state=None,
+        param_distributions=None,
+        max_epochs=None,
+        reduction_factor=None,
+        factor=None,
+        test_size=None,
+    ):
         self.estimator = estimator
         self.parameters = parameters
         self.max_iter = max_iter
@@ -831,7 +973,9 @@ class HyperbandSearchCV(_AdaptiveSearchCV):
         return self._value("max_iter")
 
     def _patience(self):
-        return _patience_epochs(self.patience, self._value("max_iter"), self._value("aggressiveness"))
+        return _patience_epochs(
+            self.patience, self._value("max_iter"), self._value("aggressiveness")
+        )
 
     def _brackets(self):
         """``{s: schedule}`` with each schedule's last budget exactly *max_iter*."""
@@ -848,8 +992,8 @@ class HyperbandSearchCV(_AdaptiveSearchCV):
 
     def _policy(self, trials):
         halvings, owner, offset = [], {}, 0
-        for s, schedule in self._brackets().items():       # most adaptive first, as dask-ml
-            members = trials[offset:offset + _n_starting(schedule)]
+        for s, schedule in self._brackets().items():  # most adaptive first, as dask-ml
+            members = trials[offset : offset + _n_starting(schedule)]
             offset += _n_starting(schedule)
             if not members:
                 continue
@@ -872,20 +1016,32 @@ class HyperbandSearchCV(_AdaptiveSearchCV):
             budgets).
         """
         self._check_params()
-        brackets = [{"bracket": s, "n_models": _n_starting(schedule),
-                     "partial_fit_calls": _planned_budget(schedule),
-                     "decisions": [budget for _, budget in schedule]}
-                    for s, schedule in sorted(self._brackets().items())]
-        return {"n_models": sum(b["n_models"] for b in brackets),
-                "partial_fit_calls": sum(b["partial_fit_calls"] for b in brackets), "brackets": brackets}
+        brackets = [
+            {
+                "bracket": s,
+                "n_models": _n_starting(schedule),
+                "partial_fit_calls": _planned_budget(schedule),
+                "decisions": [budget for _, budget in schedule],
+            }
+            for s, schedule in sorted(self._brackets().items())
+        ]
+        return {
+            "n_models": sum(b["n_models"] for b in brackets),
+            "partial_fit_calls": sum(b["partial_fit_calls"] for b in brackets),
+            "brackets": brackets,
+        }
 
     def _metadata_as_run(self, trials):
         meta = super()._metadata_as_run(trials)
         meta["brackets"] = [
-            {"bracket": s, "n_models": sum(1 for t in trials if t.bracket == s and t.status != "pending"),
-             "partial_fit_calls": int(sum(t.budget for t in trials if t.bracket == s)),
-             "decisions": [budget for _, budget in schedule]}
-            for s, schedule in sorted(self._brackets().items())]
+            {
+                "bracket": s,
+                "n_models": sum(1 for t in trials if t.bracket == s and t.status != "pending"),
+                "partial_fit_calls": int(sum(t.budget for t in trials if t.bracket == s)),
+                "decisions": [budget for _, budget in schedule],
+            }
+            for s, schedule in sorted(self._brackets().items())
+        ]
         return meta
 
 
@@ -900,8 +1056,10 @@ def _is_integer(value):
 def _check_integer(search, name, minimum):
     value = search._value(name)
     if not (_is_integer(value) and value >= minimum):
-        raise ValueError(f"{type(search).__name__}: {search._given_name(name)} must be an integer "
-                         f">= {minimum}, got {value!r}.")
+        raise ValueError(
+            f"{type(search).__name__}: {search._given_name(name)} must be an integer "
+            f">= {minimum}, got {value!r}."
+        )
 
 
 def _check_rungs(search):
@@ -911,15 +1069,19 @@ def _check_rungs(search):
     _check_integer(search, "reduction_factor", 2)
     low, high = search._value("min_epochs"), search._value("max_epochs")
     if low > high:
-        raise ValueError(f"{type(search).__name__}: {search._given_name('min_epochs')} ({low}) must "
-                         f"not exceed {search._given_name('max_epochs')} ({high}).")
+        raise ValueError(
+            f"{type(search).__name__}: {search._given_name('min_epochs')} ({low}) must "
+            f"not exceed {search._given_name('max_epochs')} ({high})."
+        )
 
 
 def _check_patience(search):
     patience = search.patience
     if not (isinstance(patience, (bool, np.bool_)) or (_is_integer(patience) and patience >= 1)):
-        raise ValueError(f"{type(search).__name__}: patience must be True, False or an integer >= 1 "
-                         f"(epochs), got {patience!r}.")
+        raise ValueError(
+            f"{type(search).__name__}: patience must be True, False or an integer >= 1 "
+            f"(epochs), got {patience!r}."
+        )
     if not (isinstance(search.tol, numbers.Real) and search.tol >= 0):
         raise ValueError(f"{type(search).__name__}: tol must be a number >= 0, got {search.tol!r}.")
 
@@ -954,7 +1116,9 @@ def _apply(estimator, method, X):
     probe = np.asarray(getattr(estimator, method)(np.zeros((1, X.shape[1]), dtype=X.dtype)))
     if probe.ndim == 1:
         return X.map_blocks(_call, estimator, method, drop_axis=1, dtype=probe.dtype)
-    return X.map_blocks(_call, estimator, method, chunks=(X.chunks[0], probe.shape[1:]), dtype=probe.dtype)
+    return X.map_blocks(
+        _call, estimator, method, chunks=(X.chunks[0], probe.shape[1:]), dtype=probe.dtype
+    )
 
 
 def _call(X, estimator, method):
@@ -981,7 +1145,9 @@ def _resolve_scoring(estimator, scoring):
         return (scoring if scoring in METRICS and scoring in get_scorer_names() else None), scorer
     if callable(scoring):
         return None, scoring
-    raise ValueError(f"scoring must be None, a scorer name or a callable (one metric), got {scoring!r}.")
+    raise ValueError(
+        f"scoring must be None, a scorer name or a callable (one metric), got {scoring!r}."
+    )
 
 
 def _fit_failed_warning():

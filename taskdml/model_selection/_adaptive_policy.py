@@ -54,8 +54,9 @@ def hyperband_brackets(max_iter, eta=3):
     while eta ** (s_max + 1) <= max_iter:
         s_max += 1
     # n = ceil(B/R * eta**s / (s+1)) with B = (s_max+1) R, in integers.
-    return {s: (-(-(s_max + 1) * eta**s // (s + 1)), max_iter // eta**s)
-            for s in range(s_max, -1, -1)}
+    return {
+        s: (-(-(s_max + 1) * eta**s // (s + 1)), max_iter // eta**s) for s in range(s_max, -1, -1)
+    }
 
 
 def halving_schedule(n_models, first_budget, eta, n_rungs):
@@ -79,11 +80,11 @@ class ASHA:
         self.budgets = list(budgets)
         self.eta = eta
         self.unstarted = collections.deque(trials)
-        self.results = [{} for _ in self.budgets]   # rung -> {trial: score}
+        self.results = [{} for _ in self.budgets]  # rung -> {trial: score}
         self.promoted = [set() for _ in self.budgets]
-        self.running = {}                           # trial -> rung it is training to
-        self.paused = {}                            # trial -> rung it reported last
-        self.fresh = []                             # just reported, promoted first
+        self.running = {}  # trial -> rung it is training to
+        self.paused = {}  # trial -> rung it reported last
+        self.fresh = []  # just reported, promoted first
         self.finished = []
 
     def next_job(self):
@@ -102,7 +103,9 @@ class ASHA:
 
     def n_waiting(self):
         """Jobs that could start now: promotable trials and trials not started."""
-        return len(self.unstarted) + sum(len(self._promotable(r)) for r in range(len(self.budgets) - 1))
+        return len(self.unstarted) + sum(
+            len(self._promotable(r)) for r in range(len(self.budgets) - 1)
+        )
 
     def record(self, trial, rung, score, final=False):
         del self.running[trial]
@@ -123,7 +126,7 @@ class ASHA:
         return finished
 
     def _promotable(self, rung):
-        top = _best_first(self.results[rung])[:len(self.results[rung]) // self.eta]
+        top = _best_first(self.results[rung])[: len(self.results[rung]) // self.eta]
         return [t for t in top if t not in self.promoted[rung] and self.paused.get(t) == rung]
 
     def _promote(self, trial):
@@ -178,7 +181,7 @@ class Halving:
     def record(self, trial, rung, score, final=False):
         self.results[rung][trial] = score
         self.waiting_for.discard(trial)
-        if final:                     # stopped on a plateau: ranked, never promoted
+        if final:  # stopped on a plateau: ranked, never promoted
             self.plateaued.add(trial)
             self.finished.append(trial)
         self._maybe_advance()

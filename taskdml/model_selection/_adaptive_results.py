@@ -6,8 +6,20 @@ epoch is not comparable with one after 27); failed trials come last.
 
 import numpy as np
 
-RESERVED = {"trial", "bracket", "params", "budget", "epochs", "rung", "score", "std_score", "state",
-            "error", "fit_time", "time"}
+RESERVED = {
+    "trial",
+    "bracket",
+    "params",
+    "budget",
+    "epochs",
+    "rung",
+    "score",
+    "std_score",
+    "state",
+    "error",
+    "fit_time",
+    "time",
+}
 
 
 def best_trial(trials):
@@ -22,8 +34,12 @@ def _finite(score):
 
 def _rank(trials):
     """``rank_test_score``: by budget reached, then score; failed trials last; ties share."""
-    keys = [(-1, -np.inf) if t.status == "failed" or t.rung < 0 else (t.budget, _finite(t.scores[t.rung]))
-            for t in trials]
+    keys = [
+        (-1, -np.inf)
+        if t.status == "failed" or t.rung < 0
+        else (t.budget, _finite(t.scores[t.rung]))
+        for t in trials
+    ]
     ordered = sorted(set(keys), reverse=True)
     position, ranks = 1, {}
     for key in ordered:
@@ -36,7 +52,9 @@ def cv_results(trials, error_score, n_folds, with_splits, with_bracket):
     from numpy import ma
 
     def final(trial):
-        return error_score if trial.status == "failed" or trial.rung < 0 else trial.scores[trial.rung]
+        return (
+            error_score if trial.status == "failed" or trial.rung < 0 else trial.scores[trial.rung]
+        )
 
     results = {"params": [t.params for t in trials]}
     names = sorted({name for t in trials for name in t.params})
@@ -50,11 +68,19 @@ def cv_results(trials, error_score, n_folds, with_splits, with_bracket):
     if with_splits:
         for k in range(n_folds):
             results[f"split{k}_test_score"] = np.array(
-                [t.fold_scores[k] if t.fold_scores and t.status != "failed" else error_score for t in trials],
-                dtype=float)
+                [
+                    t.fold_scores[k] if t.fold_scores and t.status != "failed" else error_score
+                    for t in trials
+                ],
+                dtype=float,
+            )
     results["mean_test_score"] = scores
-    results["std_test_score"] = np.array([np.std(t.fold_scores) if t.fold_scores and t.status != "failed"
-                                          else np.nan for t in trials])
+    results["std_test_score"] = np.array(
+        [
+            np.std(t.fold_scores) if t.fold_scores and t.status != "failed" else np.nan
+            for t in trials
+        ]
+    )
     results["rank_test_score"] = _rank(trials)
     results["test_score"] = scores
     results["budget"] = np.array([t.budget for t in trials])
@@ -86,8 +112,13 @@ def trial_records_frame(trials, with_bracket):
         for name, value in t.params.items():
             row[f"param_{name}" if name in RESERVED else name] = value
         scored = t.fold_scores and t.status != "failed"
-        row.update(params=t.params, budget=t.budget, rung=t.rung, score=t.scores.get(t.rung, np.nan),
-                   std_score=float(np.std(t.fold_scores)) if scored else np.nan)
+        row.update(
+            params=t.params,
+            budget=t.budget,
+            rung=t.rung,
+            score=t.scores.get(t.rung, np.nan),
+            std_score=float(np.std(t.fold_scores)) if scored else np.nan,
+        )
         for k in range(n_rungs):
             row[f"score_rung_{k}"] = t.scores.get(k, np.nan)
         row.update(state=t.status, error=t.error, fit_time=t.fit_time, time=t.ended)
@@ -99,8 +130,12 @@ def all_failed_message(search, trials):
     errors = {}
     for trial in trials:
         errors.setdefault(trial.error, []).append(trial.id)
-    listing = "\n".join(f"  {error} ({'trial' if len(ids) == 1 else 'trials'} {', '.join(map(str, ids))})"
-                        for error, ids in errors.items())
-    return (f"All {len(trials)} trials of {type(search).__name__} failed, so there is no best "
-            f"candidate. The errors:\n{listing}\nFix the estimator or the parameter space; with "
-            "error_score='raise' the first error is raised with its traceback.")
+    listing = "\n".join(
+        f"  {error} ({'trial' if len(ids) == 1 else 'trials'} {', '.join(map(str, ids))})"
+        for error, ids in errors.items()
+    )
+    return (
+        f"All {len(trials)} trials of {type(search).__name__} failed, so there is no best "
+        f"candidate. The errors:\n{listing}\nFix the estimator or the parameter space; with "
+        "error_score='raise' the first error is raised with its traceback."
+    )

@@ -51,8 +51,16 @@ def engine_step(estimator, dataset, epochs, options, seed, classes):
     seed = int(np.random.SeedSequence(seed).generate_state(1)[0])
     with worker_client() as client:
         X, y = client.get_dataset(dataset)
-        return train(estimator, X, y, classes=classes, epochs=epochs, random_state=seed,
-                     client=client, **options).estimator
+        return train(
+            estimator,
+            X,
+            y,
+            classes=classes,
+            epochs=epochs,
+            random_state=seed,
+            client=client,
+            **options,
+        ).estimator
 
 
 def score_parts(scorer, estimator, X_parts, y_parts):
@@ -80,17 +88,17 @@ class SearchPlan:
     string-keyed dict that every reader has to spell the same way.
     """
 
-    prefix: str                # key prefix: the pipeline step, or the search's own name
-    token: str                 # tokenize() of the search's inputs: its keys' token
-    seed: int                  # the search's seed: chunk orders, subsamples, engine seeds
-    metric: object             # a metric name of taskdml.metrics (chunk-wise), or None
-    scorer: object             # the scikit-learn scorer, used when metric is None
-    partial_fit: bool          # budget in epochs of partial_fit, else in subsampled rows
-    max_budget: int            # the top rung's budget
-    dtypes: tuple              # (X dtype, y dtype or None)
-    parallel: dict             # the engine's options for replicated steps; {}: chains only
-    shuffle: bool              # a new seeded chunk order per trial and epoch
-    fit_kwargs: dict           # partial_fit's keyword arguments (classes)
+    prefix: str  # key prefix: the pipeline step, or the search's own name
+    token: str  # tokenize() of the search's inputs: its keys' token
+    seed: int  # the search's seed: chunk orders, subsamples, engine seeds
+    metric: object  # a metric name of taskdml.metrics (chunk-wise), or None
+    scorer: object  # the scikit-learn scorer, used when metric is None
+    partial_fit: bool  # budget in epochs of partial_fit, else in subsampled rows
+    max_budget: int  # the top rung's budget
+    dtypes: tuple  # (X dtype, y dtype or None)
+    parallel: dict  # the engine's options for replicated steps; {}: chains only
+    shuffle: bool  # a new seeded chunk order per trial and epoch
+    fit_kwargs: dict  # partial_fit's keyword arguments (classes)
 
 
 class Fold(NamedTuple):
@@ -115,10 +123,10 @@ class ChunkXY(NamedTuple):
 class Layout:
     """Chunks and folds of the training data, whatever holds them."""
 
-    rows: list                 # rows per chunk
-    folds: list                # [Fold(train chunk indices, validation chunk indices)]
+    rows: list  # rows per chunk
+    folds: list  # [Fold(train chunk indices, validation chunk indices)]
     n_features: int
-    classes: object            # numpy array for classifiers, else None
+    classes: object  # numpy array for classifiers, else None
     supervised: bool
 
     @property
@@ -154,8 +162,10 @@ def prepare(X, y, *, client, n_chunks_min):
         if client is not None:
             flat = client.scatter([part for chunk in chunks for part in chunk if part is not None])
             step = 1 if y is None else 2
-            chunks = [ChunkXY(flat[i], None if y is None else flat[i + 1])
-                      for i in range(0, len(flat), step)]
+            chunks = [
+                ChunkXY(flat[i], None if y is None else flat[i + 1])
+                for i in range(0, len(flat), step)
+            ]
         return chunks, [b - a for a, b in bounds], dtypes
     X = X.compute_chunk_sizes() if any(math.isnan(c) for c in X.chunks[0]) else X
     if len(X.chunks[0]) < n_chunks_min:
@@ -169,7 +179,7 @@ def prepare(X, y, *, client, n_chunks_min):
         blocks = dask.compute(*[a.to_delayed().ravel().tolist() for a in arrays])
     else:
         blocks = [_block_futures(a) for a in client.persist(arrays)]
-    keep = [i for i, rows in enumerate(X.chunks[0]) if rows]       # empty chunks teach nothing
+    keep = [i for i, rows in enumerate(X.chunks[0]) if rows]  # empty chunks teach nothing
     chunks = [ChunkXY(blocks[0][i], None if y is None else blocks[1][i]) for i in keep]
     return chunks, [X.chunks[0][i] for i in keep], dtypes
 
@@ -186,7 +196,9 @@ def find_classes(chunks, client, name):
     """The sorted distinct labels of every chunk's ``y`` (one small task per chunk)."""
     if client is None:
         return np.unique(np.concatenate([np.unique(y) for _, y in chunks]))
-    labels = client.gather([client.submit(np.unique, y, key=(name, i)) for i, (_, y) in enumerate(chunks)])
+    labels = client.gather(
+        [client.submit(np.unique, y, key=(name, i)) for i, (_, y) in enumerate(chunks)]
+    )
     return np.unique(np.concatenate(labels))
 
 
@@ -197,8 +209,10 @@ def make_folds(n_chunks, cv, validation_fraction, seed):
         n_valid = min(n_chunks - 1, max(1, round(validation_fraction * n_chunks)))
         return [Fold(sorted(order[n_valid:]), sorted(order[:n_valid]))]
     groups = [sorted(order[k::cv]) for k in range(cv)]
-    return [Fold(sorted(i for g in groups[:k] + groups[k + 1:] for i in g), groups[k])
-            for k in range(cv)]
+    return [
+        Fold(sorted(i for g in groups[:k] + groups[k + 1 :] for i in g), groups[k])
+        for k in range(cv)
+    ]
 
 
 @dataclasses.dataclass
@@ -224,16 +238,25 @@ class ClusterBackend:
         from distributed import as_completed
 
         self.client = client
-        self.chunks = chunks                    # [(X future, y future or None)]
+        self.chunks = chunks  # [(X future, y future or None)]
         self.layout = layout
         self.plan = plan
-        self.names = {phase: _keys.key_name(plan.prefix, plan.token, phase=phase)
-                      for phase in ("trial-fit", "trial-train", "trial-subsample", "trial-score",
-                                    "trial-result")}
+        self.names = {
+            phase: _keys.key_name(plan.prefix, plan.token, phase=phase)
+            for phase in (
+                "trial-fit",
+                "trial-train",
+                "trial-subsample",
+                "trial-score",
+                "trial-result",
+            )
+        }
         self.pending = as_completed()
         self.handles = {}
         self.datasets = []
-        self.validation = [self._dataset(fold.valid) if plan.metric else None for fold in layout.folds]
+        self.validation = [
+            self._dataset(fold.valid) if plan.metric else None for fold in layout.folds
+        ]
         nthreads = client.nthreads()
         self.n_workers, self.n_threads = len(nthreads), sum(nthreads.values())
 
@@ -241,12 +264,19 @@ class ClusterBackend:
         """Dask arrays over the persisted chunks *indices* (no data moves)."""
         import dask.array as da
 
-        rows, n_features, (x_dtype, y_dtype) = self.layout.rows, self.layout.n_features, self.plan.dtypes
-        X = da.concatenate([da.from_delayed(self.chunks[i].X, (rows[i], n_features), x_dtype)
-                            for i in indices])
+        rows, n_features, (x_dtype, y_dtype) = (
+            self.layout.rows,
+            self.layout.n_features,
+            self.plan.dtypes,
+        )
+        X = da.concatenate(
+            [da.from_delayed(self.chunks[i].X, (rows[i], n_features), x_dtype) for i in indices]
+        )
         if not self.layout.supervised:
             return X, None
-        y = da.concatenate([da.from_delayed(self.chunks[i].y, (rows[i],), y_dtype) for i in indices])
+        y = da.concatenate(
+            [da.from_delayed(self.chunks[i].y, (rows[i],), y_dtype) for i in indices]
+        )
         return X, y
 
     def _dataset(self, indices):
@@ -268,9 +298,13 @@ class ClusterBackend:
     def launch(self, job):
         """Submit one step of every fold and its scoring; the handle is the score's future."""
         states, scores = self._step(job, range(self.layout.n_folds), score=True)
-        result = self.client.submit(collect, scores, self.plan.metric,
-                                    key=(self.names["trial-result"], job.trial.id, job.stop),
-                                    priority=job.rung + 1000)
+        result = self.client.submit(
+            collect,
+            scores,
+            self.plan.metric,
+            key=(self.names["trial-result"], job.trial.id, job.stop),
+            priority=job.rung + 1000,
+        )
         self.handles[result] = states
         self.pending.add(result)
         return result
@@ -279,29 +313,61 @@ class ClusterBackend:
         trial, submit, priority = job.trial, self.client.submit, job.rung
         states, scores = [], []
         for fold in folds:
-            train = list(range(len(self.chunks))) if fold == "all" else self.layout.folds[fold].train
+            train = (
+                list(range(len(self.chunks))) if fold == "all" else self.layout.folds[fold].train
+            )
             state = trial.states[fold] if trial.states else trial.estimator
             if not self.plan.partial_fit:
                 fraction = job.stop / self.plan.max_budget
-                parts = [submit(subsample_chunk, *self.chunks[c], fraction, self.plan.seed, c,
-                                key=(self.names["trial-subsample"], job.stop, c), priority=priority)
-                         for c in train]
-                state = submit(fit_concatenated, trial.estimator, parts,
-                               key=(self.names["trial-fit"], trial.id, fold, job.stop, 0), priority=priority)
+                parts = [
+                    submit(
+                        subsample_chunk,
+                        *self.chunks[c],
+                        fraction,
+                        self.plan.seed,
+                        c,
+                        key=(self.names["trial-subsample"], job.stop, c),
+                        priority=priority,
+                    )
+                    for c in train
+                ]
+                state = submit(
+                    fit_concatenated,
+                    trial.estimator,
+                    parts,
+                    key=(self.names["trial-fit"], trial.id, fold, job.stop, 0),
+                    priority=priority,
+                )
             elif job.replicas > 1:
-                options = dict(self.plan.parallel, n_replicas=job.replicas, shuffle=self.plan.shuffle)
-                state = submit(engine_step, state, self._published(fold, train), job.stop - job.start,
-                               options, [self.plan.seed, trial.id + 1, _fold_number(fold) + 1, job.start],
-                               self.layout.classes,
-                               key=(self.names["trial-train"], trial.id, fold, job.start), priority=priority)
+                options = dict(
+                    self.plan.parallel, n_replicas=job.replicas, shuffle=self.plan.shuffle
+                )
+                state = submit(
+                    engine_step,
+                    state,
+                    self._published(fold, train),
+                    job.stop - job.start,
+                    options,
+                    [self.plan.seed, trial.id + 1, _fold_number(fold) + 1, job.start],
+                    self.layout.classes,
+                    key=(self.names["trial-train"], trial.id, fold, job.start),
+                    priority=priority,
+                )
             else:
                 for epoch in range(job.start, job.stop):
-                    order = epoch_order(train, _order_seed(self.plan.seed, trial, fold, epoch),
-                                        self.plan.shuffle)
+                    order = epoch_order(
+                        train, _order_seed(self.plan.seed, trial, fold, epoch), self.plan.shuffle
+                    )
                     for position, c in enumerate(order):
-                        state = submit(partial_fit_chunk, state, *self.chunks[c], (), self.plan.fit_kwargs,
-                                       key=(self.names["trial-fit"], trial.id, fold, epoch, position),
-                                       priority=priority)
+                        state = submit(
+                            partial_fit_chunk,
+                            state,
+                            *self.chunks[c],
+                            (),
+                            self.plan.fit_kwargs,
+                            key=(self.names["trial-fit"], trial.id, fold, epoch, position),
+                            priority=priority,
+                        )
             states.append(state)
             if score:
                 scores.append(self._score(state, fold, job, priority + 1000))
@@ -314,10 +380,15 @@ class ClusterBackend:
             graph = evaluate_graph(state, self.validation[fold], [self.plan.metric])
             return self.client.compute(graph, priority=priority)
         valid = self.layout.folds[fold].valid
-        return self.client.submit(score_parts, self.plan.scorer, state,
-                                  [self.chunks[i].X for i in valid], [self.chunks[i].y for i in valid],
-                                  key=(self.names["trial-score"], job.trial.id, fold, job.stop),
-                                  priority=priority)
+        return self.client.submit(
+            score_parts,
+            self.plan.scorer,
+            state,
+            [self.chunks[i].X for i in valid],
+            [self.chunks[i].y for i in valid],
+            key=(self.names["trial-score"], job.trial.id, fold, job.stop),
+            priority=priority,
+        )
 
     def wait(self):
         """Handles of finished steps (blocks until at least one)."""
@@ -350,7 +421,7 @@ class LocalBackend:
     n_workers = n_threads = 1
 
     def __init__(self, chunks, layout, plan):
-        self.chunks = chunks                    # [(X array, y array or None)]
+        self.chunks = chunks  # [(X array, y array or None)]
         self.layout = layout
         self.plan = plan
         self.done = []
@@ -367,22 +438,33 @@ class LocalBackend:
     def _step(self, job, folds, score):
         trial, states, scores = job.trial, [], []
         for fold in folds:
-            train = list(range(len(self.chunks))) if fold == "all" else self.layout.folds[fold].train
+            train = (
+                list(range(len(self.chunks))) if fold == "all" else self.layout.folds[fold].train
+            )
             state = trial.states[fold] if trial.states else trial.estimator
             if not self.plan.partial_fit:
                 fraction = job.stop / self.plan.max_budget
-                parts = [subsample_chunk(*self.chunks[c], fraction, self.plan.seed, c) for c in train]
+                parts = [
+                    subsample_chunk(*self.chunks[c], fraction, self.plan.seed, c) for c in train
+                ]
                 state = fit_concatenated(trial.estimator, parts)
             else:
                 for epoch in range(job.start, job.stop):
-                    for c in epoch_order(train, _order_seed(self.plan.seed, trial, fold, epoch),
-                                         self.plan.shuffle):
+                    for c in epoch_order(
+                        train, _order_seed(self.plan.seed, trial, fold, epoch), self.plan.shuffle
+                    ):
                         state = partial_fit_chunk(state, *self.chunks[c], (), self.plan.fit_kwargs)
             states.append(state)
             if score:
                 valid = self.layout.folds[fold].valid
-                scores.append(score_parts(self.plan.scorer, state, [self.chunks[i].X for i in valid],
-                                          [self.chunks[i].y for i in valid]))
+                scores.append(
+                    score_parts(
+                        self.plan.scorer,
+                        state,
+                        [self.chunks[i].X for i in valid],
+                        [self.chunks[i].y for i in valid],
+                    )
+                )
         return states, scores
 
     def wait(self):
@@ -461,8 +543,18 @@ class Driver:
     number of trials that could run now (see the search module's docstring).
     """
 
-    def __init__(self, policy, backend, trials, *, parallel=False, patience=None, tol=0.0,
-                 raise_errors=False, started=None):
+    def __init__(
+        self,
+        policy,
+        backend,
+        trials,
+        *,
+        parallel=False,
+        patience=None,
+        tol=0.0,
+        raise_errors=False,
+        started=None,
+    ):
         self.policy, self.backend = policy, backend
         self.trials = {trial.id: trial for trial in trials}
         self.parallel, self.patience, self.tol = parallel, patience, tol
@@ -537,11 +629,13 @@ class Driver:
         self.history.append(self._event(trial, job, score, now))
         plateau = self._plateau(trial)
         if job.stop < trial.budgets[job.rung] and not plateau:
-            self._launch(trial, job.rung)           # the next segment of the same rung
+            self._launch(trial, job.rung)  # the next segment of the same rung
             return
         trial.rung, trial.scores[job.rung] = job.rung, score
         trial.status = "plateau" if plateau else "paused"
-        self.policy.record(trial.id, job.rung, score if math.isfinite(score) else -math.inf, plateau)
+        self.policy.record(
+            trial.id, job.rung, score if math.isfinite(score) else -math.inf, plateau
+        )
 
     def _plateau(self, trial):
         """dask-ml's rule: no gain above *tol* over the last *patience* epochs."""
@@ -554,7 +648,7 @@ class Driver:
         now = self.clock()
         for trial_id in trial_ids:
             trial = self.trials[trial_id]
-            trial.states, trial.ended = None, now       # drops the futures: the cluster forgets them
+            trial.states, trial.ended = None, now  # drops the futures: the cluster forgets them
             if trial.status == "plateau":
                 trial.status = f"stopped at rung {trial.rung} (plateau)"
             elif trial.rung == len(trial.budgets) - 1:
@@ -563,5 +657,13 @@ class Driver:
                 trial.status = f"stopped at rung {trial.rung}"
 
     def _event(self, trial, job, score, now):
-        return {"trial": trial.id, "bracket": trial.bracket, "rung": job.rung, "budget": job.stop,
-                "score": score, "replicas": job.replicas, "started": job.launched, "time": now}
+        return {
+            "trial": trial.id,
+            "bracket": trial.bracket,
+            "rung": job.rung,
+            "budget": job.stop,
+            "score": score,
+            "replicas": job.replicas,
+            "started": job.launched,
+            "time": now,
+        }

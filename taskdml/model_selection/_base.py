@@ -25,12 +25,23 @@ from taskdml._meta import estimator_has
 
 __all__ = ["SearchBase"]
 
-PARALLEL_KEYS = ("strategy", "epochs", "sync_every", "staleness", "shuffle", "shuffle_rows",
-                 "n_replicas", "random_state")
+PARALLEL_KEYS = (
+    "strategy",
+    "epochs",
+    "sync_every",
+    "staleness",
+    "shuffle",
+    "shuffle_rows",
+    "n_replicas",
+    "random_state",
+)
 """The keys of a search's ``parallel`` dict: keyword arguments of :func:`taskdml.train`."""
 
-ADAPTIVE_PARALLEL_KEYS = tuple(key for key in PARALLEL_KEYS
-                               if key not in ("epochs", "shuffle_rows", "n_replicas", "random_state"))
+ADAPTIVE_PARALLEL_KEYS = tuple(
+    key
+    for key in PARALLEL_KEYS
+    if key not in ("epochs", "shuffle_rows", "n_replicas", "random_state")
+)
 """What the adaptive searches take of them: the budget sets the epochs, the driver the
 replicas, and the search's ``random_state`` every seed."""
 
@@ -57,9 +68,11 @@ class SearchBase(MetaEstimatorMixin, BaseEstimator):
 
     def _no_refit_message(self, attribute):
         """Why *attribute* is missing from a search built with ``refit=False``."""
-        return (f"This {type(self).__name__} instance was initialized with `refit=False`. "
-                f"{attribute} is available only after refitting on the best parameters. You can "
-                "refit an estimator manually using the `best_params_` attribute")
+        return (
+            f"This {type(self).__name__} instance was initialized with `refit=False`. "
+            f"{attribute} is available only after refitting on the best parameters. You can "
+            "refit an estimator manually using the `best_params_` attribute"
+        )
 
     def _refitted(self, attribute):
         """``best_estimator_``, once fitted with refit; else the error that says why not."""

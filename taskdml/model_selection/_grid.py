@@ -42,9 +42,20 @@ class BaseSearchCV(SearchBase):
     ``_candidates()``. The delegation to ``best_estimator_`` is :class:`SearchBase`'s.
     """
 
-    def __init__(self, estimator, *, scoring=None, n_jobs=None, refit=True, cv=None, verbose=0,
-                 pre_dispatch="2*n_jobs", error_score=np.nan, return_train_score=False,
-                 parallel=None):
+    def __init__(
+        self,
+        estimator,
+        *,
+        scoring=None,
+        n_jobs=None,
+        refit=True,
+        cv=None,
+        verbose=0,
+        pre_dispatch="2*n_jobs",
+        error_score=np.nan,
+        return_train_score=False,
+        parallel=None,
+    ):
         self.estimator = estimator
         self.scoring = scoring
         self.n_jobs = n_jobs
@@ -97,7 +108,9 @@ class BaseSearchCV(SearchBase):
         self._check_parameters()
         candidates = list(self._candidates())
         if not candidates:
-            raise ValueError("No fits were performed. Was the CV iterator empty? Were there no candidates?")
+            raise ValueError(
+                "No fits were performed. Was the CV iterator empty? Were there no candidates?"
+            )
         if is_chunked(X) or is_chunked(y):
             return self._fit_chunked(X, y, candidates, params)
         return self._fit_in_memory(X, y, candidates, params)
@@ -106,7 +119,9 @@ class BaseSearchCV(SearchBase):
         if not (self.error_score == "raise" or isinstance(self.error_score, numbers.Real)):
             raise ValueError(f"error_score must be 'raise' or a number, got {self.error_score!r}.")
         if not (isinstance(self.refit, (bool, str)) or callable(self.refit)):
-            raise ValueError(f"refit must be a bool, a scorer name or a callable, got {self.refit!r}.")
+            raise ValueError(
+                f"refit must be a bool, a scorer name or a callable, got {self.refit!r}."
+            )
         if not hasattr(self.estimator, "fit"):
             raise TypeError(f"estimator must have a fit method, got {self.estimator!r}.")
 
@@ -124,19 +139,33 @@ class BaseSearchCV(SearchBase):
         groups = params.pop("groups", None)
         cv = check_cv(self.cv, y, classifier=is_classifier(self.estimator))
         n_splits = cv.get_n_splits(X, y, groups)
-        splits = tuple((np.asarray(train), np.asarray(test)) for train, test in cv.split(X, y, groups))
+        splits = tuple(
+            (np.asarray(train), np.asarray(test)) for train, test in cv.split(X, y, groups)
+        )
         if len(splits) != n_splits:
-            raise ValueError("cv.split and cv.get_n_splits return inconsistent results. Expected "
-                             f"{n_splits} splits, got {len(splits)}")
+            raise ValueError(
+                "cv.split and cv.get_n_splits return inconsistent results. Expected "
+                f"{n_splits} splits, got {len(splits)}"
+            )
         data = _grid_graph.SearchData(X, y, params, splits)
         client = current_client()
         base = clone(self.estimator)
         with _grid_graph.place(data, client) as (node, token):
             out, _ = _grid_graph.run(
-                base, candidates, data, node, token, scorers=scorers,
-                shortcut_scoring=_names_only(self.scoring), return_train_score=self.return_train_score,
-                error_score=self.error_score, pairwise=get_tags(self.estimator).input_tags.pairwise,
-                client=client, n_jobs=self.n_jobs, verbose=self.verbose)
+                base,
+                candidates,
+                data,
+                node,
+                token,
+                scorers=scorers,
+                shortcut_scoring=_names_only(self.scoring),
+                return_train_score=self.return_train_score,
+                error_score=self.error_score,
+                pairwise=get_tags(self.estimator).input_tags.pairwise,
+                client=client,
+                n_jobs=self.n_jobs,
+                verbose=self.verbose,
+            )
             fitted = self._results(candidates, n_splits, out, multimetric)
 
             def refit(best):
@@ -151,8 +180,10 @@ class BaseSearchCV(SearchBase):
         params = dict(params)
         classes = params.pop("classes", None)
         if params:
-            raise ValueError(f"fit parameters ({', '.join(params)}) are not supported on chunked data "
-                             "(only classes); fold them into the estimator or compute the data first.")
+            raise ValueError(
+                f"fit parameters ({', '.join(params)}) are not supported on chunked data "
+                "(only classes); fold them into the estimator or compute the data first."
+            )
         metrics = _grid_chunked.metric_names(self.estimator, self.scoring)
         multimetric = not (self.scoring is None or isinstance(self.scoring, str))
         _check_refit_for_multimetric(self.refit, metrics, multimetric)
@@ -163,18 +194,38 @@ class BaseSearchCV(SearchBase):
         X, y = _grid_chunked.persist(X, y, client)
         base = clone(self.estimator)
         if self.verbose > 0:
-            print(f"Fitting {len(folds)} folds of chunks for each of {len(candidates)} candidates, "
-                  f"totalling {len(folds) * len(candidates)} trainings")
+            print(
+                f"Fitting {len(folds)} folds of chunks for each of {len(candidates)} candidates, "
+                f"totalling {len(folds) * len(candidates)} trainings"
+            )
         if classes is None:
             classes = _grid_chunked.classes_of(base, y, client)
-        out = _grid_chunked.run(base, candidates, X, y, folds, classes=classes, metrics=metrics,
-                                parallel=parallel, return_train_score=self.return_train_score,
-                                error_score=self.error_score, client=client, n_jobs=self.n_jobs)
+        out = _grid_chunked.run(
+            base,
+            candidates,
+            X,
+            y,
+            folds,
+            classes=classes,
+            metrics=metrics,
+            parallel=parallel,
+            return_train_score=self.return_train_score,
+            error_score=self.error_score,
+            client=client,
+            n_jobs=self.n_jobs,
+        )
         fitted = self._results(candidates, len(folds), out, multimetric)
 
         def refit(best):
-            return _grid_chunked.refit(best, X, y, index=fitted["best_index_"], classes=classes,
-                                       parallel=parallel, client=client)
+            return _grid_chunked.refit(
+                best,
+                X,
+                y,
+                index=fitted["best_index_"],
+                classes=classes,
+                parallel=parallel,
+                client=client,
+            )
 
         scorer = metrics["score"] if not multimetric else metrics
         self._set_fitted(fitted, base, refit, scorer, multimetric, len(folds), chunked=True)
@@ -192,8 +243,11 @@ class BaseSearchCV(SearchBase):
             _check_refit_for_multimetric(self.refit, first, True)
         for result in out:
             if result["fit_error"] is not None:
-                filled = (dict.fromkeys(first, self.error_score) if isinstance(first, dict)
-                          else self.error_score)
+                filled = (
+                    dict.fromkeys(first, self.error_score)
+                    if isinstance(first, dict)
+                    else self.error_score
+                )
                 result["test_scores"] = filled
                 result["train_scores"] = dict(filled) if isinstance(filled, dict) else filled
         results = format_results(candidates, n_splits, out, self.return_train_score)
@@ -247,8 +301,10 @@ class BaseSearchCV(SearchBase):
         if getattr(self, "_chunked", False) or is_chunked(X):
             return self._score_chunked(X, y)
         if self.scorer_ is None:
-            raise ValueError("No score function explicitly defined, and the estimator doesn't "
-                             f"provide one {self.best_estimator_}")
+            raise ValueError(
+                "No score function explicitly defined, and the estimator doesn't "
+                f"provide one {self.best_estimator_}"
+            )
         if isinstance(self.scorer_, dict):
             scorer = self.scorer_[self.refit] if self.multimetric_ else self.scorer_
             return scorer(self.best_estimator_, X, y)
@@ -276,7 +332,9 @@ class BaseSearchCV(SearchBase):
         try:
             check_is_fitted(self)
         except NotFittedError as error:
-            raise AttributeError(f"{type(self).__name__} object has no n_features_in_ attribute.") from error
+            raise AttributeError(
+                f"{type(self).__name__} object has no n_features_in_ attribute."
+            ) from error
         return self.best_estimator_.n_features_in_
 
 
@@ -378,12 +436,33 @@ class GridSearchCV(BaseSearchCV):
     ['mean_fit_time', 'mean_score_time', 'mean_test_score', 'param_svc__C']
     """
 
-    def __init__(self, estimator, param_grid, *, scoring=None, n_jobs=None, refit=True, cv=None,
-                 verbose=0, pre_dispatch="2*n_jobs", error_score=np.nan, return_train_score=False,
-                 parallel=None):
-        super().__init__(estimator, scoring=scoring, n_jobs=n_jobs, refit=refit, cv=cv, verbose=verbose,
-                         pre_dispatch=pre_dispatch, error_score=error_score,
-                         return_train_score=return_train_score, parallel=parallel)
+    def __init__(
+        self,
+        estimator,
+        param_grid,
+        *,
+        scoring=None,
+        n_jobs=None,
+        refit=True,
+        cv=None,
+        verbose=0,
+        pre_dispatch="2*n_jobs",
+        error_score=np.nan,
+        return_train_score=False,
+        parallel=None,
+    ):
+        super().__init__(
+            estimator,
+            scoring=scoring,
+            n_jobs=n_jobs,
+            refit=refit,
+            cv=cv,
+            verbose=verbose,
+            pre_dispatch=pre_dispatch,
+            error_score=error_score,
+            return_train_score=return_train_score,
+            parallel=parallel,
+        )
         self.param_grid = param_grid
 
     def _candidates(self):
@@ -438,12 +517,35 @@ refit_time_, multimetric_, classes_, n_features_in_
     True
     """
 
-    def __init__(self, estimator, param_distributions, *, n_iter=10, scoring=None, n_jobs=None,
-                 refit=True, cv=None, verbose=0, pre_dispatch="2*n_jobs", random_state=None,
-                 error_score=np.nan, return_train_score=False, parallel=None):
-        super().__init__(estimator, scoring=scoring, n_jobs=n_jobs, refit=refit, cv=cv, verbose=verbose,
-                         pre_dispatch=pre_dispatch, error_score=error_score,
-                         return_train_score=return_train_score, parallel=parallel)
+    def __init__(
+        self,
+        estimator,
+        param_distributions,
+        *,
+        n_iter=10,
+        scoring=None,
+        n_jobs=None,
+        refit=True,
+        cv=None,
+        verbose=0,
+        pre_dispatch="2*n_jobs",
+        random_state=None,
+        error_score=np.nan,
+        return_train_score=False,
+        parallel=None,
+    ):
+        super().__init__(
+            estimator,
+            scoring=scoring,
+            n_jobs=n_jobs,
+            refit=refit,
+            cv=cv,
+            verbose=verbose,
+            pre_dispatch=pre_dispatch,
+            error_score=error_score,
+            return_train_score=return_train_score,
+            parallel=parallel,
+        )
         self.param_distributions = param_distributions
         self.n_iter = n_iter
         self.random_state = random_state
@@ -482,32 +584,48 @@ def _check_scoring(estimator, scoring):
             raise ValueError(f"{generic}Empty list was given. {scoring!r}")
         if not all(isinstance(name, str) for name in names):
             if any(callable(name) for name in names):
-                raise ValueError(f"{generic}One or more of the elements were callables. Use a dict of score "
-                                 f"name mapped to the scorer callable. Got {scoring!r}")
-            raise ValueError(f"{generic}Non-string types were found in the given list. Got {scoring!r}")
+                raise ValueError(
+                    f"{generic}One or more of the elements were callables. Use a dict of score "
+                    f"name mapped to the scorer callable. Got {scoring!r}"
+                )
+            raise ValueError(
+                f"{generic}Non-string types were found in the given list. Got {scoring!r}"
+            )
         if len(set(names)) != len(names):
-            raise ValueError(f"{generic}Duplicate elements were found in the given list. {scoring!r}")
+            raise ValueError(
+                f"{generic}Duplicate elements were found in the given list. {scoring!r}"
+            )
         return {name: check_scoring(estimator, scoring=name) for name in names}, True
     if isinstance(scoring, dict):
         if not scoring:
             raise ValueError(f"An empty dict was passed. {scoring!r}")
         if not all(isinstance(name, str) for name in scoring):
-            raise ValueError("Non-string types were found in the keys of the given dict. "
-                             f"scoring={scoring!r}")
-        return {name: check_scoring(estimator, scoring=value) for name, value in scoring.items()}, True
-    raise ValueError(f"scoring is invalid (got {scoring!r}). Refer to the scoring glossary for details: "
-                     "https://scikit-learn.org/stable/glossary.html#term-scoring")
+            raise ValueError(
+                f"Non-string types were found in the keys of the given dict. scoring={scoring!r}"
+            )
+        return {
+            name: check_scoring(estimator, scoring=value) for name, value in scoring.items()
+        }, True
+    raise ValueError(
+        f"scoring is invalid (got {scoring!r}). Refer to the scoring glossary for details: "
+        "https://scikit-learn.org/stable/glossary.html#term-scoring"
+    )
 
 
 def _check_refit_for_multimetric(refit, scorers, multimetric):
     if not multimetric:
         return
-    if refit is not False and not (isinstance(refit, str) and refit in scorers) and not callable(refit):
+    if (
+        refit is not False
+        and not (isinstance(refit, str) and refit in scorers)
+        and not callable(refit)
+    ):
         raise ValueError(
             "For multi-metric scoring, the parameter refit must be set to a scorer key or a "
             "callable to refit an estimator with the best parameter setting on the whole data and "
             "make the best_* attributes available for that metric. If this is not needed, refit "
-            f"should be set to False explicitly. {refit!r} was passed.")
+            f"should be set to False explicitly. {refit!r} was passed."
+        )
 
 
 def _select_best_index(refit, refit_metric, results):
@@ -528,20 +646,26 @@ def _warn_or_raise_about_fit_failures(results, error_score):
     if not errors:
         return
     delimiter = "-" * 80 + "\n"
-    summary = "\n".join(f"{delimiter}{n} fits failed with the following error:\n{error}"
-                        for error, n in Counter(errors).items())
+    summary = "\n".join(
+        f"{delimiter}{n} fits failed with the following error:\n{error}"
+        for error, n in Counter(errors).items()
+    )
     if len(errors) == len(results):
         raise ValueError(
             f"\nAll the {len(results)} fits failed.\n"
             "It is very likely that your model is misconfigured.\n"
             "You can try to debug the error by setting error_score='raise'.\n\n"
-            f"Below are more details about the failures:\n{summary}")
+            f"Below are more details about the failures:\n{summary}"
+        )
     warnings.warn(
         f"\n{len(errors)} fits failed out of a total of {len(results)}.\n"
         "The score on these train-test "
         f"partitions for these parameters will be set to {error_score}.\nIf these failures are not "
         "expected, you can try to debug them by setting error_score='raise'.\n\n"
-        f"Below are more details about the failures:\n{summary}", FitFailedWarning, stacklevel=5)
+        f"Below are more details about the failures:\n{summary}",
+        FitFailedWarning,
+        stacklevel=5,
+    )
 
 
 def format_results(candidates, n_splits, out, return_train_score):
@@ -559,8 +683,11 @@ def format_results(candidates, n_splits, out, return_train_score):
         means = np.average(array, axis=1)
         results[f"mean_{name}"] = means
         if name.startswith(("train_", "test_")) and np.any(~np.isfinite(means)):
-            warnings.warn(f"One or more of the {name.split('_')[0]} scores are non-finite: {means}",
-                          category=UserWarning, stacklevel=4)
+            warnings.warn(
+                f"One or more of the {name.split('_')[0]} scores are non-finite: {means}",
+                category=UserWarning,
+                stacklevel=4,
+            )
         results[f"std_{name}"] = np.sqrt(np.average((array - means[:, np.newaxis]) ** 2, axis=1))
         if rank:
             if np.isnan(means).all():
@@ -610,4 +737,3 @@ def _masked_params(candidates):
             column[index] = value
         masked[key] = column
     return masked
-

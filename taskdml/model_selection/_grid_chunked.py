@@ -31,22 +31,31 @@ from taskdml.model_selection._base import PARALLEL_KEYS
 from taskdml.model_selection._grid_graph import PREFIX, estimator_spec
 from taskdml.parallel._tasks import chunk_labels, fit_concatenated
 
-DEFAULT_PARALLEL = {"strategy": "sequential", "epochs": 1, "sync_every": 1, "shuffle": False,
-                    "random_state": 0}
+DEFAULT_PARALLEL = {
+    "strategy": "sequential",
+    "epochs": 1,
+    "sync_every": 1,
+    "shuffle": False,
+    "random_state": 0,
+}
 
 
 def chunk_folds(cv, chunks):
     """The folds as ``[(train chunk indices, test chunk indices)]`` for row *chunks*."""
     from sklearn.model_selection import KFold
 
-    splitter = KFold(5 if cv is None else cv) if cv is None or isinstance(cv, (int, np.integer)) else cv
+    splitter = (
+        KFold(5 if cv is None else cv) if cv is None or isinstance(cv, (int, np.integer)) else cv
+    )
     n_chunks = len(chunks)
     n_splits = splitter.get_n_splits() if hasattr(splitter, "get_n_splits") else None
     if n_splits is not None and n_splits > n_chunks:
         rows = max(1, sum(chunks) // n_splits)
-        raise DataError(f"X has {n_chunks} chunk(s) along samples, and a search over chunked data "
-                        f"holds out whole chunks: {n_splits} folds need at least {n_splits} chunks. "
-                        f"Rechunk X (e.g. X.rechunk({{0: {rows}}})) or pass a smaller cv.")
+        raise DataError(
+            f"X has {n_chunks} chunk(s) along samples, and a search over chunked data "
+            f"holds out whole chunks: {n_splits} folds need at least {n_splits} chunks. "
+            f"Rechunk X (e.g. X.rechunk({{0: {rows}}})) or pass a smaller cv."
+        )
     if hasattr(splitter, "split"):
         folds = splitter.split(np.zeros((n_chunks, 1)))
     else:
@@ -62,9 +71,11 @@ def check_parallel(parallel):
     parallel = {} if parallel is None else dict(parallel)
     unknown = [key for key in parallel if key not in PARALLEL_KEYS]
     if unknown:
-        raise ValueError(f"parallel has an unknown key {unknown[0]!r}."
-                         f"{did_you_mean(unknown[0], PARALLEL_KEYS)} "
-                         f"Valid keys: {', '.join(PARALLEL_KEYS)}.")
+        raise ValueError(
+            f"parallel has an unknown key {unknown[0]!r}."
+            f"{did_you_mean(unknown[0], PARALLEL_KEYS)} "
+            f"Valid keys: {', '.join(PARALLEL_KEYS)}."
+        )
     return {**DEFAULT_PARALLEL, **parallel}
 
 
@@ -80,8 +91,10 @@ def metric_names(estimator, scoring):
         elif is_regressor(estimator):
             names = {"score": "r2"}
         else:
-            raise ValueError("on chunked data, scoring=None needs a classifier (accuracy) or a "
-                             "regressor (r2); name a metric of taskdml.metrics.available_metrics().")
+            raise ValueError(
+                "on chunked data, scoring=None needs a classifier (accuracy) or a "
+                "regressor (r2); name a metric of taskdml.metrics.available_metrics()."
+            )
     elif isinstance(scoring, str):
         names = {"score": scoring}
     elif isinstance(scoring, (list, tuple, set)) and all(isinstance(s, str) for s in scoring):
@@ -89,18 +102,35 @@ def metric_names(estimator, scoring):
     elif isinstance(scoring, dict) and all(isinstance(s, str) for s in scoring.values()):
         names = dict(scoring)
     else:
-        raise ValueError(f"on chunked data, scoring must name metrics of taskdml.metrics (a string, "
-                         f"a list of them or a dict of names to them), got {scoring!r}; callables "
-                         "need the predictions in one place, so compute the data first.")
+        raise ValueError(
+            f"on chunked data, scoring must name metrics of taskdml.metrics (a string, "
+            f"a list of them or a dict of names to them), got {scoring!r}; callables "
+            "need the predictions in one place, so compute the data first."
+        )
     for metric in names.values():
         if metric not in METRICS:
-            raise ValueError(f"unknown metric {metric!r} for chunked data.{did_you_mean(metric, METRICS)} "
-                             f"Valid metrics: {', '.join(sorted(METRICS))}.")
+            raise ValueError(
+                f"unknown metric {metric!r} for chunked data.{did_you_mean(metric, METRICS)} "
+                f"Valid metrics: {', '.join(sorted(METRICS))}."
+            )
     return names
 
 
-def run(estimator, candidates, X, y, folds, *, classes, metrics, parallel, return_train_score,
-        error_score, client, n_jobs):
+def run(
+    estimator,
+    candidates,
+    X,
+    y,
+    folds,
+    *,
+    classes,
+    metrics,
+    parallel,
+    return_train_score,
+    error_score,
+    client,
+    n_jobs,
+):
     """Train and score every candidate × fold; one result dict each, candidate-major."""
     from sklearn.base import clone
 
@@ -108,15 +138,32 @@ def run(estimator, candidates, X, y, folds, *, classes, metrics, parallel, retur
     for index, params in enumerate(candidates):
         candidate = clone(estimator).set_params(**clone(params, safe=False))
         for train, test in folds:
-            jobs.append((candidate, index, _rows(X, train), _rows(y, train), _rows(X, test), _rows(y, test)))
-    workers = n_jobs if n_jobs and n_jobs > 0 else (
-        2 * sum(client.nthreads().values()) if client is not None else (os.cpu_count() or 1))
+            jobs.append(
+                (candidate, index, _rows(X, train), _rows(y, train), _rows(X, test), _rows(y, test))
+            )
+    workers = (
+        n_jobs
+        if n_jobs and n_jobs > 0
+        else (2 * sum(client.nthreads().values()) if client is not None else (os.cpu_count() or 1))
+    )
     scope = current_step() or PREFIX
     with concurrent.futures.ThreadPoolExecutor(max(1, min(workers, len(jobs)))) as pool:
-        futures = [pool.submit(contextvars.copy_context().run, _scoped, scope, _job, *job, metrics=metrics,
-                               parallel=parallel, classes=classes, return_train_score=return_train_score,
-                               error_score=error_score, client=client)
-                   for job in jobs]
+        futures = [
+            pool.submit(
+                contextvars.copy_context().run,
+                _scoped,
+                scope,
+                _job,
+                *job,
+                metrics=metrics,
+                parallel=parallel,
+                classes=classes,
+                return_train_score=return_train_score,
+                error_score=error_score,
+                client=client,
+            )
+            for job in jobs
+        ]
         return [future.result() for future in futures]
 
 
@@ -155,8 +202,10 @@ def classes_of(estimator, y, client):
     if y is None or not is_classifier(estimator):
         return None
     name = key_name(PREFIX, y.name, phase="labels")
-    parts = [dask.delayed(chunk_labels, pure=True)(block, dask_key_name=(name, i))
-             for i, block in enumerate(y.to_delayed().ravel())]
+    parts = [
+        dask.delayed(chunk_labels, pure=True)(block, dask_key_name=(name, i))
+        for i, block in enumerate(y.to_delayed().ravel())
+    ]
     labels = client.gather(client.compute(parts)) if client is not None else dask.compute(*parts)
     return np.unique(np.concatenate(labels))
 
@@ -166,19 +215,30 @@ def _train(estimator, index, X, y, parallel, classes, client):
     from taskdml.parallel import train
 
     if not hasattr(estimator, "partial_fit"):
-        name = key_name(PREFIX, X.name, None if y is None else y.name, estimator_spec(estimator), phase="fit")
+        name = key_name(
+            PREFIX, X.name, None if y is None else y.name, estimator_spec(estimator), phase="fit"
+        )
         X_chunks = X.to_delayed().ravel()
         y_chunks = [None] * len(X_chunks) if y is None else y.to_delayed().ravel()
         task = dask.delayed(fit_concatenated, pure=True)(
-            estimator, [(X_chunk, y_chunk) for X_chunk, y_chunk in zip(X_chunks, y_chunks)],
-            dask_key_name=name)
+            estimator,
+            [(X_chunk, y_chunk) for X_chunk, y_chunk in zip(X_chunks, y_chunks)],
+            dask_key_name=name,
+        )
         return client.gather(client.compute(task)) if client is not None else task.compute()
     options = {key: value for key, value in parallel.items() if key != "random_state"}
     # The engine names its keys after the data and the seed, not the estimator's parameters:
     # a seed per candidate keeps two candidates training on one fold from sharing keys.
     seed = int(parallel["random_state"] or 0) + index
-    return train(copy.deepcopy(estimator), X, y, classes=classes, random_state=seed,
-                 client=client if client is not None else False, **options).estimator
+    return train(
+        copy.deepcopy(estimator),
+        X,
+        y,
+        classes=classes,
+        random_state=seed,
+        client=client if client is not None else False,
+        **options,
+    ).estimator
 
 
 def _evaluate(fitted, X, y, metrics, client):
@@ -192,17 +252,43 @@ def _evaluate(fitted, X, y, metrics, client):
     return {name: float(values[metric]) for name, metric in metrics.items()}
 
 
-def _job(estimator, index, X_train, y_train, X_test, y_test, *, metrics, parallel, classes,
-         return_train_score, error_score, client):
+def _job(
+    estimator,
+    index,
+    X_train,
+    y_train,
+    X_test,
+    y_test,
+    *,
+    metrics,
+    parallel,
+    classes,
+    return_train_score,
+    error_score,
+    client,
+):
     """One candidate on one fold: the same result record as the in-memory search's tasks."""
     from sklearn.base import is_classifier
 
-    result = {"fit_time": 0.0, "score_time": 0.0, "fit_error": None, "test_scores": None,
-              "train_scores": None, "warnings": []}
+    result = {
+        "fit_time": 0.0,
+        "score_time": 0.0,
+        "fit_error": None,
+        "test_scores": None,
+        "train_scores": None,
+        "warnings": [],
+    }
     started = time.perf_counter()
     try:
-        fitted = _train(estimator, index, X_train, y_train, parallel,
-                        classes if is_classifier(estimator) else None, client)
+        fitted = _train(
+            estimator,
+            index,
+            X_train,
+            y_train,
+            parallel,
+            classes if is_classifier(estimator) else None,
+            client,
+        )
     except Exception:
         if error_score == "raise":
             raise
@@ -213,7 +299,9 @@ def _job(estimator, index, X_train, y_train, X_test, y_test, *, metrics, paralle
     result["test_scores"] = _scores(fitted, X_test, y_test, metrics, client, error_score, result)
     result["score_time"] = time.perf_counter() - scored
     if return_train_score:
-        result["train_scores"] = _scores(fitted, X_train, y_train, metrics, client, error_score, result)
+        result["train_scores"] = _scores(
+            fitted, X_train, y_train, metrics, client, error_score, result
+        )
     return result
 
 
@@ -223,7 +311,9 @@ def _scores(fitted, X, y, metrics, client, error_score, result):
     except Exception:
         if error_score == "raise":
             raise
-        result["warnings"].append("Scoring failed. The score on this train-test partition for these "
-                                  f"parameters will be set to {error_score}. Details: \n"
-                                  f"{traceback.format_exc()}")
+        result["warnings"].append(
+            "Scoring failed. The score on this train-test partition for these "
+            f"parameters will be set to {error_score}. Details: \n"
+            f"{traceback.format_exc()}"
+        )
         return dict.fromkeys(metrics, error_score)

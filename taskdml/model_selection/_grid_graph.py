@@ -64,12 +64,18 @@ def estimator_spec(value):
             return ("fitted", tokenize(value, ensure_deterministic=False))
         kind = type(value)
         params = sorted(value.get_params(deep=False).items())
-        return (kind.__module__, kind.__qualname__,
-                tuple((name, estimator_spec(param)) for name, param in params))
+        return (
+            kind.__module__,
+            kind.__qualname__,
+            tuple((name, estimator_spec(param)) for name, param in params),
+        )
     if isinstance(value, (list, tuple)):
         return (type(value).__name__, tuple(estimator_spec(item) for item in value))
     if isinstance(value, dict):
-        return ("dict", tuple((key, estimator_spec(item)) for key, item in sorted(value.items(), key=repr)))
+        return (
+            "dict",
+            tuple((key, estimator_spec(item)) for key, item in sorted(value.items(), key=repr)),
+        )
     return value
 
 
@@ -83,10 +89,17 @@ def pipeline_stages(estimator, fit_params):
     """
     from sklearn.pipeline import Pipeline
 
-    if not isinstance(estimator, Pipeline) or getattr(estimator, "transform_input", None) is not None:
+    if (
+        not isinstance(estimator, Pipeline)
+        or getattr(estimator, "transform_input", None) is not None
+    ):
         return None
     steps = estimator.steps
-    if not (isinstance(steps, list) and steps and all(isinstance(s, tuple) and len(s) == 2 for s in steps)):
+    if not (
+        isinstance(steps, list)
+        and steps
+        and all(isinstance(s, tuple) and len(s) == 2 for s in steps)
+    ):
         return None
     names = [name for name, _ in steps]
     if len(set(names)) != len(names) or any(not isinstance(n, str) or "__" in n for n in names):
@@ -101,8 +114,11 @@ def pipeline_stages(estimator, fit_params):
     for _, step in steps[:-1]:
         if _is_passthrough(step):
             continue
-        if isinstance(step, str) or not (hasattr(step, "fit") or hasattr(step, "fit_transform")) \
-                or not hasattr(step, "transform"):
+        if (
+            isinstance(step, str)
+            or not (hasattr(step, "fit") or hasattr(step, "fit_transform"))
+            or not hasattr(step, "transform")
+        ):
             return None
     return steps[:-1], (final_name, final)
 
@@ -111,8 +127,20 @@ def _is_passthrough(step):
     return step is None or (isinstance(step, str) and step == "passthrough")
 
 
-def build(estimator, candidates, data_node, data_token, n_folds, fit_param_names, *, scorers,
-          shortcut_scoring, return_train_score, error_score, pairwise):
+def build(
+    estimator,
+    candidates,
+    data_node,
+    data_token,
+    n_folds,
+    fit_param_names,
+    *,
+    scorers,
+    shortcut_scoring,
+    return_train_score,
+    error_score,
+    pairwise,
+):
     """The score tasks of every candidate × fold, and counts of the tasks by phase.
 
     Returns ``(nodes, counts)``: ``nodes[c][f]`` is the ``Delayed`` whose value is the result
@@ -122,9 +150,12 @@ def build(estimator, candidates, data_node, data_token, n_folds, fit_param_names
 
     raise_errors = error_score == "raise"
     split_name = key_name(PREFIX, data_token, phase="split")
-    splits = [dask.delayed(_grid_tasks.split_fold, pure=True)(data_node, fold, pairwise,
-                                                              dask_key_name=(split_name, fold))
-              for fold in range(n_folds)]
+    splits = [
+        dask.delayed(_grid_tasks.split_fold, pure=True)(
+            data_node, fold, pairwise, dask_key_name=(split_name, fold)
+        )
+        for fold in range(n_folds)
+    ]
     built = {}
     counts = {"split": n_folds, "transform": 0, "fit": 0, "score": 0}
     scorer_token = tokenize(scorers, ensure_deterministic=False)
@@ -144,26 +175,57 @@ def build(estimator, candidates, data_node, data_token, n_folds, fit_param_names
             for name, step in prefix:
                 if _is_passthrough(step):
                     continue
-                token = (token, name, estimator_spec(step), return_train_score, transform_test, raise_errors)
+                token = (
+                    token,
+                    name,
+                    estimator_spec(step),
+                    return_train_score,
+                    transform_test,
+                    raise_errors,
+                )
                 key = (key_name(PREFIX, token, phase="transform"), fold)
                 if key not in built:
                     built[key] = dask.delayed(_grid_tasks.fit_transform_step, pure=True)(
-                        node, name, step, return_train_score and transform_test, transform_test,
-                        raise_errors, dask_key_name=key)
+                        node,
+                        name,
+                        step,
+                        return_train_score and transform_test,
+                        transform_test,
+                        raise_errors,
+                        dask_key_name=key,
+                    )
                     counts["transform"] += 1
                 node = built[key]
             token = (token, final_name, estimator_spec(final), raise_errors)
             fit_key = (key_name(PREFIX, token, phase="fit"), fold)
             if fit_key not in built:
                 built[fit_key] = dask.delayed(_grid_tasks.fit_final, pure=True)(
-                    node, final_name, final, raise_errors, dask_key_name=fit_key)
+                    node, final_name, final, raise_errors, dask_key_name=fit_key
+                )
                 counts["fit"] += 1
-            score_key = (key_name(PREFIX, token, scorer_token, estimator_spec(template), return_train_score,
-                                  repr(error_score), phase="score"), fold)
+            score_key = (
+                key_name(
+                    PREFIX,
+                    token,
+                    scorer_token,
+                    estimator_spec(template),
+                    return_train_score,
+                    repr(error_score),
+                    phase="score",
+                ),
+                fold,
+            )
             if score_key not in built:
                 built[score_key] = dask.delayed(_grid_tasks.score_fit, pure=True)(
-                    built[fit_key], node, splits[fold] if template is not None else None, template,
-                    scorers, return_train_score, error_score, dask_key_name=score_key)
+                    built[fit_key],
+                    node,
+                    splits[fold] if template is not None else None,
+                    template,
+                    scorers,
+                    return_train_score,
+                    error_score,
+                    dask_key_name=score_key,
+                )
                 counts["score"] += 1
             row.append(built[score_key])
         nodes.append(row)
@@ -179,8 +241,9 @@ def place(data, client):
     after another on the same data must not reuse keys the scheduler is still releasing
     (that cancelled the new search's tasks).
     """
-    token = tokenize(data.X, data.y, data.fit_params, data.splits, uuid.uuid4().hex,
-                     ensure_deterministic=False)
+    token = tokenize(
+        data.X, data.y, data.fit_params, data.splits, uuid.uuid4().hex, ensure_deterministic=False
+    )
     return _Placed(data, key_name(PREFIX, token, phase="data"), token, client)
 
 
@@ -200,21 +263,46 @@ class _Placed:
         return False
 
 
-def run(estimator, candidates, data, data_node, data_token, *, scorers, shortcut_scoring,
-        return_train_score, error_score, pairwise, client, n_jobs, verbose):
+def run(
+    estimator,
+    candidates,
+    data,
+    data_node,
+    data_token,
+    *,
+    scorers,
+    shortcut_scoring,
+    return_train_score,
+    error_score,
+    pairwise,
+    client,
+    n_jobs,
+    verbose,
+):
     """Build the graph over *data* (a placed :class:`SearchData`), compute it.
 
     Returns ``(results, counts)``: one result dict per candidate × fold, candidate-major.
     """
     n_folds = len(data.splits)
-    nodes, counts = build(estimator, candidates, data_node, data_token, n_folds, list(data.fit_params),
-                          scorers=scorers, shortcut_scoring=shortcut_scoring,
-                          return_train_score=return_train_score, error_score=error_score,
-                          pairwise=pairwise)
+    nodes, counts = build(
+        estimator,
+        candidates,
+        data_node,
+        data_token,
+        n_folds,
+        list(data.fit_params),
+        scorers=scorers,
+        shortcut_scoring=shortcut_scoring,
+        return_train_score=return_train_score,
+        error_score=error_score,
+        pairwise=pairwise,
+    )
     if verbose > 0:
-        print(f"Fitting {n_folds} folds for each of {len(candidates)} candidates, totalling "
-              f"{n_folds * len(candidates)} fits: {counts['transform']} pipeline-step fits, "
-              f"{counts['fit']} final fits and {counts['score']} scorings as Dask tasks")
+        print(
+            f"Fitting {n_folds} folds for each of {len(candidates)} candidates, totalling "
+            f"{n_folds * len(candidates)} fits: {counts['transform']} pipeline-step fits, "
+            f"{counts['fit']} final fits and {counts['score']} scorings as Dask tasks"
+        )
     flat = [node for row in nodes for node in row]
     unique = list({node.key: node for node in flat}.values())
     by_key = dict(zip((node.key for node in unique), compute(unique, client, n_jobs)))
@@ -224,8 +312,10 @@ def run(estimator, candidates, data, data_node, data_token, *, scorers, shortcut
 def refit(estimator, data_node, data_token, client, n_jobs):
     """Fit *estimator* on all the placed data in one ``search-refit`` task: (fitted, seconds)."""
     task = dask.delayed(_grid_tasks.refit, pure=True)(
-        data_node, estimator,
-        dask_key_name=key_name(PREFIX, data_token, estimator_spec(estimator), phase="refit"))
+        data_node,
+        estimator,
+        dask_key_name=key_name(PREFIX, data_token, estimator_spec(estimator), phase="refit"),
+    )
     (result,) = compute([task], client, n_jobs)
     return result
 

@@ -36,11 +36,23 @@ def split_fold(data, fold, pairwise):
     y_train = None if data.y is None else _safe_indexing(data.y, train)
     y_test = None if data.y is None else _safe_indexing(data.y, test)
     n_samples = data.X.shape[0] if hasattr(data.X, "shape") else len(data.X)
-    fit_params = {name: _safe_indexing(value, train) if _sample_aligned(value, n_samples) else value
-                  for name, value in data.fit_params.items()}
-    return {"X": X_train, "y": y_train, "X_test": X_test, "y_test": y_test,
-            "X_score_train": X_train, "fit_params": fit_params, "steps": {},
-            "fit_time": 0.0, "score_time": 0.0, "error": None, "score_error": None}
+    fit_params = {
+        name: _safe_indexing(value, train) if _sample_aligned(value, n_samples) else value
+        for name, value in data.fit_params.items()
+    }
+    return {
+        "X": X_train,
+        "y": y_train,
+        "X_test": X_test,
+        "y_test": y_test,
+        "X_score_train": X_train,
+        "fit_params": fit_params,
+        "steps": {},
+        "fit_time": 0.0,
+        "score_time": 0.0,
+        "error": None,
+        "score_error": None,
+    }
 
 
 def fit_transform_step(part, name, transformer, score_train, transform_test, raise_errors):
@@ -63,11 +75,18 @@ def fit_transform_step(part, name, transformer, score_train, transform_test, rai
     except Exception:
         if raise_errors:
             raise
-        return dict(part, error=traceback.format_exc(),
-                    fit_time=part["fit_time"] + time.perf_counter() - started)
+        return dict(
+            part,
+            error=traceback.format_exc(),
+            fit_time=part["fit_time"] + time.perf_counter() - started,
+        )
     fitted = time.perf_counter()
-    following = dict(part, X=X, steps={**part["steps"], name: transformer},
-                     fit_time=part["fit_time"] + fitted - started)
+    following = dict(
+        part,
+        X=X,
+        steps={**part["steps"], name: transformer},
+        fit_time=part["fit_time"] + fitted - started,
+    )
     if part["score_error"] is None and (transform_test or score_train):
         try:
             if transform_test:
@@ -100,10 +119,16 @@ def fit_final(part, name, estimator, raise_errors):
     except Exception:
         if raise_errors:
             raise
-        return {"estimator": None, "fit_time": part["fit_time"] + time.perf_counter() - started,
-                "error": traceback.format_exc()}
-    return {"estimator": estimator, "fit_time": part["fit_time"] + time.perf_counter() - started,
-            "error": None}
+        return {
+            "estimator": None,
+            "fit_time": part["fit_time"] + time.perf_counter() - started,
+            "error": traceback.format_exc(),
+        }
+    return {
+        "estimator": estimator,
+        "fit_time": part["fit_time"] + time.perf_counter() - started,
+        "error": None,
+    }
 
 
 def score_fit(fitted, part, raw, template, scorers, score_train, error_score):
@@ -114,8 +139,14 @@ def score_fit(fitted, part, raw, template, scorers, score_train, error_score):
     pipeline, reassembled from the fitted steps and scored on the *raw* fold, for scorers
     that may look inside the pipeline.
     """
-    result = {"fit_time": fitted["fit_time"], "fit_error": fitted["error"], "score_time": 0.0,
-              "test_scores": None, "train_scores": None, "warnings": []}
+    result = {
+        "fit_time": fitted["fit_time"],
+        "fit_error": fitted["error"],
+        "score_time": 0.0,
+        "test_scores": None,
+        "train_scores": None,
+        "warnings": [],
+    }
     if fitted["error"] is not None:
         return result
     if template is None:
@@ -135,12 +166,14 @@ def score_fit(fitted, part, raw, template, scorers, score_train, error_score):
         result["test_scores"] = _fill(scorers, error_score)
         result["train_scores"] = _fill(scorers, error_score) if score_train else None
         return result
-    result["test_scores"] = _score(estimator, X_test, rows["y_test"], scorers, error_score,
-                                   result["warnings"])
+    result["test_scores"] = _score(
+        estimator, X_test, rows["y_test"], scorers, error_score, result["warnings"]
+    )
     result["score_time"] = part["score_time"] + time.perf_counter() - started
     if score_train:
-        result["train_scores"] = _score(estimator, X_train, rows["y"], scorers, error_score,
-                                        result["warnings"])
+        result["train_scores"] = _score(
+            estimator, X_train, rows["y"], scorers, error_score, result["warnings"]
+        )
     return result
 
 
@@ -158,12 +191,16 @@ def refit(data, estimator):
 def step_params(fit_params, name):
     """The fit parameters of pipeline step *name* (``name__param`` keys, prefix removed)."""
     prefix = f"{name}__"
-    return {key[len(prefix):]: value for key, value in fit_params.items() if key.startswith(prefix)}
+    return {
+        key[len(prefix) :]: value for key, value in fit_params.items() if key.startswith(prefix)
+    }
 
 
 def _sample_aligned(value, n_samples):
     """Whether a fit parameter has one entry per sample (then it is split with the rows)."""
-    if isinstance(value, (str, bytes, dict)) or not (hasattr(value, "shape") or hasattr(value, "__len__")):
+    if isinstance(value, (str, bytes, dict)) or not (
+        hasattr(value, "shape") or hasattr(value, "__len__")
+    ):
         return False
     try:
         return (value.shape[0] if hasattr(value, "shape") else len(value)) == n_samples
@@ -174,8 +211,10 @@ def _sample_aligned(value, n_samples):
 def _score(estimator, X, y, scorers, error_score, warned):
     """scikit-learn's ``_score``: each scorer on its own, ``error_score`` where one raises."""
     if isinstance(scorers, dict):
-        return {name: _one_score(estimator, X, y, scorer, name, error_score, warned)
-                for name, scorer in scorers.items()}
+        return {
+            name: _one_score(estimator, X, y, scorer, name, error_score, warned)
+            for name, scorer in scorers.items()
+        }
     return _one_score(estimator, X, y, scorers, scorers, error_score, warned)
 
 
@@ -199,8 +238,9 @@ def _number(score, name):
         except ValueError:
             pass
     if not isinstance(score, numbers.Number):
-        raise ValueError(f"scoring must return a number, got {score} ({type(score)}) instead. "
-                         f"(scorer={name})")
+        raise ValueError(
+            f"scoring must return a number, got {score} ({type(score)}) instead. (scorer={name})"
+        )
     return score
 
 
@@ -209,5 +249,7 @@ def _fill(scorers, value):
 
 
 def _scoring_failed(error_score, details):
-    return ("Scoring failed. The score on this train-test partition for these parameters will "
-            f"be set to {error_score}. Details: \n{details}")
+    return (
+        "Scoring failed. The score on this train-test partition for these parameters will "
+        f"be set to {error_score}. Details: \n{details}"
+    )

@@ -35,10 +35,17 @@ def trials_frame(search):
     [[0, 0.1, 'completed'], [1, 1.0, 'completed']]
     """
     if getattr(search, "trials_", None) is not None:
-        return pd.DataFrame(search.trials_).drop(columns=["params"], errors="ignore").reset_index(drop=True)
+        return (
+            pd.DataFrame(search.trials_)
+            .drop(columns=["params"], errors="ignore")
+            .reset_index(drop=True)
+        )
     results = search.cv_results_
-    score = "mean_test_score" if "mean_test_score" in results else next(
-        key for key in results if key.startswith("mean_test_"))
+    score = (
+        "mean_test_score"
+        if "mean_test_score" in results
+        else next(key for key in results if key.startswith("mean_test_"))
+    )
     frame = pd.DataFrame({"trial": range(len(results["params"]))})
     for key in (k for k in results if k.startswith("param_")):
         frame[key.removeprefix("param_")] = [None if v is np.ma.masked else v for v in results[key]]
@@ -79,7 +86,9 @@ def plot_trials(search, path):
     from matplotlib.figure import Figure
 
     frame = trials_frame(search)
-    parameters = [c for c in frame.columns if c not in _NOT_PARAMETERS and not c.startswith("score_")]
+    parameters = [
+        c for c in frame.columns if c not in _NOT_PARAMETERS and not c.startswith("score_")
+    ]
     columns = 1 + max(1, len(parameters))
     figure = Figure(figsize=(4.2 * columns, 3.6))
     axes = figure.subplots(1, columns, squeeze=False)
@@ -91,8 +100,21 @@ def plot_trials(search, path):
     figure.savefig(path, dpi=110)
 
 
-_NOT_PARAMETERS = {"trial", "score", "std_score", "rank", "budget", "state", "error", "rung",
-                   "bracket", "epochs", "time", "fit_time", "params"}
+_NOT_PARAMETERS = {
+    "trial",
+    "score",
+    "std_score",
+    "rank",
+    "budget",
+    "state",
+    "error",
+    "rung",
+    "bracket",
+    "epochs",
+    "time",
+    "fit_time",
+    "params",
+}
 
 
 def _budget_panel(axis, search, frame):
@@ -101,9 +123,13 @@ def _budget_panel(axis, search, frame):
         history = pd.DataFrame(history)
         budget = "epochs" if "epochs" in history else "budget"
         for _, steps in history.groupby("trial"):
-            axis.plot(steps[budget], steps["score"], marker="o", markersize=3, linewidth=1, alpha=0.7)
+            axis.plot(
+                steps[budget], steps["score"], marker="o", markersize=3, linewidth=1, alpha=0.7
+            )
         axis.set_xlabel(budget)
-        axis.set_xscale("log" if history[budget].max() > 8 * max(history[budget].min(), 1) else "linear")
+        axis.set_xscale(
+            "log" if history[budget].max() > 8 * max(history[budget].min(), 1) else "linear"
+        )
         axis.set_title("score against budget, per trial", fontsize=9)
     else:
         ordered = frame.sort_values("score", ascending=False)

@@ -70,13 +70,21 @@ def _values(name, value):
         return [value]
     kind, arguments = next(iter(value.items()))
     if kind not in DISTRIBUTIONS:
-        raise PipelineError(f"space.{name}: unknown distribution {kind!r}.{did_you_mean(kind, DISTRIBUTIONS)} "
-                            f"Write one of {', '.join(DISTRIBUTIONS)}, or a list of values.")
+        raise PipelineError(
+            f"space.{name}: unknown distribution {kind!r}.{did_you_mean(kind, DISTRIBUTIONS)} "
+            f"Write one of {', '.join(DISTRIBUTIONS)}, or a list of values."
+        )
     if kind == "choice":
         return list(arguments)
-    if not (isinstance(arguments, (list, tuple)) and len(arguments) == 2
-            and all(isinstance(a, numbers.Real) for a in arguments) and arguments[0] < arguments[1]):
-        raise PipelineError(f"space.{name}: {kind} takes [low, high] with low < high, found {arguments!r}.")
+    if not (
+        isinstance(arguments, (list, tuple))
+        and len(arguments) == 2
+        and all(isinstance(a, numbers.Real) for a in arguments)
+        and arguments[0] < arguments[1]
+    ):
+        raise PipelineError(
+            f"space.{name}: {kind} takes [low, high] with low < high, found {arguments!r}."
+        )
     low, high = arguments
     if kind == "uniform":
         return stats.uniform(low, high - low)
@@ -99,8 +107,11 @@ def is_grid(space):
     bool
     """
     branches = space if isinstance(space, list) else [space]
-    return all(isinstance(values, (list, tuple, np.ndarray)) for branch in branches
-               for values in branch.values())
+    return all(
+        isinstance(values, (list, tuple, np.ndarray))
+        for branch in branches
+        for values in branch.values()
+    )
 
 
 def candidates(space, n_candidates=None, random_state=None):

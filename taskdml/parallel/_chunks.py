@@ -51,27 +51,39 @@ def check(facts, n_features, classes=None, is_classifier=False):
     for index, chunk in enumerate(facts):
         where = f"chunk {index} (rows {first:,}–{first + chunk['rows'] - 1:,})"
         if chunk["rows"] == 0:
-            raise DataError(f"{where.split(' (')[0]} is empty; drop empty chunks before fitting "
-                            "(e.g. rechunk the array).")
+            raise DataError(
+                f"{where.split(' (')[0]} is empty; drop empty chunks before fitting "
+                "(e.g. rechunk the array)."
+            )
         if len(chunk["shape"]) != 2 or chunk["shape"][1] != n_features:
-            raise DataError(f"{where} has shape {chunk['shape']}, expected (rows, {n_features}): "
-                            "every chunk must have the same features.")
+            raise DataError(
+                f"{where} has shape {chunk['shape']}, expected (rows, {n_features}): "
+                "every chunk must have the same features."
+            )
         if chunk.get("x_nan"):
-            raise DataError(f"{where} of X holds {chunk['x_nan']:,} NaN or infinite values; impute or "
-                            "drop them first (e.g. a SimpleImputer step).")
-        if chunk.get("y_rows", chunk["rows"]) != chunk["rows"] or chunk.get("w_rows", chunk["rows"]) != chunk["rows"]:
+            raise DataError(
+                f"{where} of X holds {chunk['x_nan']:,} NaN or infinite values; impute or "
+                "drop them first (e.g. a SimpleImputer step)."
+            )
+        if (
+            chunk.get("y_rows", chunk["rows"]) != chunk["rows"]
+            or chunk.get("w_rows", chunk["rows"]) != chunk["rows"]
+        ):
             raise DataError(f"{where}: X, y and sample_weight disagree on the number of rows.")
         if chunk.get("y_nan"):
-            raise DataError(f"{where} of y holds {chunk['y_nan']:,} NaN or infinite values; drop "
-                            "those rows.")
+            raise DataError(
+                f"{where} of y holds {chunk['y_nan']:,} NaN or infinite values; drop those rows."
+            )
         if "labels" in chunk:
             found.append(chunk["labels"])
             if classes is not None:
                 unseen = np.setdiff1d(chunk["labels"], classes)
                 if unseen.size:
-                    raise DataError(f"{where} of y holds labels {unseen.tolist()} that are not in "
-                                    f"classes={np.asarray(classes).tolist()}; add them to classes "
-                                    "or drop those rows.")
+                    raise DataError(
+                        f"{where} of y holds labels {unseen.tolist()} that are not in "
+                        f"classes={np.asarray(classes).tolist()}; add them to classes "
+                        "or drop those rows."
+                    )
         first += chunk["rows"]
     if classes is not None:
         return np.asarray(classes)

@@ -60,7 +60,9 @@ def _merge_ranked(entries, rule):
     trained = [(replica, rows) for replica, rows in ranked if rows > 0]
     if not trained:
         return ranked[0][0]
-    return merge_replicas([replica for replica, _ in trained], [rows for _, rows in trained], rule=rule)
+    return merge_replicas(
+        [replica for replica, _ in trained], [rows for _, rows in trained], rule=rule
+    )
 
 
 class _ActorCollective:
@@ -70,8 +72,9 @@ class _ActorCollective:
 
     async def _wait(self, predicate):
         try:
-            await asyncio.wait_for(self.condition.wait_for(lambda: predicate() or self.failed),
-                                   self.timeout)
+            await asyncio.wait_for(
+                self.condition.wait_for(lambda: predicate() or self.failed), self.timeout
+            )
         except asyncio.TimeoutError:
             raise TimeoutError(_late(self.timeout)) from None
         if self.failed:
@@ -109,8 +112,10 @@ class _LocalCollective:
 
 
 def _late(timeout):
-    return (f"no progress from the other replicas within {timeout:.0f} s: a worker may have died "
-            "or another trial holds the threads they need.")
+    return (
+        f"no progress from the other replicas within {timeout:.0f} s: a worker may have died "
+        "or another trial holds the threads they need."
+    )
 
 
 class AllReduceActor(_ActorCollective):

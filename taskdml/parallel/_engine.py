@@ -58,12 +58,12 @@ class TrainingPlan:
     shuffle: bool
     shuffle_rows: bool
     seed: int
-    transformers: list         # fitted transformers applied to each chunk, in order
-    fit_kwargs: dict           # passed to every partial_fit (``classes`` for classifiers)
-    validation: object         # (X_val, y_val) scored after every epoch, or None
-    scorer: object             # scorer(estimator, X, y), or None for estimator.score
+    transformers: list  # fitted transformers applied to each chunk, in order
+    fit_kwargs: dict  # passed to every partial_fit (``classes`` for classifiers)
+    validation: object  # (X_val, y_val) scored after every epoch, or None
+    scorer: object  # scorer(estimator, X, y), or None for estimator.score
     tol: float
-    n_iter_no_change: object   # int or None (no early stopping)
+    n_iter_no_change: object  # int or None (no early stopping)
     rounds_per_epoch: int = 0  # sync rounds in one epoch: the most chunks of a replica / sync_every
 
 
@@ -114,10 +114,28 @@ class SequentialFallbackWarning(UserWarning):
     """
 
 
-def train(estimator, X, y=None, *, sample_weight=None, classes=None, preprocess=(), strategy=None,
-          epochs=1, sync_every=1, staleness=None, shuffle=True, shuffle_rows=False,
-          random_state=None, validation=None, scoring=None, tol=1e-4, n_iter_no_change=None,
-          n_replicas=None, client=None):
+def train(
+    estimator,
+    X,
+    y=None,
+    *,
+    sample_weight=None,
+    classes=None,
+    preprocess=(),
+    strategy=None,
+    epochs=1,
+    sync_every=1,
+    staleness=None,
+    shuffle=True,
+    shuffle_rows=False,
+    random_state=None,
+    validation=None,
+    scoring=None,
+    tol=1e-4,
+    n_iter_no_change=None,
+    n_replicas=None,
+    client=None,
+):
     """Train a copy of *estimator* on chunked data; return a :class:`TrainResult`.
 
     Parameters
@@ -177,22 +195,41 @@ def train(estimator, X, y=None, *, sample_weight=None, classes=None, preprocess=
     if strategy is not None and strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}.")
     client = None if client is False else client if client is not None else current_client()
-    X, y, sample_weight = _data.as_dask(X if _data.is_chunked(X) else _as_array(X), y,
-                                        sample_weight)
+    X, y, sample_weight = _data.as_dask(
+        X if _data.is_chunked(X) else _as_array(X), y, sample_weight
+    )
     arrays = [a for a in (X, y, sample_weight) if a is not None]
     if client is not None:
         arrays = client.persist(arrays)
     chunks = _chunk_lists(arrays, X, y, sample_weight)
-    inspections = [_delayed(_chunks.inspect_chunk, "inspect", chunk.index, chunk.X, chunk.y,
-                            chunk.weight, is_classifier(estimator)) for chunk in chunks]
+    inspections = [
+        _delayed(
+            _chunks.inspect_chunk,
+            "inspect",
+            chunk.index,
+            chunk.X,
+            chunk.y,
+            chunk.weight,
+            is_classifier(estimator),
+        )
+        for chunk in chunks
+    ]
     facts = _inspect(client, chunks, inspections)
     classes = _chunks.check(facts, X.shape[1], classes, is_classifier(estimator) and y is not None)
     seed = int(check_random_state(random_state).randint(2**31 - 1))
     plan = TrainingPlan(
-        epochs=int(epochs), sync_every=int(sync_every), shuffle=shuffle,
-        shuffle_rows=shuffle_rows, seed=seed, transformers=list(preprocess),
-        fit_kwargs={"classes": classes} if classes is not None else {}, validation=validation,
-        scorer=_scorer(scoring), tol=tol, n_iter_no_change=n_iter_no_change)
+        epochs=int(epochs),
+        sync_every=int(sync_every),
+        shuffle=shuffle,
+        shuffle_rows=shuffle_rows,
+        seed=seed,
+        transformers=list(preprocess),
+        fit_kwargs={"classes": classes} if classes is not None else {},
+        validation=validation,
+        scorer=_scorer(scoring),
+        tol=tol,
+        n_iter_no_change=n_iter_no_change,
+    )
     strategy = _choose(estimator, strategy)
     started = time.perf_counter()
     if strategy == "fit":
@@ -225,15 +262,22 @@ def current_client():
 def _choose(estimator, strategy):
     if not hasattr(estimator, "partial_fit"):
         if strategy not in (None, "sequential"):
-            warnings.warn(f"{type(estimator).__name__} has no partial_fit: fitting it once on all "
-                          "the data instead of data-parallel.", SequentialFallbackWarning, stacklevel=_user_frame())
+            warnings.warn(
+                f"{type(estimator).__name__} has no partial_fit: fitting it once on all "
+                "the data instead of data-parallel.",
+                SequentialFallbackWarning,
+                stacklevel=_user_frame(),
+            )
         return "fit"
     reason = unmergeable_reason(estimator)
     if reason is None:
         return strategy or "sync"
     if strategy in ("sync", "async"):
-        warnings.warn(f"training {type(estimator).__name__} sequentially instead of {strategy!r}: "
-                      f"{reason}", SequentialFallbackWarning, stacklevel=_user_frame())
+        warnings.warn(
+            f"training {type(estimator).__name__} sequentially instead of {strategy!r}: {reason}",
+            SequentialFallbackWarning,
+            stacklevel=_user_frame(),
+        )
     return "sequential"
 
 
@@ -278,8 +322,9 @@ def _blocks(array):
 def _delayed(function, phase, index, *args):
     import dask
 
-    name = _keys.key_name("train", function.__name__, [getattr(a, "key", a) for a in args],
-                          phase=phase)
+    name = _keys.key_name(
+        "train", function.__name__, [getattr(a, "key", a) for a in args], phase=phase
+    )
     return dask.delayed(function, pure=True)(*args, dask_key_name=(name, index))
 
 
@@ -329,8 +374,11 @@ def _inspect(client, chunks, tasks):
     missing = [(chunk, task) for chunk, task in zip(chunks, tasks) if task.key not in facts]
     found = _gather(client, [task for _, task in missing]) if missing else []
     for (chunk, task), chunk_facts in zip(missing, found):
-        keys = tuple(part.key for part in (chunk.X, chunk.y, chunk.weight)
-                     if part is not None and client is not None)
+        keys = tuple(
+            part.key
+            for part in (chunk.X, chunk.y, chunk.weight)
+            if part is not None and client is not None
+        )
         facts[task.key] = (keys, chunk_facts)
     with _INSPECTED_LOCK:
         cache.update(facts)
@@ -363,15 +411,20 @@ def _estimator_token(estimator):
 def _fit_once(estimator, chunks, plan, client):
     import dask
 
-    name = _keys.key_name("train", _estimator_token(estimator), [c.X.key for c in chunks],
-                          phase="fit")
+    name = _keys.key_name(
+        "train", _estimator_token(estimator), [c.X.key for c in chunks], phase="fit"
+    )
     parts = [(chunk.X, chunk.y, chunk.weight) for chunk in chunks]
     began = time.perf_counter()
-    task = dask.delayed(_tasks.fit_concatenated, pure=True)(estimator, parts, plan.transformers,
-                                                            dask_key_name=name)
+    task = dask.delayed(_tasks.fit_concatenated, pure=True)(
+        estimator, parts, plan.transformers, dask_key_name=name
+    )
     fitted = _gather(client, [task])[0]
-    entry = {"epoch": 1, "duration_s": time.perf_counter() - began,
-             **_replica.epoch_scores(fitted, plan.validation, plan)}
+    entry = {
+        "epoch": 1,
+        "duration_s": time.perf_counter() - began,
+        **_replica.epoch_scores(fitted, plan.validation, plan),
+    }
     return TrainResult(fitted, [entry], "fit", {})
 
 
@@ -379,19 +432,30 @@ def _sequential(estimator, chunks, plan, client):
     """One replica through every chunk, epoch by epoch, scored between epochs."""
     import dask
 
-    name = _keys.key_name("train", _estimator_token(estimator), [c.X.key for c in chunks],
-                          plan.seed, phase="fit")
+    name = _keys.key_name(
+        "train", _estimator_token(estimator), [c.X.key for c in chunks], plan.seed, phase="fit"
+    )
     state, history, step = copy.deepcopy(estimator), [], 0
     for epoch in range(plan.epochs):
         began = time.perf_counter()
         for chunk in _tasks.epoch_order(chunks, (plan.seed, epoch, 0), plan.shuffle):
             state = dask.delayed(_tasks.partial_fit_chunk, pure=True)(
-                state, chunk.X, chunk.y, plan.transformers, plan.fit_kwargs, chunk.weight,
-                _replica.row_seed(plan, epoch, chunk.index), dask_key_name=(name, step))
+                state,
+                chunk.X,
+                chunk.y,
+                plan.transformers,
+                plan.fit_kwargs,
+                chunk.weight,
+                _replica.row_seed(plan, epoch, chunk.index),
+                dask_key_name=(name, step),
+            )
             step += 1
         state = _gather(client, [state])[0]
-        entry = {"epoch": epoch + 1, "duration_s": time.perf_counter() - began,
-                 **_replica.epoch_scores(state, plan.validation, plan)}
+        entry = {
+            "epoch": epoch + 1,
+            "duration_s": time.perf_counter() - began,
+            **_replica.epoch_scores(state, plan.validation, plan),
+        }
         history.append(entry)
         if _replica.should_stop(history, plan):
             break
@@ -422,33 +486,78 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
     owned = _owned(chunks, n_replicas)
     placement = _place(client, owned, workers)
     first, rule = chunks[0], get_merge_rule(estimator)
-    name = _keys.key_name("train", _estimator_token(estimator), [c.X.key for c in chunks],
-                          plan.seed, strategy, phase="replica")
-    start = client.submit(prepare_start, estimator, first.X, first.y,
-                          plan.fit_kwargs.get("classes"), rule=rule,
-                          key=_keys.key_name("train", name, phase="prepare"))
+    name = _keys.key_name(
+        "train",
+        _estimator_token(estimator),
+        [c.X.key for c in chunks],
+        plan.seed,
+        strategy,
+        phase="replica",
+    )
+    start = client.submit(
+        prepare_start,
+        estimator,
+        first.X,
+        first.y,
+        plan.fit_kwargs.get("classes"),
+        rule=rule,
+        key=_keys.key_name("train", name, phase="prepare"),
+    )
     plan = _with_rounds(plan, owned)
     if strategy == "sync":
-        actor_future = client.submit(_collective.AllReduceActor, n_replicas, rule, actor=True,
-                                     workers=[placement[0]],
-                                     key=_keys.key_name("train", name, phase="allreduce"))
+        actor_future = client.submit(
+            _collective.AllReduceActor,
+            n_replicas,
+            rule,
+            actor=True,
+            workers=[placement[0]],
+            key=_keys.key_name("train", name, phase="allreduce"),
+        )
     else:
-        actor_future = client.submit(_collective.ParameterServerActor, start, n_replicas,
-                                     staleness, rule, actor=True, workers=[placement[0]],
-                                     key=_keys.key_name("train", name, phase="server"))
+        actor_future = client.submit(
+            _collective.ParameterServerActor,
+            start,
+            n_replicas,
+            staleness,
+            rule,
+            actor=True,
+            workers=[placement[0]],
+            key=_keys.key_name("train", name, phase="server"),
+        )
     # The actor lives as long as its future does: keep ``actor_future`` to the end.
     collective = actor_future.result()
     with _taking_turns(client, n_replicas):
         if strategy == "sync":
-            tasks = [client.submit(_replica.sync_replica, rank, start, owned[rank], collective,
-                                   plan, workers=[placement[rank]], allow_other_workers=False,
-                                   pure=False, key=(name, rank))
-                     for rank in range(n_replicas)]
+            tasks = [
+                client.submit(
+                    _replica.sync_replica,
+                    rank,
+                    start,
+                    owned[rank],
+                    collective,
+                    plan,
+                    workers=[placement[rank]],
+                    allow_other_workers=False,
+                    pure=False,
+                    key=(name, rank),
+                )
+                for rank in range(n_replicas)
+            ]
         else:
-            tasks = [client.submit(_replica.async_replica, rank, owned[rank], collective, plan,
-                                   workers=[placement[rank]], allow_other_workers=False,
-                                   pure=False, key=(name, rank))
-                     for rank in range(n_replicas)]
+            tasks = [
+                client.submit(
+                    _replica.async_replica,
+                    rank,
+                    owned[rank],
+                    collective,
+                    plan,
+                    workers=[placement[rank]],
+                    allow_other_workers=False,
+                    pure=False,
+                    key=(name, rank),
+                )
+                for rank in range(n_replicas)
+            ]
         outcomes = client.gather(tasks)
     result = _result(strategy, outcomes, collective, plan, n_replicas)
     del actor_future
@@ -476,16 +585,36 @@ def _result(strategy, outcomes, collective, plan, n_replicas):
         state, history, _ = outcomes[0]
         stats = [outcome[2] for outcome in outcomes]
         rounds = plan.rounds_per_epoch * len(history)
-        return TrainResult(state, history, "sync", {
-            "replicas": n_replicas, "rounds": rounds,
-            "busy_s": [s["busy_s"] for s in stats],
-            "reduce_wait_s": [s["reduce_wait_s"] for s in stats]})
+        return TrainResult(
+            state,
+            history,
+            "sync",
+            {
+                "replicas": n_replicas,
+                "rounds": rounds,
+                "busy_s": [s["busy_s"] for s in stats],
+                "reduce_wait_s": [s["reduce_wait_s"] for s in stats],
+            },
+        )
     state, version, waited = _collective.call(collective, "result")
-    history = [{"epoch": plan.epochs, "duration_s": max(o["busy_s"] for o in outcomes),
-                **_replica.epoch_scores(state, plan.validation, plan)}]
-    return TrainResult(state, history, "async", {
-        "replicas": n_replicas, "updates": version, "busy_s": [o["busy_s"] for o in outcomes],
-        "held_back_s": [waited[rank] for rank in sorted(waited)]})
+    history = [
+        {
+            "epoch": plan.epochs,
+            "duration_s": max(o["busy_s"] for o in outcomes),
+            **_replica.epoch_scores(state, plan.validation, plan),
+        }
+    ]
+    return TrainResult(
+        state,
+        history,
+        "async",
+        {
+            "replicas": n_replicas,
+            "updates": version,
+            "busy_s": [o["busy_s"] for o in outcomes],
+            "held_back_s": [waited[rank] for rank in sorted(waited)],
+        },
+    )
 
 
 def _place(client, owned, workers):
@@ -509,22 +638,26 @@ def _replicated_locally(estimator, chunks, plan, strategy, staleness, n_replicas
     """The same replicas as threads of this process, on computed chunks."""
     import dask
 
-    chunks = [Chunk(*dask.compute(chunk.X, chunk.y, chunk.weight), chunk.index)
-              for chunk in chunks]
+    chunks = [Chunk(*dask.compute(chunk.X, chunk.y, chunk.weight), chunk.index) for chunk in chunks]
     n_replicas = min(n_replicas, len(chunks))
     owned = _owned(chunks, n_replicas)
     rule = get_merge_rule(estimator)
-    start = prepare_start(estimator, chunks[0].X, chunks[0].y, plan.fit_kwargs.get("classes"),
-                          rule=rule)
+    start = prepare_start(
+        estimator, chunks[0].X, chunks[0].y, plan.fit_kwargs.get("classes"), rule=rule
+    )
     plan = _with_rounds(plan, owned)
     if strategy == "sync":
         collective = _collective.AllReduceLocal(n_replicas, rule)
-        jobs = [(_replica.sync_replica, rank, start, owned[rank], collective, plan)
-                for rank in range(n_replicas)]
+        jobs = [
+            (_replica.sync_replica, rank, start, owned[rank], collective, plan)
+            for rank in range(n_replicas)
+        ]
     else:
         collective = _collective.ParameterServerLocal(start, n_replicas, staleness, rule)
-        jobs = [(_replica.async_replica, rank, owned[rank], collective, plan)
-                for rank in range(n_replicas)]
+        jobs = [
+            (_replica.async_replica, rank, owned[rank], collective, plan)
+            for rank in range(n_replicas)
+        ]
     with concurrent.futures.ThreadPoolExecutor(n_replicas) as pool:
         outcomes = [future.result() for future in [pool.submit(*job) for job in jobs]]
     return _result(strategy, outcomes, collective, plan, n_replicas)

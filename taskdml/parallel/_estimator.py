@@ -158,9 +158,23 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
     ('Array', ((100, 100, 100, 100, 100),), ['dataparallel', 'predict'])
     """
 
-    def __init__(self, estimator, *, strategy="sync", epochs=1, sync_every=1, staleness=None,
-                 shuffle=True, random_state=None, validation=None, scoring=None, tol=1e-4,
-                 n_iter_no_change=None, chunk_size=None, n_replicas=None):
+    def __init__(
+        self,
+        estimator,
+        *,
+        strategy="sync",
+        epochs=1,
+        sync_every=1,
+        staleness=None,
+        shuffle=True,
+        random_state=None,
+        validation=None,
+        scoring=None,
+        tol=1e-4,
+        n_iter_no_change=None,
+        chunk_size=None,
+        n_replicas=None,
+    ):
         self.estimator = estimator
         self.strategy = strategy
         self.epochs = epochs
@@ -215,8 +229,14 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         self : DataParallel
         """
         fitted = hasattr(self, "estimator_")
-        return self._train(X, y, classes, sample_weight,
-                           continue_from=self.estimator_ if fitted else None, epochs=1)
+        return self._train(
+            X,
+            y,
+            classes,
+            sample_weight,
+            continue_from=self.estimator_ if fitted else None,
+            epochs=1,
+        )
 
     def _train(self, X, y, classes, sample_weight, *, continue_from, epochs):
         self._check_params()
@@ -224,8 +244,9 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         rng = check_random_state(self.random_state)
         X, y, sample_weight, _ = unwrap(X, y, sample_weight)
         if y is None and get_tags(self.estimator).target_tags.required:
-            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is "
-                             "None.")
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None."
+            )
         client = current_client()
         if isinstance(X, da.Array):
             X, y, sample_weight = self._lazy_training_data(X, y, sample_weight, first)
@@ -240,22 +261,48 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         epochs_before = 0 if first else self.n_epochs_
         history_before = [] if first else self.history_
         result = train(
-            clone(self.estimator) if first else continue_from, X, y,
-            sample_weight=sample_weight, classes=classes, strategy=self.strategy, epochs=epochs,
-            sync_every=self.sync_every, staleness=self.staleness, shuffle=self.shuffle,
+            clone(self.estimator) if first else continue_from,
+            X,
+            y,
+            sample_weight=sample_weight,
+            classes=classes,
+            strategy=self.strategy,
+            epochs=epochs,
+            sync_every=self.sync_every,
+            staleness=self.staleness,
+            shuffle=self.shuffle,
             # Later partial_fit calls continue the seed sequence instead of repeating epoch 1.
             random_state=(seed + epochs_before) % np.iinfo(np.int32).max,
-            validation=validation, scoring=self.scoring, tol=self.tol,
-            n_iter_no_change=self.n_iter_no_change, n_replicas=self.n_replicas)
-        history = result.history or [{"epoch": 1, "duration_s": result.stats["wall_s"],
-                                      "samples_seen": result.stats["n_samples"]}]
+            validation=validation,
+            scoring=self.scoring,
+            tol=self.tol,
+            n_iter_no_change=self.n_iter_no_change,
+            n_replicas=self.n_replicas,
+        )
+        history = result.history or [
+            {
+                "epoch": 1,
+                "duration_s": result.stats["wall_s"],
+                "samples_seen": result.stats["n_samples"],
+            }
+        ]
         samples_before = history_before[-1]["samples_seen"] if history_before else 0
-        history = [dict(entry, epoch=entry["epoch"] + epochs_before,
-                        samples_seen=entry["samples_seen"] + samples_before) for entry in history]
+        history = [
+            dict(
+                entry,
+                epoch=entry["epoch"] + epochs_before,
+                samples_seen=entry["samples_seen"] + samples_before,
+            )
+            for entry in history
+        ]
 
-        fitted = {"estimator_": result.estimator, "history_": history_before + history,
-                  "n_epochs_": history[-1]["epoch"], "strategy_": result.strategy,
-                  "n_features_in_": X.shape[1]}
+        fitted = {
+            "estimator_": result.estimator,
+            "history_": history_before + history,
+            "n_epochs_": history[-1]["epoch"],
+            "strategy_": result.strategy,
+            "n_features_in_": X.shape[1],
+        }
         if feature_names is not None:
             fitted["feature_names_in_"] = feature_names
         if hasattr(result.estimator, "classes_"):
@@ -271,14 +318,23 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         """Raise ValueError naming the first invalid parameter."""
         name = type(self).__name__
         if not hasattr(self.estimator, "fit"):
-            raise TypeError(f"{name}: estimator must be a scikit-learn estimator (with fit); got "
-                            f"{self.estimator!r}.")
+            raise TypeError(
+                f"{name}: estimator must be a scikit-learn estimator (with fit); got "
+                f"{self.estimator!r}."
+            )
         if self.strategy not in STRATEGIES:
-            raise ValueError(f"{name}: strategy must be one of {', '.join(map(repr, STRATEGIES))}; "
-                             f"got {self.strategy!r}.{did_you_mean(self.strategy, STRATEGIES)}")
-        for parameter, low, optional in (("epochs", 1, False), ("sync_every", 1, False),
-                                         ("staleness", 0, True), ("n_iter_no_change", 1, True),
-                                         ("chunk_size", 1, True), ("n_replicas", 1, True)):
+            raise ValueError(
+                f"{name}: strategy must be one of {', '.join(map(repr, STRATEGIES))}; "
+                f"got {self.strategy!r}.{did_you_mean(self.strategy, STRATEGIES)}"
+            )
+        for parameter, low, optional in (
+            ("epochs", 1, False),
+            ("sync_every", 1, False),
+            ("staleness", 0, True),
+            ("n_iter_no_change", 1, True),
+            ("chunk_size", 1, True),
+            ("n_replicas", 1, True),
+        ):
             value = getattr(self, parameter)
             if value is None and optional:
                 continue
@@ -290,19 +346,29 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         validation = self.validation
         if validation is None or isinstance(validation, tuple | list) and len(validation) == 2:
             return
-        if (isinstance(validation, numbers.Real) and not isinstance(validation, bool)
-                and 0 < validation < 1):
+        if (
+            isinstance(validation, numbers.Real)
+            and not isinstance(validation, bool)
+            and 0 < validation < 1
+        ):
             return
-        raise ValueError(f"{name}: validation must be a fraction in (0, 1), a tuple (X_val, y_val) "
-                         f"or None; got {validation!r}.")
+        raise ValueError(
+            f"{name}: validation must be a fraction in (0, 1), a tuple (X_val, y_val) "
+            f"or None; got {validation!r}."
+        )
 
     def _in_memory_training_data(self, X, y, sample_weight, first, client):
         """Validate like scikit-learn, then cut into row chunks: dask arrays for the engine."""
         # NaN and infinity are left to the engine, whose message names the chunk and rows.
         if y is not None and get_tags(self.estimator).target_tags.required:
-            X, y = check_X_y(X, y, ensure_all_finite=False, estimator=self,
-                             multi_output=get_tags(self.estimator).target_tags.multi_output,
-                             y_numeric=is_regressor(self))
+            X, y = check_X_y(
+                X,
+                y,
+                ensure_all_finite=False,
+                estimator=self,
+                multi_output=get_tags(self.estimator).target_tags.multi_output,
+                y_numeric=is_regressor(self),
+            )
             if is_classifier(self):
                 check_classification_targets(y)
         else:
@@ -318,25 +384,33 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
 
         def chunked(array):
             chunks = (rows,) + (-1,) * (array.ndim - 1)
-            return da.from_array(array, chunks=chunks,
-                                 name=key_name(_PREFIX, array, chunks, phase="data"))
+            return da.from_array(
+                array, chunks=chunks, name=key_name(_PREFIX, array, chunks, phase="data")
+            )
 
-        return (chunked(X), None if y is None else chunked(y),
-                None if sample_weight is None else chunked(sample_weight))
+        return (
+            chunked(X),
+            None if y is None else chunked(y),
+            None if sample_weight is None else chunked(sample_weight),
+        )
 
     def _lazy_training_data(self, X, y, sample_weight, first):
         """Dask input: check shapes cheaply (the engine inspects every chunk) and rechunk."""
         if X.ndim != 2:
-            raise ValueError(f"Expected a 2-D array (samples, features), got a dask array of shape "
-                             f"{X.shape}.")
+            raise ValueError(
+                f"Expected a 2-D array (samples, features), got a dask array of shape {X.shape}."
+            )
         if not first:
             self._check_width(X)
         if self.chunk_size is not None:
             X = X.rechunk({0: self.chunk_size})
         if y is not None:
             y = da.asarray(y)
-            if (y.ndim == 2 and y.shape[1] == 1
-                    and not get_tags(self.estimator).target_tags.multi_output):
+            if (
+                y.ndim == 2
+                and y.shape[1] == 1
+                and not get_tags(self.estimator).target_tags.multi_output
+            ):
                 y = y[:, 0]
                 _warn_column_vector()
         if sample_weight is not None:
@@ -355,18 +429,24 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             X_val, y_val, _, _ = unwrap(X_val, y_val, None)
             X_val = check_array(np.asarray(X_val), ensure_all_finite=False, estimator=self)
             if X_val.shape[1] != X.shape[1]:
-                raise ValueError(f"validation X has {X_val.shape[1]} features, but the training data "
-                                 f"has {X.shape[1]}.")
+                raise ValueError(
+                    f"validation X has {X_val.shape[1]} features, but the training data "
+                    f"has {X.shape[1]}."
+                )
             return X, y, sample_weight, (X_val, None if y_val is None else np.asarray(y_val))
         held = [min(rows - 1, round(validation * rows)) for rows in X.chunks[0]]
         if not sum(held):
-            raise ValueError(f"validation={validation!r} holds out no rows: the chunks have "
-                             f"{min(X.chunks[0])} to {max(X.chunks[0])} rows. Use a larger "
-                             "fraction or larger chunks, or pass validation=(X_val, y_val).")
+            raise ValueError(
+                f"validation={validation!r} holds out no rows: the chunks have "
+                f"{min(X.chunks[0])} to {max(X.chunks[0])} rows. Use a larger "
+                "fraction or larger chunks, or pass validation=(X_val, y_val)."
+            )
         # Persisted once, so that the split and the training read the same computed chunks.
         X, y, sample_weight = dask.persist(X, y, sample_weight)
-        parts = [_split_rows(array, held, seed) if array is not None else (None, None)
-                 for array in (X, y, sample_weight)]
+        parts = [
+            _split_rows(array, held, seed) if array is not None else (None, None)
+            for array in (X, y, sample_weight)
+        ]
         (X, X_val), (y, y_val), (sample_weight, _) = parts
         X_val, y_val = dask.compute(X_val, y_val)
         return X, y, sample_weight, (X_val, y_val)
@@ -501,12 +581,16 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         name = type(self).__name__
         metric = "accuracy" if is_classifier(self) else "r2" if is_regressor(self) else None
         if metric is None:
-            raise ValueError(f"{name}.score on dask input is defined for classifiers (accuracy) and "
-                             f"regressors (r2), not for {type(self.estimator_).__name__}; score "
-                             "NumPy data, or call taskdml.metrics.evaluate.")
+            raise ValueError(
+                f"{name}.score on dask input is defined for classifiers (accuracy) and "
+                f"regressors (r2), not for {type(self.estimator_).__name__}; score "
+                "NumPy data, or call taskdml.metrics.evaluate."
+            )
         if sample_weight is not None:
-            raise ValueError(f"{name}.score does not take sample_weight with dask input; score "
-                             "NumPy data, or leave sample_weight out.")
+            raise ValueError(
+                f"{name}.score does not take sample_weight with dask input; score "
+                "NumPy data, or leave sample_weight out."
+            )
         if y is None:
             raise ValueError(f"{name}.score needs y.")
         self._check_width(X)
@@ -530,11 +614,15 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         """
         check_is_fitted(self)
         names = getattr(self, "feature_names_in_", None)
-        if input_features is not None and names is not None and (
-                len(input_features) != len(names) or np.any(np.asarray(input_features) != names)):
+        if (
+            input_features is not None
+            and names is not None
+            and (len(input_features) != len(names) or np.any(np.asarray(input_features) != names))
+        ):
             raise ValueError("input_features is not equal to feature_names_in_")
         return self.estimator_.get_feature_names_out(
-            names if input_features is None else input_features)
+            names if input_features is None else input_features
+        )
 
     def _apply(self, method, X):
         check_is_fitted(self)
@@ -548,19 +636,36 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
     def _apply_lazily(self, method, X):
         """One ``map_blocks`` task per row chunk; the fitted estimator is one key of the graph."""
         if X.ndim != 2:
-            raise ValueError(f"Expected a 2-D array (samples, features), got a dask array of shape "
-                             f"{X.shape}.")
+            raise ValueError(
+                f"Expected a 2-D array (samples, features), got a dask array of shape {X.shape}."
+            )
         self._check_width(X)
         X = X.rechunk({1: -1})
         probe = self._probe(method, X)
-        model = dask.delayed(self.estimator_, traverse=False,
-                             name=key_name(_PREFIX, self.estimator_, phase="model"))
+        model = dask.delayed(
+            self.estimator_, traverse=False, name=key_name(_PREFIX, self.estimator_, phase="model")
+        )
         name = key_name(_PREFIX, model.key, X.name, method, phase=method.replace("_", "-"))
         if probe.ndim == 1:
-            return X.map_blocks(_call_method, model, method, name=name, dtype=probe.dtype,
-                                meta=probe[:0], drop_axis=1, chunks=(X.chunks[0],))
-        return X.map_blocks(_call_method, model, method, name=name, dtype=probe.dtype,
-                            meta=probe[:0], chunks=(X.chunks[0],) + tuple((n,) for n in probe.shape[1:]))
+            return X.map_blocks(
+                _call_method,
+                model,
+                method,
+                name=name,
+                dtype=probe.dtype,
+                meta=probe[:0],
+                drop_axis=1,
+                chunks=(X.chunks[0],),
+            )
+        return X.map_blocks(
+            _call_method,
+            model,
+            method,
+            name=name,
+            dtype=probe.dtype,
+            meta=probe[:0],
+            chunks=(X.chunks[0],) + tuple((n,) for n in probe.shape[1:]),
+        )
 
     def _probe(self, method, X):
         """The method's output on one row: its dtype and trailing shape, without computing X."""
@@ -570,8 +675,9 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             return np.asarray(getattr(self.estimator_, method)(X[:1].compute()))
 
     def _as_xarray(self, method, result, template):
-        coords = {name: coord for name, coord in template.coords.items()
-                  if set(coord.dims) <= {"sample"}}
+        coords = {
+            name: coord for name, coord in template.coords.items() if set(coord.dims) <= {"sample"}
+        }
         if result.ndim == 1:
             return xr.DataArray(result, dims=("sample",), coords=coords, name=method)
         width = result.shape[1]
@@ -580,7 +686,8 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         if method == "transform":
             dim, labels = "feature", self._output_features(template, width)
         elif method in ("predict_proba", "predict_log_proba", "decision_function") and (
-                classes is not None and len(classes) == width):
+            classes is not None and len(classes) == width
+        ):
             dim, labels = "class", classes
         else:
             dim = "output"
@@ -601,8 +708,10 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
 
     def _check_width(self, X):
         if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
-                             f"{self.n_features_in_} features as input.")
+            raise ValueError(
+                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input."
+            )
 
     def __sklearn_tags__(self):
         tags = wrapped_tags(super().__sklearn_tags__(), self.estimator)
@@ -635,18 +744,21 @@ def _feature_names(X):
         return names
     if any(strings):
         kinds = sorted({type(name).__name__ for name in names})
-        raise TypeError("Feature names are only supported if all input features have string names, "
-                        f"but your input has {kinds} as feature name / column name types. Convert "
-                        "them all to strings (X.columns = X.columns.astype(str)) or to a non-string "
-                        "type.")
+        raise TypeError(
+            "Feature names are only supported if all input features have string names, "
+            f"but your input has {kinds} as feature name / column name types. Convert "
+            "them all to strings (X.columns = X.columns.astype(str)) or to a non-string "
+            "type."
+        )
     return None
 
 
 def _check_weights(sample_weight, n_samples):
     if isinstance(sample_weight, numbers.Number):
         return np.full(n_samples, float(sample_weight))
-    sample_weight = check_array(sample_weight, ensure_2d=False, dtype=np.float64,
-                                input_name="sample_weight")
+    sample_weight = check_array(
+        sample_weight, ensure_2d=False, dtype=np.float64, input_name="sample_weight"
+    )
     if sample_weight.shape != (n_samples,):
         raise ValueError(f"sample_weight.shape == {sample_weight.shape}, expected {(n_samples,)}!")
     return sample_weight
@@ -664,9 +776,12 @@ def _warn_column_vector():
 
     from sklearn.exceptions import DataConversionWarning
 
-    warnings.warn("A column-vector y was passed when a 1d array was expected. Please change the "
-                  "shape of y to (n_samples, ), for example using ravel().", DataConversionWarning,
-                  stacklevel=5)  # the caller of fit or partial_fit
+    warnings.warn(
+        "A column-vector y was passed when a 1d array was expected. Please change the "
+        "shape of y to (n_samples, ), for example using ravel().",
+        DataConversionWarning,
+        stacklevel=5,
+    )  # the caller of fit or partial_fit
 
 
 def _held_out(n_rows, n_held, seed, chunk):
@@ -687,9 +802,24 @@ def _split_rows(array, held, seed):
     parts = []
     for validation in (False, True):
         rows = tuple(held) if validation else tuple(n - k for n, k in zip(array.chunks[0], held))
-        name = key_name(_PREFIX, array.name, held, seed, validation,
-                        phase="validation" if validation else "train")
-        parts.append(array.map_blocks(_rows, held, seed, validation, name=name, dtype=array.dtype,
-                                      chunks=(rows,) + array.chunks[1:],
-                                      meta=np.empty((0,) * array.ndim, array.dtype)))
+        name = key_name(
+            _PREFIX,
+            array.name,
+            held,
+            seed,
+            validation,
+            phase="validation" if validation else "train",
+        )
+        parts.append(
+            array.map_blocks(
+                _rows,
+                held,
+                seed,
+                validation,
+                name=name,
+                dtype=array.dtype,
+                chunks=(rows,) + array.chunks[1:],
+                meta=np.empty((0,) * array.ndim, array.dtype),
+            )
+        )
     return tuple(parts)

@@ -26,7 +26,6 @@ from taskdml._sklearn_compat import (
     _is_arraylike_not_scalar,
     _openmp_effective_n_threads,
 )
-
 from taskdml.parallel._merge_registry import round_start
 
 

@@ -13,7 +13,6 @@ import contextlib
 import copy
 import time
 
-
 from taskdml.parallel._collective import call
 from taskdml.parallel._tasks import epoch_order, fit_chunk, transform_chunk
 
@@ -21,8 +20,15 @@ from taskdml.parallel._tasks import epoch_order, fit_chunk, transform_chunk
 def _fit_chunk(estimator, chunk, plan, epoch):
     """``partial_fit`` *estimator* in place on one :class:`~taskdml.parallel._chunks.Chunk`;
     return the rows it saw."""
-    return fit_chunk(estimator, chunk.X, chunk.y, plan.transformers, plan.fit_kwargs,
-                     chunk.weight, row_seed(plan, epoch, chunk.index))
+    return fit_chunk(
+        estimator,
+        chunk.X,
+        chunk.y,
+        plan.transformers,
+        plan.fit_kwargs,
+        chunk.weight,
+        row_seed(plan, epoch, chunk.index),
+    )
 
 
 def row_seed(plan, epoch, index):
@@ -65,7 +71,7 @@ def _sync_replica(rank, start, chunks, collective, plan):
         for round_index in range(plan.rounds_per_epoch):
             replica, rows = copy.deepcopy(state), 0
             began = time.perf_counter()
-            for chunk in order[round_index * every:(round_index + 1) * every]:
+            for chunk in order[round_index * every : (round_index + 1) * every]:
                 rows += _fit_chunk(replica, chunk, plan, epoch)
             reduced = time.perf_counter()
             busy += reduced - began
@@ -74,8 +80,11 @@ def _sync_replica(rank, start, chunks, collective, plan):
             rows_seen += rows
         report = None
         if rank == 0:
-            report = {"epoch": epoch + 1, "duration_s": time.perf_counter() - epoch_started,
-                      **epoch_scores(state, validation, plan)}
+            report = {
+                "epoch": epoch + 1,
+                "duration_s": time.perf_counter() - epoch_started,
+                **epoch_scores(state, validation, plan),
+            }
             report["stop"] = should_stop(history + [report], plan)
         report = call(collective, "epoch_end", epoch, report)
         history.append(report)
@@ -94,7 +103,9 @@ def epoch_scores(estimator, validation, plan):
         X, y = validation
         X = transform_chunk(X, plan.transformers)
         scorer = plan.scorer
-        scores["validation_score"] = float(scorer(estimator, X, y) if scorer else estimator.score(X, y))
+        scores["validation_score"] = float(
+            scorer(estimator, X, y) if scorer else estimator.score(X, y)
+        )
     return scores
 
 

@@ -2,8 +2,9 @@
 
 The engine, the grid searches and the adaptive searches build their graphs from these, so
 one piece of work is one function wherever it runs: :func:`fit_chunk` (``partial_fit`` on one
-chunk, in a replica or as :func:`partial_fit_chunk`, one link of a chain of tasks), :func:`fit_concatenated` (an estimator without
-``partial_fit``, fitted once on chunks concatenated), :func:`chunk_labels` and
+chunk, in a replica or as :func:`partial_fit_chunk`, one link of a chain of tasks),
+:func:`fit_concatenated` (an estimator without ``partial_fit``, fitted once on chunks
+concatenated), :func:`chunk_labels` and
 :func:`transform_chunk`. :func:`epoch_order` is the one seeded chunk order of an epoch. Every
 estimator that arrives as an argument is copied before it is trained: a threaded scheduler
 hands the same object to several tasks.
@@ -134,5 +135,10 @@ def transformed(X, transformers):
 
     n_features = transform_chunk(X[:1].compute(), transformers).shape[1]
     fitted = dask.delayed(list(transformers), pure=True)
-    return X.map_blocks(transform_chunk, fitted, dtype=float, chunks=(X.chunks[0], (n_features,)),
-                        name=_keys.key_name("transform", X.name, fitted.key, phase="transform"))
+    return X.map_blocks(
+        transform_chunk,
+        fitted,
+        dtype=float,
+        chunks=(X.chunks[0], (n_features,)),
+        name=_keys.key_name("transform", X.name, fitted.key, phase="transform"),
+    )

@@ -69,8 +69,19 @@ KINDS = {
         ),
         StepKind(
             "search",
-            keys=frozenset({"with", "method", "space", "budget", "cv", "validation_fraction",
-                            "scoring", "classes", "parallel"}),
+            keys=frozenset(
+                {
+                    "with",
+                    "method",
+                    "space",
+                    "budget",
+                    "cv",
+                    "validation_fraction",
+                    "scoring",
+                    "classes",
+                    "parallel",
+                }
+            ),
             outputs=("best_model", "best_params", "trials"),
             outputs_fixed=True,
             required_inputs=frozenset({"data"}),

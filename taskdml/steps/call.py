@@ -62,7 +62,8 @@ def is_graph_builder(function):
         True for functions marked with :func:`builds_graph` and taskdml's own functions.
     """
     return getattr(function, "__taskdml_builds_graph__", False) or (
-        getattr(function, "__module__", "") or "").startswith("taskdml.")
+        getattr(function, "__module__", "") or ""
+    ).startswith("taskdml.")
 
 
 def run(step, inputs, context):
@@ -83,14 +84,18 @@ def run(step, inputs, context):
     function = resolve_callable(step.target, context.pipeline.allow)
     items = step.foreach_items()
     run_item = _build if is_graph_builder(function) else _submit
-    results = [run_item(function, step, {**thaw(step.with_ or {}), **inputs, **kwargs}, index, context)
-               for index, (_, kwargs) in enumerate(items)]
+    results = [
+        run_item(function, step, {**thaw(step.with_ or {}), **inputs, **kwargs}, index, context)
+        for index, (_, kwargs) in enumerate(items)
+    ]
     results = [_outputs(step, result, context) for result in results]
     _wait([value for result in results for value in result.values()], context.client)
     if items[0][0] is None:
         return results[0]
-    return {name: {label: result[name] for (label, _), result in zip(items, results)}
-            for name in step.output_names}
+    return {
+        name: {label: result[name] for (label, _), result in zip(items, results)}
+        for name in step.output_names
+    }
 
 
 def _build(function, step, kwargs, index, context):
@@ -115,19 +120,36 @@ def _outputs(step, result, context):
     if len(names) == 1:
         return {names[0]: result}
     if type(result).__name__ == "Future":
-        count = context.client.submit(_count_outputs, result, len(names), step.name,
-                                      key=_keys.key_name(step.name, result.key, phase="outputs"))
-        return {name: context.client.submit(operator.getitem, count, position,
-                                            key=(_keys.key_name(step.name, result.key, phase="output"), position))
-                for position, name in enumerate(names)}
+        count = context.client.submit(
+            _count_outputs,
+            result,
+            len(names),
+            step.name,
+            key=_keys.key_name(step.name, result.key, phase="outputs"),
+        )
+        return {
+            name: context.client.submit(
+                operator.getitem,
+                count,
+                position,
+                key=(_keys.key_name(step.name, result.key, phase="output"), position),
+            )
+            for position, name in enumerate(names)
+        }
     return dict(zip(names, _count_outputs(result, len(names), step.name)))
 
 
 def _count_outputs(result, expected, step):
     if not isinstance(result, (tuple, list)) or len(result) != expected:
-        found = f"{len(result)} values" if isinstance(result, (tuple, list)) else f"one {type(result).__name__}"
-        raise StepFailed(f"step {step!r} declares {expected} outputs but its callable returned "
-                         f"{found}; make it return a tuple of {expected} or fix 'outputs'.")
+        found = (
+            f"{len(result)} values"
+            if isinstance(result, (tuple, list))
+            else f"one {type(result).__name__}"
+        )
+        raise StepFailed(
+            f"step {step!r} declares {expected} outputs but its callable returned "
+            f"{found}; make it return a tuple of {expected} or fix 'outputs'."
+        )
     return tuple(result)
 
 

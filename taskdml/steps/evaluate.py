@@ -29,11 +29,15 @@ def run(step, inputs, context):
     models = inputs["model"]
     single = not isinstance(models, dict)
     models = {None: models} if single else models
-    graphs = [evaluate_graph(model, inputs["data"], list(step.target), preprocess=preprocess)
-              for model in models.values()]
+    graphs = [
+        evaluate_graph(model, inputs["data"], list(step.target), preprocess=preprocess)
+        for model in models.values()
+    ]
     results = dask.compute(*graphs)
-    values = {label: {name: float(value) for name, value in result.items()}
-              for label, result in zip(models, results)}
+    values = {
+        label: {name: float(value) for name, value in result.items()}
+        for label, result in zip(models, results)
+    }
     values = values[None] if single else values
     context.record_metrics(values)
     return {"metrics": values}

@@ -35,8 +35,15 @@ def run(step, inputs, context):
 
     def fit_item(label, params):
         estimator = estimator_class(**thaw(step.with_ or {}), **params)
-        result = train(estimator, data["X"].data, data["y"].data if "y" in data else None,
-                       preprocess=preprocess, classes=step.classes, client=context.client, **options)
+        result = train(
+            estimator,
+            data["X"].data,
+            data["y"].data if "y" in data else None,
+            preprocess=preprocess,
+            classes=step.classes,
+            client=context.client,
+            **options,
+        )
         context.save_model(result.estimator, item=label)
         context.record_training(result, item=label)
         return result.estimator
@@ -45,8 +52,10 @@ def run(step, inputs, context):
     if items[0][0] is None:
         return {"model": fit_item(None, {})}
     with concurrent.futures.ThreadPoolExecutor(len(items), thread_name_prefix=step.name) as pool:
-        futures = {label: pool.submit(contextvars.copy_context().run, fit_item, label, params)
-                   for label, params in items}
+        futures = {
+            label: pool.submit(contextvars.copy_context().run, fit_item, label, params)
+            for label, params in items
+        }
         return {"model": {label: future.result() for label, future in futures.items()}}
 
 
@@ -71,7 +80,9 @@ def as_transformers(preprocess):
     preprocess = preprocess if isinstance(preprocess, list) else [preprocess]
     for transformer in preprocess:
         if isinstance(transformer, dict):
-            raise PipelineError("a 'preprocess' input must be one fitted model, not the "
-                                f"{len(transformer)} models of a foreach step; pick one with a "
-                                "step of its own.")
+            raise PipelineError(
+                "a 'preprocess' input must be one fitted model, not the "
+                f"{len(transformer)} models of a foreach step; pick one with a "
+                "step of its own."
+            )
     return preprocess

@@ -41,8 +41,11 @@ def run(step, inputs, context):
     trials = trials_frame(search)
     context.record_search(trials, lambda path: plot_trials(search, path))
     context.save_model(search.best_estimator_)
-    return {"best_model": search.best_estimator_, "best_params": dict(search.best_params_),
-            "trials": trials}
+    return {
+        "best_model": search.best_estimator_,
+        "best_params": dict(search.best_params_),
+        "trials": trials,
+    }
 
 
 def make_search(step, estimator):
@@ -77,19 +80,39 @@ def make_search(step, estimator):
     seed = parallel.pop("random_state", None)
     parallel = parallel or None
     scoring = step.scoring
-    validation = {"cv": step.cv} if step.cv else (
-        {"validation_fraction": step.validation_fraction} if step.validation_fraction else {})
+    validation = (
+        {"cv": step.cv}
+        if step.cv
+        else ({"validation_fraction": step.validation_fraction} if step.validation_fraction else {})
+    )
     if step.method == "grid":
         return GridSearchCV(estimator, space, scoring=scoring, cv=step.cv, parallel=parallel)
     if step.method == "random":
-        return RandomizedSearchCV(estimator, space, n_iter=budget["trials"], scoring=scoring, cv=step.cv,
-                                  parallel=parallel, random_state=seed)
+        return RandomizedSearchCV(
+            estimator,
+            space,
+            n_iter=budget["trials"],
+            scoring=scoring,
+            cv=step.cv,
+            parallel=parallel,
+            random_state=seed,
+        )
     incremental = {"scoring": scoring, "parallel": parallel, "random_state": seed, **validation}
     if step.method == "hyperband":
-        return HyperbandSearchCV(estimator, space, max_iter=budget["max_epochs"],
-                                 aggressiveness=budget.get("reduction_factor", 3), **incremental)
-    rungs = {"max_epochs": budget["max_epochs"], "min_epochs": budget.get("min_epochs", 1),
-             "reduction_factor": budget.get("reduction_factor", 3)}
+        return HyperbandSearchCV(
+            estimator,
+            space,
+            max_iter=budget["max_epochs"],
+            aggressiveness=budget.get("reduction_factor", 3),
+            **incremental,
+        )
+    rungs = {
+        "max_epochs": budget["max_epochs"],
+        "min_epochs": budget.get("min_epochs", 1),
+        "reduction_factor": budget.get("reduction_factor", 3),
+    }
     if step.method == "halving":
-        return SuccessiveHalvingSearchCV(estimator, space, n_trials=budget["trials"], **rungs, **incremental)
+        return SuccessiveHalvingSearchCV(
+            estimator, space, n_trials=budget["trials"], **rungs, **incremental
+        )
     return ASHASearchCV(estimator, space, n_trials=budget["trials"], **rungs, **incremental)

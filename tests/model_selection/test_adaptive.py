@@ -7,8 +7,8 @@ import warnings
 import dask.array as da
 import numpy as np
 import pytest
-from hypothesis import given, settings
 from distributed.diagnostics.plugin import SchedulerPlugin
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import loguniform
 from sklearn.datasets import make_classification as sk_make_classification
@@ -20,7 +20,11 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from taskdml.datasets import make_classification
 from taskdml.model_selection import _adaptive, _adaptive_policy
-from taskdml.model_selection._adaptive import ASHASearchCV, HyperbandSearchCV, SuccessiveHalvingSearchCV
+from taskdml.model_selection._adaptive import (
+    ASHASearchCV,
+    HyperbandSearchCV,
+    SuccessiveHalvingSearchCV,
+)
 from taskdml.model_selection._adaptive_policy import ASHA, Halving, hyperband_brackets
 from taskdml.model_selection._space import candidates
 
@@ -28,7 +32,9 @@ ALPHAS = {"alpha": [1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1]}
 
 
 def _data(n_samples=4_000, chunk_size=400, seed=0):
-    return make_classification(n_samples, 10, n_informative=4, chunk_size=chunk_size, random_state=seed)
+    return make_classification(
+        n_samples, 10, n_informative=4, chunk_size=chunk_size, random_state=seed
+    )
 
 
 class StragglerSGD(SGDClassifier):
@@ -41,8 +47,16 @@ class StragglerSGD(SGDClassifier):
     fails the trial instead of hanging.
     """
 
-    def __init__(self, *, slow_alpha=None, overtaken=None, n_samples=0, timeout=60.0, alpha=1e-4,
-                 random_state=None):
+    def __init__(
+        self,
+        *,
+        slow_alpha=None,
+        overtaken=None,
+        n_samples=0,
+        timeout=60.0,
+        alpha=1e-4,
+        random_state=None,
+    ):
         super().__init__(alpha=alpha, random_state=random_state)
         self.slow_alpha = slow_alpha
         self.overtaken = overtaken
@@ -82,7 +96,7 @@ class FailingSGD(SGDClassifier):
 
 
 def test_hyperband_brackets_match_dask_ml():
-    """max_iter=81 gives dask-ml's documented brackets; 243 gives 6 brackets (dask-ml's log bug gives 5)."""
+    """max_iter=81 gives dask-ml's documented brackets; 243 gives 6 (dask-ml's log bug gives 5)."""
     assert hyperband_brackets(81) == {4: (81, 1), 3: (34, 3), 2: (15, 9), 1: (8, 27), 0: (5, 81)}
     assert sorted(hyperband_brackets(243)) == [0, 1, 2, 3, 4, 5]
     assert hyperband_brackets(243)[5] == (243, 1)
@@ -122,13 +136,21 @@ class _NeverPrunes(ASHA):
 
 
 @settings(max_examples=100, deadline=None)
-@given(data=st.data(), n_trials=st.integers(1, 30), eta=st.integers(2, 4), slots=st.integers(1, 6),
-       n_rungs=st.integers(1, 4))
+@given(
+    data=st.data(),
+    n_trials=st.integers(1, 30),
+    eta=st.integers(2, 4),
+    slots=st.integers(1, 6),
+    n_rungs=st.integers(1, 4),
+)
 def test_asha_stops_only_trials_it_would_never_promote(data, n_trials, eta, slots, n_rungs):
     """Any order of results and failures: every promotion comes from the top 1/eta recorded so
     far, stopping hopeless trials early changes no decision, and every trial ends finished."""
     budgets = [1, 3, 9, 27][:n_rungs]
-    policy, reference = ASHA(range(n_trials), budgets, eta), _NeverPrunes(range(n_trials), budgets, eta)
+    policy, reference = (
+        ASHA(range(n_trials), budgets, eta),
+        _NeverPrunes(range(n_trials), budgets, eta),
+    )
     running, finished, recorded = {}, set(), [{} for _ in budgets]
     while True:
         while len(running) < slots and (job := policy.next_job()) is not None:
@@ -137,7 +159,7 @@ def test_asha_stops_only_trials_it_would_never_promote(data, n_trials, eta, slot
             assert trial not in finished and trial not in running
             if rung > 0:
                 top = sorted(recorded[rung - 1], key=lambda t: (-recorded[rung - 1][t], t))
-                assert trial in top[:len(top) // eta]
+                assert trial in top[: len(top) // eta]
             running[trial] = rung
         if not running:
             assert reference.next_job() is None
@@ -204,11 +226,18 @@ def straggler_run():
     from distributed import Client, LocalCluster
 
     first = candidates(ALPHAS, 9, random_state=0)[0]["alpha"]
-    estimator = StragglerSGD(slow_alpha=first, overtaken=f"overtaken-{uuid.uuid4().hex}",
-                             n_samples=4_000, random_state=0)
+    estimator = StragglerSGD(
+        slow_alpha=first, overtaken=f"overtaken-{uuid.uuid4().hex}", n_samples=4_000, random_state=0
+    )
     search = ASHASearchCV(estimator, ALPHAS, n_trials=9, max_epochs=9, refit=False, random_state=0)
-    with LocalCluster(n_workers=2, threads_per_worker=2, processes=True, host="127.0.0.1",
-                      dashboard_address=None, memory_limit="2GiB") as cluster:
+    with LocalCluster(
+        n_workers=2,
+        threads_per_worker=2,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+        memory_limit="2GiB",
+    ) as cluster:
         with Client(cluster, set_as_default=True) as client:
             client.register_plugin(TransitionLog())
             search.fit(_data())
@@ -220,7 +249,7 @@ def test_asha_promotes_without_waiting_for_a_straggler(straggler_run):
     """A trial is promoted and trains on while the held trial has not finished rung 0."""
     search, slow_alpha, _ = straggler_run
     slow = search.trials_.loc[search.trials_["alpha"] == slow_alpha].iloc[0]
-    assert slow["state"] != "failed", slow["error"]       # released by a promoted trial
+    assert slow["state"] != "failed", slow["error"]  # released by a promoted trial
     history = search.history_
     slow_first = next(i for i, e in enumerate(history) if e["trial"] == slow["trial"])
     assert history[slow_first]["rung"] == 0
@@ -236,15 +265,18 @@ def test_stopped_trials_release_their_state(straggler_run):
     stop has its result, and never comes back (the scheduler's recorded transitions)."""
     search, _, log = straggler_run
     stopped = search.trials_[search.trials_["state"].str.startswith("stopped")]
-    result_at = {}                  # (trial, budget) -> index of the result reaching memory
+    result_at = {}  # (trial, budget) -> index of the result reaching memory
     for i, (key, _, finish) in enumerate(log):
         if "-trial-result-" in str(key[0]) and finish == "memory":
             result_at[key[1], key[2]] = i
     checked = 0
     for trial, ended in zip(stopped["trial"], stopped["time"]):
-        later = [result_at[e["trial"], e["budget"]] for e in search.history_
-                 if e["started"] > ended and (e["trial"], e["budget"]) in result_at]
-        if not later:               # stopped at the end: released with the search
+        later = [
+            result_at[e["trial"], e["budget"]]
+            for e in search.history_
+            if e["started"] > ended and (e["trial"], e["budget"]) in result_at
+        ]
+        if not later:  # stopped at the end: released with the search
             continue
         arrived, gone = {}, {}
         for i, (key, start, finish) in enumerate(log):
@@ -264,8 +296,13 @@ def test_a_failing_trial_is_recorded_and_the_search_completes(client):
     """A trial that raises is 'failed' with its error; the others finish and a best is found;
     the ranks follow the documented rule (budget reached, then score, failed last)."""
     failing = 1e-3
-    search = ASHASearchCV(FailingSGD(failing_alpha=failing, random_state=0), ALPHAS, n_trials=9, max_epochs=3,
-                          random_state=0)
+    search = ASHASearchCV(
+        FailingSGD(failing_alpha=failing, random_state=0),
+        ALPHAS,
+        n_trials=9,
+        max_epochs=3,
+        random_state=0,
+    )
     with pytest.warns(FitFailedWarning, match="1 of 9 trials failed"):
         search.fit(_data())
     row = search.trials_[search.trials_["alpha"] == failing].iloc[0]
@@ -276,33 +313,51 @@ def test_a_failing_trial_is_recorded_and_the_search_completes(client):
     assert search.cv_results_["rank_test_score"][row["trial"]] == 9
     # The documented ranking, computed directly: by budget reached, then score; failed trials
     # last; a trial's rank is 1 + the number of trials strictly better.
-    keys = [(-np.inf, -np.inf) if np.isnan(score) else (budget, score)
-            for budget, score in zip(search.cv_results_["budget"], means)]
+    keys = [
+        (-np.inf, -np.inf) if np.isnan(score) else (budget, score)
+        for budget, score in zip(search.cv_results_["budget"], means)
+    ]
     expected = [1 + sum(other > key for other in keys) for key in keys]
     np.testing.assert_array_equal(search.cv_results_["rank_test_score"], expected)
     assert search.best_params_["alpha"] != failing and hasattr(search, "best_estimator_")
 
 
 def test_every_trial_failing_ends_the_search(client):
-    """When every trial fails the search raises with the errors; error_score='raise' raises the first."""
+    """Every trial failing ends the search with the errors; error_score='raise' raises the first."""
     estimator = FailingSGD(failing_alpha="all")
-    listing = (r"All 3 trials of ASHASearchCV failed.*\n"
-               r"  RuntimeError: this trial fails on purpose \(alpha=.*\) \(trial 0\)\n")
+    listing = (
+        r"All 3 trials of ASHASearchCV failed.*\n"
+        r"  RuntimeError: this trial fails on purpose \(alpha=.*\) \(trial 0\)\n"
+    )
     with pytest.raises(ValueError, match=listing):
         ASHASearchCV(estimator, ALPHAS, n_trials=3, max_epochs=3, random_state=0).fit(_data())
     with pytest.raises(RuntimeError, match="fails on purpose"):
-        ASHASearchCV(estimator, ALPHAS, n_trials=3, max_epochs=3, error_score="raise",
-                     random_state=0).fit(_data())
+        ASHASearchCV(
+            estimator, ALPHAS, n_trials=3, max_epochs=3, error_score="raise", random_state=0
+        ).fit(_data())
 
 
-@pytest.mark.parametrize("make_search, budgets", [
-    (lambda: SuccessiveHalvingSearchCV(SGDClassifier(random_state=0), ALPHAS, n_trials=9,
-                                       max_epochs=9, random_state=1),
-     {1: 6, 3: 2, 9: 1}),       # 9 trials at 1 epoch, the best 3 at 3, the best one at 9
-    (lambda: HyperbandSearchCV(SGDClassifier(random_state=0), {"alpha": loguniform(1e-6, 1e-1)},
-                               max_iter=9, random_state=1),
-     {1: 6, 3: 6, 9: 5}),       # brackets 9@1 -> 3@3 -> 1@9, 5@3 -> 1@9 and 3@9 (Li et al.)
-], ids=["halving", "hyperband"])
+@pytest.mark.parametrize(
+    "make_search, budgets",
+    [
+        (
+            lambda: SuccessiveHalvingSearchCV(
+                SGDClassifier(random_state=0), ALPHAS, n_trials=9, max_epochs=9, random_state=1
+            ),
+            {1: 6, 3: 2, 9: 1},
+        ),  # 9 trials at 1 epoch, the best 3 at 3, the best one at 9
+        (
+            lambda: HyperbandSearchCV(
+                SGDClassifier(random_state=0),
+                {"alpha": loguniform(1e-6, 1e-1)},
+                max_iter=9,
+                random_state=1,
+            ),
+            {1: 6, 3: 6, 9: 5},
+        ),  # brackets 9@1 -> 3@3 -> 1@9, 5@3 -> 1@9 and 3@9 (Li et al.)
+    ],
+    ids=["halving", "hyperband"],
+)
 def test_synchronous_searches_are_reproducible(client, make_search, budgets):
     """With a seed, halving and Hyperband give the same trials, scores and best_params_; each
     trial ends at the budget the schedule, worked out by hand, gives it."""
@@ -318,8 +373,17 @@ def test_asha_samples_the_same_trials_with_a_seed(client):
     """ASHA's promotions depend on timing, its candidates do not: scikit-learn's
     ParameterSampler's with the same seed."""
     space = {"alpha": loguniform(1e-6, 1e-1)}
-    runs = [ASHASearchCV(SGDClassifier(random_state=0), space, n_trials=6, max_epochs=3, refit=False,
-                         random_state=4).fit(_data()) for _ in range(2)]
+    runs = [
+        ASHASearchCV(
+            SGDClassifier(random_state=0),
+            space,
+            n_trials=6,
+            max_epochs=3,
+            refit=False,
+            random_state=4,
+        ).fit(_data())
+        for _ in range(2)
+    ]
     assert runs[0].trials_["alpha"].tolist() == runs[1].trials_["alpha"].tolist()
     expected = [c["alpha"] for c in ParameterSampler(space, 6, random_state=4)]
     assert runs[0].trials_["alpha"].tolist() == expected
@@ -328,8 +392,14 @@ def test_asha_samples_the_same_trials_with_a_seed(client):
 def test_data_parallel_trials(client):
     """With parallel=sync, the last trial standing trains with a replica per worker; the best
     model scores within 3 points of scikit-learn's SGDClassifier fitted in memory for 3 epochs."""
-    search = SuccessiveHalvingSearchCV(SGDClassifier(random_state=0), ALPHAS, n_trials=3, max_epochs=3,
-                                       parallel={"strategy": "sync", "sync_every": 1}, random_state=0)
+    search = SuccessiveHalvingSearchCV(
+        SGDClassifier(random_state=0),
+        ALPHAS,
+        n_trials=3,
+        max_epochs=3,
+        parallel={"strategy": "sync", "sync_every": 1},
+        random_state=0,
+    )
     search.fit(_data())
     replicas = {(e["rung"], e["replicas"]) for e in search.history_}
     assert replicas == {(0, 1), (1, 2)}
@@ -344,16 +414,28 @@ def test_data_parallel_trials(client):
 def test_chunked_and_gathered_scoring_agree(client):
     """'accuracy' scored chunk-wise by taskdml.metrics equals the scorer on gathered chunks."""
     data = _data()
-    scores = [SuccessiveHalvingSearchCV(SGDClassifier(random_state=0), ALPHAS, n_trials=4, max_epochs=3,
-                                        scoring=scoring, refit=False, random_state=0).fit(data).cv_results_
-              for scoring in ("accuracy", make_scorer(accuracy_score))]
+    scores = [
+        SuccessiveHalvingSearchCV(
+            SGDClassifier(random_state=0),
+            ALPHAS,
+            n_trials=4,
+            max_epochs=3,
+            scoring=scoring,
+            refit=False,
+            random_state=0,
+        )
+        .fit(data)
+        .cv_results_
+        for scoring in ("accuracy", make_scorer(accuracy_score))
+    ]
     np.testing.assert_allclose(scores[0]["mean_test_score"], scores[1]["mean_test_score"])
 
 
 def test_cv_scores_every_fold(client):
     """cv=3: three fold states per trial; the trial's score is their mean."""
-    search = ASHASearchCV(SGDClassifier(random_state=0), ALPHAS, n_trials=4, max_epochs=3, cv=3,
-                          random_state=0).fit(_data())
+    search = ASHASearchCV(
+        SGDClassifier(random_state=0), ALPHAS, n_trials=4, max_epochs=3, cv=3, random_state=0
+    ).fit(_data())
     results = search.cv_results_
     splits = np.column_stack([results[f"split{k}_test_score"] for k in range(3)])
     np.testing.assert_allclose(splits.mean(axis=1), results["mean_test_score"])
@@ -364,8 +446,9 @@ def test_fit_only_estimators_grow_their_subsample(client):
     """Without partial_fit the budget is a number of samples, refitted on a growing subsample;
     the best model (fitted on a third of the rows) scores within 2 points of scikit-learn's
     LogisticRegression fitted in memory on all of them."""
-    search = ASHASearchCV(LogisticRegression(), {"C": loguniform(1e-3, 1e2)}, n_trials=3, max_epochs=9,
-                          random_state=0).fit(_data())
+    search = ASHASearchCV(
+        LogisticRegression(), {"C": loguniform(1e-3, 1e2)}, n_trials=3, max_epochs=9, random_state=0
+    ).fit(_data())
     completed = [e for e in search.history_ if e["trial"] == search.best_index_]
     assert [e["budget"] for e in completed] == [1, 3]
     assert completed[0]["n_samples"] < completed[1]["n_samples"] < 4_000
@@ -380,10 +463,15 @@ def test_inputs(client, kind):
     score is scikit-learn's accuracy of the best model, within 3 points of scikit-learn's
     SGDClassifier fitted in memory for 3 epochs."""
     data = _data(n_samples=2_000, chunk_size=250)
-    X, y = {"numpy": (data.X.values, data.y.values), "dask": (data.X.data, data.y.data),
-            "dataarray": (data.X, data.y), "dataset": (data, None)}[kind]
-    search = ASHASearchCV(SGDClassifier(random_state=0), ALPHAS, n_trials=3, max_epochs=3,
-                          random_state=0).fit(X, y)
+    X, y = {
+        "numpy": (data.X.values, data.y.values),
+        "dask": (data.X.data, data.y.data),
+        "dataarray": (data.X, data.y),
+        "dataset": (data, None),
+    }[kind]
+    search = ASHASearchCV(
+        SGDClassifier(random_state=0), ALPHAS, n_trials=3, max_epochs=3, random_state=0
+    ).fit(X, y)
     predicted = search.predict(data.X.data)
     assert isinstance(predicted, da.Array) and predicted.compute().shape == (2_000,)
     X_np, y_np = data.X.values, data.y.values
@@ -401,11 +489,17 @@ def test_inputs(client, kind):
 _SMALL = {"alpha": [1e-4, 1e-3, 1e-2]}
 
 
-@parametrize_with_checks([
-    ASHASearchCV(SGDClassifier(random_state=0), _SMALL, n_trials=3, max_epochs=3, random_state=0),
-    SuccessiveHalvingSearchCV(SGDRegressor(random_state=0), _SMALL, n_trials=3, max_epochs=3, random_state=0),
-    HyperbandSearchCV(SGDClassifier(random_state=0), _SMALL, max_iter=3, random_state=0),
-])
+@parametrize_with_checks(
+    [
+        ASHASearchCV(
+            SGDClassifier(random_state=0), _SMALL, n_trials=3, max_epochs=3, random_state=0
+        ),
+        SuccessiveHalvingSearchCV(
+            SGDRegressor(random_state=0), _SMALL, n_trials=3, max_epochs=3, random_state=0
+        ),
+        HyperbandSearchCV(SGDClassifier(random_state=0), _SMALL, max_iter=3, random_state=0),
+    ]
+)
 def test_scikit_learn_estimator_checks(estimator, check):
     """The searches pass scikit-learn's estimator checks (in process, no client)."""
     with warnings.catch_warnings():
@@ -417,31 +511,74 @@ def _tiny():
     return sk_make_classification(60, 4, random_state=0)
 
 
-@pytest.mark.parametrize("search, message", [
-    (ASHASearchCV(SGDClassifier(), _SMALL, n_trials=0), r"n_trials must be an integer >= 1, got 0"),
-    (ASHASearchCV(SGDClassifier(), _SMALL, min_epochs=5, max_epochs=3),
-     r"min_epochs \(5\) must not exceed max_epochs \(3\)"),
-    (ASHASearchCV(SGDClassifier(), _SMALL, reduction_factor=1), r"reduction_factor must be an integer >= 2"),
-    (ASHASearchCV(SGDClassifier(), _SMALL, validation_fraction=1.5),
-     r"validation_fraction must be a number in \(0, 1\), got 1.5"),
-    (ASHASearchCV(SGDClassifier(), _SMALL, cv=1), r"cv must be None .* or an integer >= 2 .*, got 1"),
-    (ASHASearchCV(SGDClassifier(), _SMALL, parallel={"strategi": "sync"}),
-     r"unknown key 'strategi' in parallel. Did you mean 'strategy'\?"),
-    (ASHASearchCV(SGDClassifier(), _SMALL, parallel={"strategy": "synk"}),
-     r"parallel\['strategy'\] must be one of sync, async, sequential, got 'synk'. Did you mean 'sync'\?"),
-    (ASHASearchCV(SGDClassifier(), _SMALL, parallel="sync"), r"parallel must be None or a dict"),
-    (HyperbandSearchCV(SGDClassifier(), _SMALL, parallel={"epochs": 3}),
-     r"parallel\['epochs'\] does not apply to a search: the budget sets .* \(max_iter\); remove it"),
-    (ASHASearchCV(SGDClassifier(), _SMALL, error_score="ignore"), r"error_score must be 'raise' or a number"),
-    (ASHASearchCV(SGDClassifier(), _SMALL, scoring=["accuracy", "f1"]),
-     r"scoring must be None, a scorer name"),
-    (SuccessiveHalvingSearchCV(SGDClassifier(), _SMALL, patience=0),
-     r"patience must be True, False or an integer"),
-    (SuccessiveHalvingSearchCV(SGDClassifier(), _SMALL, tol=-1), r"tol must be a number >= 0, got -1"),
-    (HyperbandSearchCV(SGDClassifier(), _SMALL, aggressiveness=2.5),
-     r"aggressiveness must be an integer >= 2"),
-    (HyperbandSearchCV(SGDClassifier(), _SMALL, max_iter=0), r"max_iter must be an integer >= 1, got 0"),
-], ids=lambda value: value if isinstance(value, str) else type(value).__name__)
+@pytest.mark.parametrize(
+    "search, message",
+    [
+        (
+            ASHASearchCV(SGDClassifier(), _SMALL, n_trials=0),
+            r"n_trials must be an integer >= 1, got 0",
+        ),
+        (
+            ASHASearchCV(SGDClassifier(), _SMALL, min_epochs=5, max_epochs=3),
+            r"min_epochs \(5\) must not exceed max_epochs \(3\)",
+        ),
+        (
+            ASHASearchCV(SGDClassifier(), _SMALL, reduction_factor=1),
+            r"reduction_factor must be an integer >= 2",
+        ),
+        (
+            ASHASearchCV(SGDClassifier(), _SMALL, validation_fraction=1.5),
+            r"validation_fraction must be a number in \(0, 1\), got 1.5",
+        ),
+        (
+            ASHASearchCV(SGDClassifier(), _SMALL, cv=1),
+            r"cv must be None .* or an integer >= 2 .*, got 1",
+        ),
+        (
+            ASHASearchCV(SGDClassifier(), _SMALL, parallel={"strategi": "sync"}),
+            r"unknown key 'strategi' in parallel. Did you mean 'strategy'\?",
+        ),
+        (
+            ASHASearchCV(SGDClassifier(), _SMALL, parallel={"strategy": "synk"}),
+            r"parallel\['strategy'\] must be one of sync, async, sequential, got 'synk'. "
+            r"Did you mean 'sync'\?",
+        ),
+        (
+            ASHASearchCV(SGDClassifier(), _SMALL, parallel="sync"),
+            r"parallel must be None or a dict",
+        ),
+        (
+            HyperbandSearchCV(SGDClassifier(), _SMALL, parallel={"epochs": 3}),
+            r"parallel\['epochs'\] does not apply to a search: "
+            r"the budget sets .* \(max_iter\); remove it",
+        ),
+        (
+            ASHASearchCV(SGDClassifier(), _SMALL, error_score="ignore"),
+            r"error_score must be 'raise' or a number",
+        ),
+        (
+            ASHASearchCV(SGDClassifier(), _SMALL, scoring=["accuracy", "f1"]),
+            r"scoring must be None, a scorer name",
+        ),
+        (
+            SuccessiveHalvingSearchCV(SGDClassifier(), _SMALL, patience=0),
+            r"patience must be True, False or an integer",
+        ),
+        (
+            SuccessiveHalvingSearchCV(SGDClassifier(), _SMALL, tol=-1),
+            r"tol must be a number >= 0, got -1",
+        ),
+        (
+            HyperbandSearchCV(SGDClassifier(), _SMALL, aggressiveness=2.5),
+            r"aggressiveness must be an integer >= 2",
+        ),
+        (
+            HyperbandSearchCV(SGDClassifier(), _SMALL, max_iter=0),
+            r"max_iter must be an integer >= 1, got 0",
+        ),
+    ],
+    ids=lambda value: value if isinstance(value, str) else type(value).__name__,
+)
 def test_parameter_errors_name_the_parameter(search, message):
     """Bad parameters fail at fit with a message that names the parameter and the value."""
     with pytest.raises(ValueError, match=message):
@@ -450,10 +587,13 @@ def test_parameter_errors_name_the_parameter(search, message):
 
 def test_refit_false_has_no_best_estimator():
     """refit=False: the search keeps its results but cannot predict, and says why."""
-    search = ASHASearchCV(SGDClassifier(random_state=0), _SMALL, n_trials=3, max_epochs=3, refit=False,
-                          random_state=0).fit(*_tiny())
+    search = ASHASearchCV(
+        SGDClassifier(random_state=0), _SMALL, n_trials=3, max_epochs=3, refit=False, random_state=0
+    ).fit(*_tiny())
     assert not hasattr(search, "best_estimator_") and search.best_params_
-    with pytest.raises(AttributeError, match="initialized with refit=False. predict is available only"):
+    with pytest.raises(
+        AttributeError, match="initialized with refit=False. predict is available only"
+    ):
         search.predict(_tiny()[0])
 
 
@@ -462,10 +602,19 @@ def test_patience_stops_a_plateau():
     no trial learns, so every score is equal: trial 0 wins the tie at rung 0 (budgets 1, 3, 9),
     trains to 1 + patience = 3 epochs, and dask-ml's rule (no gain above tol over the last
     patience epochs) stops it there."""
-    search = SuccessiveHalvingSearchCV(SGDClassifier(random_state=0, learning_rate="constant", eta0=1e-9),
-                                       _SMALL, n_trials=3, max_epochs=9, patience=2, tol=1e-3,
-                                       random_state=0).fit(*_tiny())
+    search = SuccessiveHalvingSearchCV(
+        SGDClassifier(random_state=0, learning_rate="constant", eta0=1e-9),
+        _SMALL,
+        n_trials=3,
+        max_epochs=9,
+        patience=2,
+        tol=1e-3,
+        random_state=0,
+    ).fit(*_tiny())
     assert len({entry["score"] for entry in search.history_}) == 1
     assert search.trials_["budget"].tolist() == [3, 1, 1]
-    assert search.trials_["state"].tolist() == ["stopped at rung 1 (plateau)",
-                                                "stopped at rung 0", "stopped at rung 0"]
+    assert search.trials_["state"].tolist() == [
+        "stopped at rung 1 (plateau)",
+        "stopped at rung 0",
+        "stopped at rung 0",
+    ]

@@ -1,4 +1,4 @@
-"""GridSearchCV and RandomizedSearchCV on Dask: scikit-learn's results, shared work, failures, chunks."""
+"""GridSearchCV and RandomizedSearchCV on Dask: scikit-learn's results, shared work, chunks."""
 
 import warnings
 from collections import Counter, defaultdict
@@ -29,13 +29,19 @@ DIGITS_GRID = {"pca__n_components": [16, 32], "sgd__alpha": np.logspace(-6, -1, 
 
 
 def digits_pipeline():
-    return Pipeline([("scale", StandardScaler()), ("pca", PCA(random_state=0)),
-                     ("sgd", SGDClassifier(random_state=0))])
+    return Pipeline(
+        [
+            ("scale", StandardScaler()),
+            ("pca", PCA(random_state=0)),
+            ("sgd", SGDClassifier(random_state=0)),
+        ]
+    )
 
 
 def iris_pipeline():
-    return Pipeline([("scale", StandardScaler()), ("pca", PCA()),
-                     ("logreg", LogisticRegression(max_iter=500))])
+    return Pipeline(
+        [("scale", StandardScaler()), ("pca", PCA()), ("logreg", LogisticRegression(max_iter=500))]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +97,9 @@ class CountTasks(Callback):
             self.names[key_split(key)].add(key[0])
 
 
-def test_digits_grid_equals_scikit_learn_and_shares_the_scaler_on_the_cluster(client, digits, sklearn_digits):
+def test_digits_grid_equals_scikit_learn_and_shares_the_scaler_on_the_cluster(
+    client, digits, sklearn_digits
+):
     """Digits on two workers: scikit-learn's cv_results_, and each prefix fitted once per fold."""
     from distributed import get_task_stream
 
@@ -123,33 +131,44 @@ def test_local_scheduler_puts_the_data_in_once_and_runs_identical_work_once(iris
     assert counter.ran["search-transform"] == 4 + 2 * 4
     assert counter.ran["search-fit"] == 4 * 4 and counter.ran["search-score"] == 4 * 4
     assert len(counter.names["search-transform"]) == 3
-    assert_same_results(search, sk.GridSearchCV(iris_pipeline(), grid, cv=4, refit=False).fit(*iris))
+    assert_same_results(
+        search, sk.GridSearchCV(iris_pipeline(), grid, cv=4, refit=False).fit(*iris)
+    )
     assert not hasattr(search, "best_estimator_")
 
 
 @pytest.mark.parametrize("use_client", [False, True], ids=["threads", "cluster"])
 def test_randomized_search_equals_scikit_learn(request, iris, use_client):
-    """Same sampled candidates, split/mean/std test and train scores, ranks and masks as scikit-learn."""
+    """Same sampled candidates, split/mean/std scores, ranks and masks as scikit-learn."""
     if use_client:
         request.getfixturevalue("client")
-    space = [{"logreg__C": loguniform(1e-2, 1e2), "pca__n_components": [2, 3, 4]},
-             {"logreg__C": [1.0], "pca": ["passthrough"]}]
+    space = [
+        {"logreg__C": loguniform(1e-2, 1e2), "pca__n_components": [2, 3, 4]},
+        {"logreg__C": [1.0], "pca": ["passthrough"]},
+    ]
     options = dict(n_iter=12, cv=5, random_state=0, return_train_score=True)
     ours = RandomizedSearchCV(iris_pipeline(), space, **options).fit(*iris)
     theirs = sk.RandomizedSearchCV(iris_pipeline(), space, **options).fit(*iris)
     assert_same_results(ours, theirs)
-    assert ours.cv_results_["param_pca"].mask.sum() == 12 - sum(p.get("pca") == "passthrough"
-                                                                   for p in theirs.cv_results_["params"])
-    np.testing.assert_allclose(ours.predict_proba(iris[0]), theirs.predict_proba(iris[0]), atol=1e-12)
+    assert ours.cv_results_["param_pca"].mask.sum() == 12 - sum(
+        p.get("pca") == "passthrough" for p in theirs.cv_results_["params"]
+    )
+    np.testing.assert_allclose(
+        ours.predict_proba(iris[0]), theirs.predict_proba(iris[0]), atol=1e-12
+    )
 
 
 @pytest.mark.parametrize("refit", ["f1_macro", False, "callable"])
 def test_multimetric_scoring_with_refit(iris, refit):
-    """Several metrics: every column scikit-learn makes, the best index of the refit metric, the scorers."""
+    """Several metrics: scikit-learn's columns, the refit metric's best index, the scorers."""
     if refit == "callable":
         refit = lambda results: int(np.argmin(results["mean_test_accuracy"]))  # noqa: E731
-    options = dict(scoring={"accuracy": "accuracy", "f1_macro": "f1_macro", "nll": "neg_log_loss"},
-                   refit=refit, cv=3, return_train_score=True)
+    options = dict(
+        scoring={"accuracy": "accuracy", "f1_macro": "f1_macro", "nll": "neg_log_loss"},
+        refit=refit,
+        cv=3,
+        return_train_score=True,
+    )
     grid = {"logreg__C": [0.01, 0.1, 1.0]}
     ours = GridSearchCV(iris_pipeline(), grid, **options).fit(*iris)
     theirs = sk.GridSearchCV(iris_pipeline(), grid, **options).fit(*iris)
@@ -177,12 +196,15 @@ def test_multimetric_needs_a_refit_metric(iris):
 
 def test_callable_scorer_sees_the_fitted_pipeline(iris):
     """A callable scorer gets the whole fitted pipeline and the raw rows, as in scikit-learn."""
+
     def explained(estimator, X, y):
         return estimator.named_steps["pca"].explained_variance_ratio_.sum() + estimator.score(X, y)
 
     grid = {"pca__n_components": [2, 3], "logreg__C": [0.1, 1.0]}
     ours = GridSearchCV(iris_pipeline(), grid, scoring=explained, cv=3).fit(*iris)
-    assert_same_results(ours, sk.GridSearchCV(iris_pipeline(), grid, scoring=explained, cv=3).fit(*iris))
+    assert_same_results(
+        ours, sk.GridSearchCV(iris_pipeline(), grid, scoring=explained, cv=3).fit(*iris)
+    )
 
 
 def test_fit_params_and_groups_are_split_with_the_rows(iris):
@@ -193,12 +215,14 @@ def test_fit_params_and_groups_are_split_with_the_rows(iris):
     fit = dict(logreg__sample_weight=weights, groups=groups)
     grid = {"logreg__C": [0.1, 1.0]}
     ours = GridSearchCV(iris_pipeline(), grid, cv=sk.GroupKFold(3)).fit(X, y, **fit)
-    assert_same_results(ours, sk.GridSearchCV(iris_pipeline(), grid, cv=sk.GroupKFold(3)).fit(X, y, **fit))
+    assert_same_results(
+        ours, sk.GridSearchCV(iris_pipeline(), grid, cv=sk.GroupKFold(3)).fit(X, y, **fit)
+    )
 
 
 @pytest.mark.parametrize("use_client", [False, True], ids=["threads", "cluster"])
 def test_failing_candidates_score_error_score(request, iris, use_client):
-    """A failing shared step fails each candidate using it: FitFailedWarning, error_score, rest intact."""
+    """A failing shared step fails its candidates: FitFailedWarning, error_score, rest kept."""
     if use_client:
         request.getfixturevalue("client")
     grid = {"pca__n_components": [2, 10], "logreg__C": [0.1, 1.0]}
@@ -211,13 +235,17 @@ def test_failing_candidates_score_error_score(request, iris, use_client):
     assert np.all(ours.cv_results_["mean_test_score"][failed] == -1.0)
 
 
-@pytest.mark.parametrize("grid, error_score, error, message", [
-    ({"pca__n_components": [2, 10]}, "raise", ValueError, "n_components=10 must be between"),
-    ({"pca__n_components": [10, 20]}, np.nan, ValueError, "All the 10 fits failed"),
-    ({"logreg__nonsense": [1]}, np.nan, ValueError, "Invalid parameter 'nonsense'"),
-], ids=["raise", "all-fail", "bad-parameter"])
+@pytest.mark.parametrize(
+    "grid, error_score, error, message",
+    [
+        ({"pca__n_components": [2, 10]}, "raise", ValueError, "n_components=10 must be between"),
+        ({"pca__n_components": [10, 20]}, np.nan, ValueError, "All the 10 fits failed"),
+        ({"logreg__nonsense": [1]}, np.nan, ValueError, "Invalid parameter 'nonsense'"),
+    ],
+    ids=["raise", "all-fail", "bad-parameter"],
+)
 def test_search_errors(iris, grid, error_score, error, message):
-    """error_score='raise', all fits failing and a parameter the estimator lacks raise as in scikit-learn."""
+    """error_score='raise', all fits failing and an unknown parameter raise as in scikit-learn."""
     search = GridSearchCV(iris_pipeline(), grid, cv=5, error_score=error_score)
     with pytest.raises(error, match=message) as ours, warnings.catch_warnings():
         warnings.simplefilter("ignore", FitFailedWarning)
@@ -231,17 +259,21 @@ def test_search_errors(iris, grid, error_score, error, message):
 @pytest.mark.filterwarnings("ignore:One or more of the test scores are non-finite")
 def test_scoring_that_fails_scores_error_score(iris):
     """A scorer that raises gives error_score for that fit, with scikit-learn's warning."""
+
     def fragile(estimator, X, y):
         if estimator.named_steps["logreg"].C > 0.5:
             raise RuntimeError("cannot score")
         return estimator.score(X, y)
 
     with pytest.warns(UserWarning, match="Scoring failed"):
-        search = GridSearchCV(iris_pipeline(), {"logreg__C": [0.1, 1.0]}, scoring=fragile, cv=3).fit(*iris)
+        search = GridSearchCV(
+            iris_pipeline(), {"logreg__C": [0.1, 1.0]}, scoring=fragile, cv=3
+        ).fit(*iris)
     assert np.isnan(search.cv_results_["mean_test_score"][1]) and search.best_index_ == 0
     with pytest.warns(UserWarning, match="Scoring failed"):
-        theirs = sk.GridSearchCV(iris_pipeline(), {"logreg__C": [0.1, 1.0]}, scoring=fragile,
-                                 cv=3).fit(*iris)
+        theirs = sk.GridSearchCV(
+            iris_pipeline(), {"logreg__C": [0.1, 1.0]}, scoring=fragile, cv=3
+        ).fit(*iris)
     assert_same_results(search, theirs)
 
 
@@ -249,14 +281,25 @@ def scaled_pca(n_components):
     return Pipeline([("s", StandardScaler()), ("p", PCA(n_components))])
 
 
-@pytest.mark.parametrize("first, second, same", [
-    (PCA(n_components=2), PCA(n_components=2), True),
-    (PCA(n_components=2), PCA(n_components=3), False),
-    (scaled_pca(2), scaled_pca(2), True),
-    (scaled_pca(2), scaled_pca(3), False),
-    (StandardScaler().fit([[0.0], [1.0]]), StandardScaler().fit([[0.0], [2.0]]), False),
-    (StandardScaler().fit([[0.0], [1.0]]), StandardScaler().fit([[0.0], [1.0]]), True),
-], ids=["equal", "params-differ", "nested-equal", "nested-differ", "fitted-differ", "fitted-equal"])
+@pytest.mark.parametrize(
+    "first, second, same",
+    [
+        (PCA(n_components=2), PCA(n_components=2), True),
+        (PCA(n_components=2), PCA(n_components=3), False),
+        (scaled_pca(2), scaled_pca(2), True),
+        (scaled_pca(2), scaled_pca(3), False),
+        (StandardScaler().fit([[0.0], [1.0]]), StandardScaler().fit([[0.0], [2.0]]), False),
+        (StandardScaler().fit([[0.0], [1.0]]), StandardScaler().fit([[0.0], [1.0]]), True),
+    ],
+    ids=[
+        "equal",
+        "params-differ",
+        "nested-equal",
+        "nested-differ",
+        "fitted-differ",
+        "fitted-equal",
+    ],
+)
 def test_step_tokens_compare_parameters_and_fitted_state(first, second, same):
     """Steps share work when their parameters (and, if already fitted, their state) are equal."""
     from dask.base import tokenize
@@ -282,8 +325,9 @@ def serial_fit(estimator, X, y, chunks):
 
     model = clone(estimator)
     for i in chunks:
-        model.partial_fit(X.blocks[int(i)].compute(), y.blocks[int(i)].compute(),
-                          classes=np.unique(y.compute()))
+        model.partial_fit(
+            X.blocks[int(i)].compute(), y.blocks[int(i)].compute(), classes=np.unique(y.compute())
+        )
     return model
 
 
@@ -296,9 +340,15 @@ def reference_scores(estimator, grid, X, y, n_folds):
         row = []
         for train_chunks, test_chunks in sk.KFold(n_folds).split(np.zeros((n_chunks, 1))):
             model = serial_fit(estimator.set_params(**params), X, y, train_chunks)
-            row.append([model.score(da.concatenate([X.blocks[int(i)] for i in chunks]).compute(),
-                                    da.concatenate([y.blocks[int(i)] for i in chunks]).compute())
-                        for chunks in (test_chunks, train_chunks)])
+            row.append(
+                [
+                    model.score(
+                        da.concatenate([X.blocks[int(i)] for i in chunks]).compute(),
+                        da.concatenate([y.blocks[int(i)] for i in chunks]).compute(),
+                    )
+                    for chunks in (test_chunks, train_chunks)
+                ]
+            )
         scores.append(row)
     scores = np.array(scores)
     return scores[..., 0], scores[..., 1]
@@ -317,10 +367,12 @@ def test_chunked_search_trains_with_the_engine_on_chunk_folds(request, chunked, 
     search.fit(X, y, **given)
     expected, expected_train = reference_scores(SGDClassifier(random_state=0), grid, X, y, 5)
     for fold in range(5):
-        np.testing.assert_allclose(search.cv_results_[f"split{fold}_test_score"], expected[:, fold],
-                                   atol=1e-12)
-        np.testing.assert_allclose(search.cv_results_[f"split{fold}_train_score"],
-                                   expected_train[:, fold], atol=1e-12)
+        np.testing.assert_allclose(
+            search.cv_results_[f"split{fold}_test_score"], expected[:, fold], atol=1e-12
+        )
+        np.testing.assert_allclose(
+            search.cv_results_[f"split{fold}_train_score"], expected_train[:, fold], atol=1e-12
+        )
     assert search.best_index_ == int(np.argmax(expected.mean(axis=1)))
     assert search.n_splits_ == 5
     assert search.best_estimator_.alpha == grid["alpha"][search.best_index_]
@@ -332,27 +384,44 @@ def test_chunked_search_trains_with_the_engine_on_chunk_folds(request, chunked, 
 
 
 def test_chunked_dataset_with_several_metrics_and_a_whole_fit(chunked):
-    """An xarray Dataset, named metrics, and an estimator without partial_fit fitted in one task per fold."""
+    """An xarray Dataset, named metrics, an estimator without partial_fit fitted once per fold."""
     X, y, X_np, y_np = chunked
     data = xr.Dataset({"X": (("sample", "feature"), X), "y": ("sample", y)})
-    search = GridSearchCV(LogisticRegression(), {"C": [0.01, 1.0]}, cv=3, refit="f1_macro",
-                          scoring=["accuracy", "f1_macro"]).fit(data)
+    search = GridSearchCV(
+        LogisticRegression(),
+        {"C": [0.01, 1.0]},
+        cv=3,
+        refit="f1_macro",
+        scoring=["accuracy", "f1_macro"],
+    ).fit(data)
     for index, C in enumerate([0.01, 1.0]):
-        for fold, (train_chunks, test_chunks) in enumerate(sk.KFold(3).split(np.zeros((10, 1)))):
+        for fold, (train_chunks, _test_chunks) in enumerate(sk.KFold(3).split(np.zeros((10, 1)))):
             train_rows = np.concatenate([np.arange(120 * c, 120 * c + 120) for c in train_chunks])
             test_rows = np.setdiff1d(np.arange(1200), train_rows)
             model = LogisticRegression(C=C).fit(X_np[train_rows], y_np[train_rows])
             assert search.cv_results_[f"split{fold}_test_accuracy"][index] == pytest.approx(
-                model.score(X_np[test_rows], y_np[test_rows]), abs=1e-12)
-    assert search.multimetric_ and search.best_params_ == search.cv_results_["params"][search.best_index_]
+                model.score(X_np[test_rows], y_np[test_rows]), abs=1e-12
+            )
+    assert (
+        search.multimetric_
+        and search.best_params_ == search.cv_results_["params"][search.best_index_]
+    )
 
 
-@pytest.mark.parametrize("options, data, message", [
-    (dict(cv=5), "few-chunks", "5 folds need at least 5 chunks"),
-    (dict(scoring=lambda est, X, y: 0.0), "chunked", "callables need the predictions in one place"),
-    (dict(scoring="acuracy"), "chunked", "Did you mean 'accuracy'"),
-    (dict(parallel={"stratgy": "sync"}), "chunked", "Did you mean 'strategy'"),
-], ids=["few-chunks", "callable-scoring", "unknown-metric", "unknown-parallel-key"])
+@pytest.mark.parametrize(
+    "options, data, message",
+    [
+        (dict(cv=5), "few-chunks", "5 folds need at least 5 chunks"),
+        (
+            dict(scoring=lambda est, X, y: 0.0),
+            "chunked",
+            "callables need the predictions in one place",
+        ),
+        (dict(scoring="acuracy"), "chunked", "Did you mean 'accuracy'"),
+        (dict(parallel={"stratgy": "sync"}), "chunked", "Did you mean 'strategy'"),
+    ],
+    ids=["few-chunks", "callable-scoring", "unknown-metric", "unknown-parallel-key"],
+)
 def test_chunked_search_errors(chunked, options, data, message):
     """Mistakes on chunked data are refused before anything trains, with the fix."""
     X, y = chunked[:2]
@@ -371,15 +440,26 @@ def expected_failed_checks(estimator):
     if isinstance(estimator.estimator, Ridge):
         # Ridge takes a 2-D y without a DataConversionWarning, but the search's tags (as
         # scikit-learn's) do not claim multi-output, so the check expects the warning.
-        return {"check_supervised_y_2d": "DataConversionWarning not raised (as scikit-learn's searches)"}
+        return {
+            "check_supervised_y_2d": "DataConversionWarning not raised (as scikit-learn's searches)"
+        }
     return {}
 
 
-@parametrize_with_checks([
-    GridSearchCV(Pipeline([("pca", PCA()), ("logisticregression", LogisticRegression())]),
-                 {"logisticregression__C": [0.1, 1.0]}, cv=2, error_score="raise"),
-    RandomizedSearchCV(Ridge(), {"alpha": [0.1, 1.0]}, n_iter=2, cv=2, error_score="raise", random_state=0),
-], expected_failed_checks=expected_failed_checks)
+@parametrize_with_checks(
+    [
+        GridSearchCV(
+            Pipeline([("pca", PCA()), ("logisticregression", LogisticRegression())]),
+            {"logisticregression__C": [0.1, 1.0]},
+            cv=2,
+            error_score="raise",
+        ),
+        RandomizedSearchCV(
+            Ridge(), {"alpha": [0.1, 1.0]}, n_iter=2, cv=2, error_score="raise", random_state=0
+        ),
+    ],
+    expected_failed_checks=expected_failed_checks,
+)
 def test_scikit_learn_estimator_checks(estimator, check):
     """scikit-learn's estimator checks pass, bar the one scikit-learn's searches also fail."""
     with warnings.catch_warnings():
@@ -388,7 +468,7 @@ def test_scikit_learn_estimator_checks(estimator, check):
 
 
 def test_clone_and_params_round_trip():
-    """The estimator contract: __init__ stores, clone copies, unknown grid values are sklearn's errors."""
+    """The estimator contract: __init__ stores, clone copies, bad grid values raise as sklearn."""
     from sklearn.base import clone
 
     search = GridSearchCV(SVC(), {"C": [1]}, parallel={"strategy": "sync"})
@@ -411,7 +491,9 @@ def test_searches_back_to_back_on_one_cluster(client):
     from taskdml import GridSearchCV as TaskdmlGrid
 
     X, y = load_iris(return_X_y=True)
-    scores = [TaskdmlGrid(LogisticRegression(max_iter=300), {"C": [0.1, 1.0]}, cv=3).fit(X, y).best_score_
-              for _ in range(4)]
+    scores = [
+        TaskdmlGrid(LogisticRegression(max_iter=300), {"C": [0.1, 1.0]}, cv=3).fit(X, y).best_score_
+        for _ in range(4)
+    ]
     expected = sk.GridSearchCV(LogisticRegression(max_iter=300), {"C": [0.1, 1.0]}, cv=3).fit(X, y)
     assert scores == [expected.best_score_] * 4

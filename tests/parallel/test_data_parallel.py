@@ -19,8 +19,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from taskdml import DataError
-from taskdml.parallel import SequentialFallbackWarning, train
-from taskdml.parallel import DataParallel
+from taskdml.parallel import DataParallel, SequentialFallbackWarning, train
 
 SAMPLE_WEIGHT_XFAIL = {
     # scikit-learn marks this check xfail for SGDClassifier/SGDRegressor themselves
@@ -52,9 +51,14 @@ def test_check_estimator(estimator, check):
 
 
 def _data(n_samples=2_000, n_features=8, chunk_size=250, seed=0):
-    X, y = make_classification(n_samples, n_features, n_informative=4, class_sep=2.0,
-                               n_clusters_per_class=1,
-                               random_state=seed)
+    X, y = make_classification(
+        n_samples,
+        n_features,
+        n_informative=4,
+        class_sep=2.0,
+        n_clusters_per_class=1,
+        random_state=seed,
+    )
     return X, y, da.from_array(X, chunks=(chunk_size, -1)), da.from_array(y, chunks=chunk_size)
 
 
@@ -82,8 +86,9 @@ def test_fit_on_the_cluster_equals_the_engine(client):
     assert isinstance(predicted, da.Array)
     np.testing.assert_array_equal(predicted.compute(), reference.estimator.predict(X.compute()))
     assert model.score(X, y) == pytest.approx(reference.estimator.score(X.compute(), y.compute()))
-    serial = _serial(SGDClassifier(random_state=0), np.split(X_np, 8), np.split(y_np, 8), 2,
-                     classes=[0, 1])
+    serial = _serial(
+        SGDClassifier(random_state=0), np.split(X_np, 8), np.split(y_np, 8), 2, classes=[0, 1]
+    )
     assert abs(model.score(X, y) - serial.score(X_np, y_np)) <= 0.02
 
 
@@ -93,9 +98,12 @@ def test_sample_weight_reaches_every_chunk():
     X_np, X = abs(X_np), abs(X)
     weights = np.random.default_rng(0).uniform(0, 3, size=2_000)
     model = DataParallel(MultinomialNB(), n_replicas=2).fit(
-        X, y, sample_weight=da.from_array(weights, chunks=250))
+        X, y, sample_weight=da.from_array(weights, chunks=250)
+    )
     reference = MultinomialNB().fit(X_np, y_np, sample_weight=weights)
-    np.testing.assert_allclose(model.estimator_.feature_count_, reference.feature_count_, rtol=1e-10)
+    np.testing.assert_allclose(
+        model.estimator_.feature_count_, reference.feature_count_, rtol=1e-10
+    )
     np.testing.assert_allclose(model.estimator_.class_count_, reference.class_count_, rtol=1e-10)
 
 
@@ -117,9 +125,13 @@ def test_numpy_on_the_cluster(client):
     scaler = DataParallel(StandardScaler()).fit(X_np)
     assert scaler.strategy_ == "sync"
     np.testing.assert_allclose(scaler.estimator_.mean_, X_np.mean(axis=0), rtol=1e-10)
-    np.testing.assert_allclose(scaler.transform(X_np), StandardScaler().fit_transform(X_np), atol=1e-10)
+    np.testing.assert_allclose(
+        scaler.transform(X_np), StandardScaler().fit_transform(X_np), atol=1e-10
+    )
     X_scaled = scaler.transform(X_np)
-    model = DataParallel(SGDClassifier(random_state=0), epochs=3, random_state=0).fit(X_scaled, y_np)
+    model = DataParallel(SGDClassifier(random_state=0), epochs=3, random_state=0).fit(
+        X_scaled, y_np
+    )
     assert isinstance(model.predict(X_scaled), np.ndarray)
     in_memory = SGDClassifier(random_state=0, max_iter=3, tol=None).fit(X_scaled, y_np)
     assert abs(model.score(X_scaled, y_np) - in_memory.score(X_scaled, y_np)) <= 0.02
@@ -128,8 +140,9 @@ def test_numpy_on_the_cluster(client):
 def test_outputs_follow_the_input_kind():
     """NumPy in gives NumPy, dask in gives lazy dask with named keys, xarray in gives xarray."""
     X_np, y_np, X, y = _data()
-    model = DataParallel(SGDClassifier(loss="log_loss", random_state=0), epochs=2,
-                         random_state=0).fit(X, y)
+    model = DataParallel(
+        SGDClassifier(loss="log_loss", random_state=0), epochs=2, random_state=0
+    ).fit(X, y)
     expected = model.estimator_.predict_proba(X_np)
 
     assert isinstance(model.predict_proba(X_np), np.ndarray)
@@ -139,8 +152,10 @@ def test_outputs_follow_the_input_kind():
     assert sum(1 for key in dict(lazy.dask) if str(key).startswith("dataparallel-model-")) == 1
     np.testing.assert_allclose(lazy.compute(), expected)
 
-    data = xr.Dataset({"X": (("sample", "feature"), X), "y": ("sample", y)},
-                      coords={"sample": np.arange(2_000) * 10})
+    data = xr.Dataset(
+        {"X": (("sample", "feature"), X), "y": ("sample", y)},
+        coords={"sample": np.arange(2_000) * 10},
+    )
     proba = model.predict_proba(data)
     assert isinstance(proba, xr.DataArray) and proba.dims == ("sample", "class")
     assert isinstance(proba.data, da.Array)
@@ -171,8 +186,9 @@ def test_fit_on_a_dataset_with_y_inside():
     from_arrays = DataParallel(SGDClassifier(random_state=0), random_state=0).fit(X, y)
     np.testing.assert_array_equal(from_dataset.estimator_.coef_, from_arrays.estimator_.coef_)
     in_order = DataParallel(SGDClassifier(random_state=0), n_replicas=1, shuffle=False).fit(data)
-    serial = _serial(SGDClassifier(random_state=0), np.split(X_np, 8), np.split(y_np, 8), 1,
-                     classes=[0, 1])
+    serial = _serial(
+        SGDClassifier(random_state=0), np.split(X_np, 8), np.split(y_np, 8), 1, classes=[0, 1]
+    )
     np.testing.assert_array_equal(in_order.estimator_.coef_, serial.coef_)
 
 
@@ -192,8 +208,13 @@ def test_partial_fit_continues():
         model.partial_fit(X[:, :3], y)
     single = DataParallel(SGDClassifier(random_state=0), n_replicas=1, shuffle=False)
     single.partial_fit(X, y).partial_fit(X[:1_000], y[:1_000])
-    serial = _serial(SGDClassifier(random_state=0), np.split(X_np, 8) + np.split(X_np[:1_000], 4),
-                     np.split(y_np, 8) + np.split(y_np[:1_000], 4), 1, classes=[0, 1])
+    serial = _serial(
+        SGDClassifier(random_state=0),
+        np.split(X_np, 8) + np.split(X_np[:1_000], 4),
+        np.split(y_np, 8) + np.split(y_np[:1_000], 4),
+        1,
+        classes=[0, 1],
+    )
     np.testing.assert_array_equal(single.estimator_.coef_, serial.coef_)
     np.testing.assert_array_equal(single.estimator_.intercept_, serial.intercept_)
 
@@ -215,8 +236,9 @@ def test_inside_a_scikit_learn_pipeline():
     """make_pipeline(StandardScaler(), DataParallel(SGDClassifier())) fits and scores NumPy
     within 2 points of the same pipeline with scikit-learn's SGDClassifier fitted in memory."""
     X_np, y_np, _, _ = _data()
-    pipeline = make_pipeline(StandardScaler(), DataParallel(SGDClassifier(random_state=0),
-                                                            epochs=3, random_state=0))
+    pipeline = make_pipeline(
+        StandardScaler(), DataParallel(SGDClassifier(random_state=0), epochs=3, random_state=0)
+    )
     in_memory = make_pipeline(StandardScaler(), SGDClassifier(random_state=0, max_iter=3, tol=None))
     expected = in_memory.fit(X_np, y_np).score(X_np, y_np)
     assert abs(pipeline.fit(X_np, y_np).score(X_np, y_np) - expected) <= 0.02
@@ -240,8 +262,9 @@ def test_estimator_without_partial_fit_is_fitted_once():
     with pytest.warns(SequentialFallbackWarning, match="has no partial_fit"):
         model = DataParallel(LogisticRegression(), epochs=5).fit(X, y)
     assert model.strategy_ == "fit" and model.n_epochs_ == 1 and len(model.history_) == 1
-    np.testing.assert_allclose(model.estimator_.coef_, LogisticRegression().fit(X_np, y_np).coef_,
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        model.estimator_.coef_, LogisticRegression().fit(X_np, y_np).coef_, rtol=1e-6
+    )
     assert not hasattr(model, "partial_fit")
 
 
@@ -254,8 +277,14 @@ def test_early_stopping_on_validation(validation):
     X, y = X[:4_000], y[:4_000]
     if validation == "tuple":
         validation = (X_np[4_000:], y_np[4_000:])
-    model = DataParallel(SGDClassifier(random_state=0), epochs=40, validation=validation,
-                         n_iter_no_change=2, tol=1e-3, random_state=0).fit(X, y)
+    model = DataParallel(
+        SGDClassifier(random_state=0),
+        epochs=40,
+        validation=validation,
+        n_iter_no_change=2,
+        tol=1e-3,
+        random_state=0,
+    ).fit(X, y)
     assert 3 <= model.n_epochs_ < 40 and len(model.history_) == model.n_epochs_
     in_memory = SGDClassifier(random_state=0).fit(X_np[:4_000], y_np[:4_000])
     expected = in_memory.score(X_np[4_000:], y_np[4_000:])
@@ -273,18 +302,37 @@ def _nan_at(X_np, row):
     return X_np
 
 
-@pytest.mark.parametrize("make_input,error,message", [
-    (lambda X, y: (da.from_array(_nan_at(X, 600), chunks=(250, -1)), y),
-     DataError, "chunk 2 (rows 500–749) of X holds 1 NaN"),
-    (lambda X, y: (_nan_at(X, 1_500), y), DataError, "chunk 1 (rows 1,000–1,999) of X holds 1 NaN"),
-    (lambda X, y: (xr.DataArray(X, dims=("row", "feature")), y), DataError,
-     "X has dims ('row', 'feature'); expected ('sample', 'feature')"),
-    (lambda X, y: (xr.Dataset({"x": (("sample", "feature"), X)}), None), DataError,
-     "the Dataset has no variable 'X'. Did you mean 'x'?"),
-    (lambda X, y: (xr.Dataset({"X": (("sample", "feature"), X), "y": ("sample", y)}), y),
-     DataError, "y was given twice"),
-    (lambda X, y: (X, None), ValueError, "DataParallel requires y to be passed"),
-])
+@pytest.mark.parametrize(
+    "make_input,error,message",
+    [
+        (
+            lambda X, y: (da.from_array(_nan_at(X, 600), chunks=(250, -1)), y),
+            DataError,
+            "chunk 2 (rows 500–749) of X holds 1 NaN",
+        ),
+        (
+            lambda X, y: (_nan_at(X, 1_500), y),
+            DataError,
+            "chunk 1 (rows 1,000–1,999) of X holds 1 NaN",
+        ),
+        (
+            lambda X, y: (xr.DataArray(X, dims=("row", "feature")), y),
+            DataError,
+            "X has dims ('row', 'feature'); expected ('sample', 'feature')",
+        ),
+        (
+            lambda X, y: (xr.Dataset({"x": (("sample", "feature"), X)}), None),
+            DataError,
+            "the Dataset has no variable 'X'. Did you mean 'x'?",
+        ),
+        (
+            lambda X, y: (xr.Dataset({"X": (("sample", "feature"), X), "y": ("sample", y)}), y),
+            DataError,
+            "y was given twice",
+        ),
+        (lambda X, y: (X, None), ValueError, "DataParallel requires y to be passed"),
+    ],
+)
 def test_bad_input_is_named(make_input, error, message):
     """Bad data fails with a message that says where (the chunk and its rows) and what."""
     X_np, y_np, _, _ = _data()
@@ -293,13 +341,22 @@ def test_bad_input_is_named(make_input, error, message):
         DataParallel(SGDClassifier()).fit(X, y)
 
 
-@pytest.mark.parametrize("params,message", [
-    ({"strategy": "synk"}, "strategy must be one of 'sync', 'async', 'sequential'; got 'synk'. "
-                           "Did you mean 'sync'?"),
-    ({"epochs": 0}, "epochs must be an integer >= 1; got 0."),
-    ({"chunk_size": 2.5}, "chunk_size must be an integer >= 1 or None; got 2.5."),
-    ({"validation": 1.5}, "validation must be a fraction in (0, 1), a tuple (X_val, y_val) or None"),
-])
+@pytest.mark.parametrize(
+    "params,message",
+    [
+        (
+            {"strategy": "synk"},
+            "strategy must be one of 'sync', 'async', 'sequential'; got 'synk'. "
+            "Did you mean 'sync'?",
+        ),
+        ({"epochs": 0}, "epochs must be an integer >= 1; got 0."),
+        ({"chunk_size": 2.5}, "chunk_size must be an integer >= 1 or None; got 2.5."),
+        (
+            {"validation": 1.5},
+            "validation must be a fraction in (0, 1), a tuple (X_val, y_val) or None",
+        ),
+    ],
+)
 def test_bad_parameters_are_named_at_fit(params, message):
     """Invalid parameters are reported by fit (not __init__), naming the parameter."""
     model = DataParallel(SGDClassifier(), **params)

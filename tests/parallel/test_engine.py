@@ -21,8 +21,9 @@ from taskdml.parallel import SequentialFallbackWarning, train
 
 
 def _data(n_samples=40_000, chunk_size=4_000, n_features=10, seed=0):
-    data = make_classification(n_samples, n_features, n_informative=4, chunk_size=chunk_size,
-                               random_state=seed)
+    data = make_classification(
+        n_samples, n_features, n_informative=4, chunk_size=chunk_size, random_state=seed
+    )
     return data.X.data, data.y.data
 
 
@@ -30,7 +31,9 @@ def _serial(estimator, X, y, epochs=1, **fit_kwargs):
     """The reference: one partial_fit per chunk, in order, *epochs* times, in this process."""
     estimator = copy.deepcopy(estimator)
     X_chunks = [chunk.compute() for chunk in X.to_delayed().ravel()]
-    y_chunks = [None] * len(X_chunks) if y is None else [c.compute() for c in y.to_delayed().ravel()]
+    y_chunks = (
+        [None] * len(X_chunks) if y is None else [c.compute() for c in y.to_delayed().ravel()]
+    )
     for _ in range(epochs):
         for X_chunk, y_chunk in zip(X_chunks, y_chunks):
             if y_chunk is None:
@@ -44,7 +47,9 @@ def test_sync_with_one_replica_is_the_serial_loop(client):
     """SGD trained sync with one replica equals the serial partial_fit loop bit for bit."""
     X, y = _data()
     reference = _serial(SGDClassifier(random_state=0), X, y, classes=[0, 1])
-    result = train(SGDClassifier(random_state=0), X, y, strategy="sync", n_replicas=1, shuffle=False)
+    result = train(
+        SGDClassifier(random_state=0), X, y, strategy="sync", n_replicas=1, shuffle=False
+    )
     np.testing.assert_array_equal(result.estimator.coef_, reference.coef_)
     assert result.estimator.t_ == reference.t_
 
@@ -57,8 +62,9 @@ def test_sequential_is_the_serial_loop(client):
     np.testing.assert_array_equal(result.estimator.coef_, reference.coef_)
 
 
-@pytest.mark.parametrize("estimator", [MultinomialNB(), GaussianNB(), StandardScaler()],
-                         ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize(
+    "estimator", [MultinomialNB(), GaussianNB(), StandardScaler()], ids=lambda e: type(e).__name__
+)
 def test_exact_rules_equal_one_serial_pass_on_the_cluster(client, estimator):
     """Naive Bayes and scalers trained sync on 2 workers equal one serial pass (1e-10)."""
     X, y = _data()
@@ -66,13 +72,19 @@ def test_exact_rules_equal_one_serial_pass_on_the_cluster(client, estimator):
         X = abs(X)
     kwargs = {} if isinstance(estimator, StandardScaler) else {"classes": [0, 1]}
     reference = _serial(estimator, X, y, **kwargs)
-    result = train(estimator, X, None if isinstance(estimator, StandardScaler) else y, strategy="sync",
-                   sync_every=2)
+    result = train(
+        estimator,
+        X,
+        None if isinstance(estimator, StandardScaler) else y,
+        strategy="sync",
+        sync_every=2,
+    )
     assert result.stats["replicas"] == 2
     for name in ("mean_", "var_", "feature_count_", "class_count_", "theta_"):
         if hasattr(reference, name):
-            np.testing.assert_allclose(getattr(result.estimator, name), getattr(reference, name),
-                                       rtol=1e-10, atol=1e-10)
+            np.testing.assert_allclose(
+                getattr(result.estimator, name), getattr(reference, name), rtol=1e-10, atol=1e-10
+            )
 
 
 def test_sync_is_deterministic_and_equals_the_thread_path(client):
@@ -81,15 +93,27 @@ def test_sync_is_deterministic_and_equals_the_thread_path(client):
     from test_reference import reference_sync
 
     X, y = _data()
-    runs = [train(SGDClassifier(random_state=0), X, y, epochs=2, random_state=3).estimator
-            for _ in range(2)]
-    threads = train(SGDClassifier(random_state=0), X, y, epochs=2, random_state=3, n_replicas=2,
-                    client=False).estimator
+    runs = [
+        train(SGDClassifier(random_state=0), X, y, epochs=2, random_state=3).estimator
+        for _ in range(2)
+    ]
+    threads = train(
+        SGDClassifier(random_state=0), X, y, epochs=2, random_state=3, n_replicas=2, client=False
+    ).estimator
     np.testing.assert_array_equal(runs[0].coef_, runs[1].coef_)
     np.testing.assert_array_equal(runs[0].coef_, threads.coef_)
-    expected = reference_sync(SGDClassifier(random_state=0), X.compute(), y.compute(), [0, 1],
-                              n_replicas=2, sync_every=1, epochs=2, shuffle=True, random_state=3,
-                              chunk_rows=X.chunks[0])
+    expected = reference_sync(
+        SGDClassifier(random_state=0),
+        X.compute(),
+        y.compute(),
+        [0, 1],
+        n_replicas=2,
+        sync_every=1,
+        epochs=2,
+        shuffle=True,
+        random_state=3,
+        chunk_rows=X.chunks[0],
+    )
     np.testing.assert_array_equal(runs[0].coef_, expected.coef_)
     np.testing.assert_array_equal(runs[0].intercept_, expected.intercept_)
 
@@ -99,17 +123,30 @@ def test_async_reaches_sync_accuracy(client):
     within 1 pp of the serial partial_fit loop over the same chunks and epochs."""
     from taskdml.datasets import train_test_split
 
-    data = make_classification(140_000, 10, n_informative=6, class_sep=1.5, chunk_size=10_000,
-                               random_state=0)
+    data = make_classification(
+        140_000, 10, n_informative=6, class_sep=1.5, chunk_size=10_000, random_state=0
+    )
     train_set, test_set = train_test_split(data, test_size=20_000, random_state=0)
     X_test, y_test = test_set.X.values, test_set.y.values
     scores = {}
     for strategy, staleness in (("sync", None), ("async", None), ("async", 0)):
-        result = train(SGDClassifier(loss="log_loss", alpha=1e-2, random_state=0), train_set.X.data,
-                       train_set.y.data, strategy=strategy, staleness=staleness, epochs=3, random_state=0)
+        result = train(
+            SGDClassifier(loss="log_loss", alpha=1e-2, random_state=0),
+            train_set.X.data,
+            train_set.y.data,
+            strategy=strategy,
+            staleness=staleness,
+            epochs=3,
+            random_state=0,
+        )
         scores[strategy, staleness] = result.estimator.score(X_test, y_test)
-    serial = _serial(SGDClassifier(loss="log_loss", alpha=1e-2, random_state=0), train_set.X.data,
-                     train_set.y.data, epochs=3, classes=[0, 1]).score(X_test, y_test)
+    serial = _serial(
+        SGDClassifier(loss="log_loss", alpha=1e-2, random_state=0),
+        train_set.X.data,
+        train_set.y.data,
+        epochs=3,
+        classes=[0, 1],
+    ).score(X_test, y_test)
     assert abs(scores["sync", None] - serial) <= 0.01, (scores, serial)
     assert abs(scores["async", None] - scores["sync", None]) <= 0.01, scores
     assert abs(scores["async", 0] - scores["sync", None]) <= 0.01, scores
@@ -124,8 +161,16 @@ def test_history_and_early_stopping(client):
     X, y = X_all[:40_000], y_all[:40_000]
     validation = (X_all[40_000:].compute(), y_all[40_000:].compute())
     estimator = SGDClassifier(loss="log_loss", alpha=1e-2, random_state=0)  # smooth: small noise
-    result = train(estimator, X, y, epochs=30, validation=validation, n_iter_no_change=2, tol=0.5,
-                   random_state=0)
+    result = train(
+        estimator,
+        X,
+        y,
+        epochs=30,
+        validation=validation,
+        n_iter_no_change=2,
+        tol=0.5,
+        random_state=0,
+    )
     assert len(result.history) == 3
     assert [entry["samples_seen"] for entry in result.history] == [40_000, 80_000, 120_000]
     assert result.history[-1]["validation_score"] == result.estimator.score(*validation)
@@ -136,10 +181,13 @@ def test_history_and_early_stopping(client):
         assert abs(entry["validation_score"] - expected) <= 0.02, (entry, expected)
 
 
-@pytest.mark.parametrize("fault,message", [
-    ("nan", "chunk 2 (rows 8,000–11,999) of X holds 1 NaN"),
-    ("label", "chunk 1 (rows 4,000–7,999) of y holds labels [7]"),
-])
+@pytest.mark.parametrize(
+    "fault,message",
+    [
+        ("nan", "chunk 2 (rows 8,000–11,999) of X holds 1 NaN"),
+        ("label", "chunk 1 (rows 4,000–7,999) of y holds labels [7]"),
+    ],
+)
 def test_bad_chunks_are_named_before_training(fault, message):
     """A NaN or an unseen label is reported with its chunk and rows, before any replica runs."""
     rng = np.random.default_rng(0)
@@ -168,19 +216,24 @@ def test_unmergeable_estimator_falls_back_with_the_reason(client):
     assert result.strategy == "sequential" and hasattr(result.estimator, "subcluster_centers_")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "scikit-learn's Birch keeps each CF node's centroids_ as a view of init_centroids_ and "
-    "updates init_centroids_ in place; a copied or pickled Birch (the state passed between the "
-    "sequential chain's tasks) loses the view, so from the second chunk on it finds the "
-    "closest subcluster with stale centroids and the chain differs from the serial loop"))
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "scikit-learn's Birch keeps each CF node's centroids_ as a view of init_centroids_ and "
+        "updates init_centroids_ in place; a copied or pickled Birch (the state passed between the "
+        "sequential chain's tasks) loses the view, so from the second chunk on it finds the "
+        "closest subcluster with stale centroids and the chain differs from the serial loop"
+    ),
+)
 def test_the_birch_fallback_equals_the_serial_loop(client):
     """The sequential fallback's Birch is the serial partial_fit loop's, bit for bit."""
     X, _ = _data(n_samples=8_000, chunk_size=2_000, n_features=6)
     with pytest.warns(SequentialFallbackWarning, match="Birch cannot be merged"):
         result = train(Birch(n_clusters=3), X, strategy="sync", shuffle=False)
     reference = _serial(Birch(n_clusters=3), X, None)
-    np.testing.assert_array_equal(result.estimator.subcluster_centers_,
-                                  reference.subcluster_centers_)
+    np.testing.assert_array_equal(
+        result.estimator.subcluster_centers_, reference.subcluster_centers_
+    )
 
 
 def test_estimator_without_partial_fit_is_fitted_once(client):
@@ -207,7 +260,9 @@ class FailsOnLargeChunks(SGDClassifier):
 
 def test_a_failing_replica_stops_the_others(client):
     """One replica's error reaches the caller; the other replica does not wait forever."""
-    X = da.from_array(np.random.default_rng(0).normal(size=(20_000, 3)), chunks=((4_000,) * 3 + (8_000,), 3))
+    X = da.from_array(
+        np.random.default_rng(0).normal(size=(20_000, 3)), chunks=((4_000,) * 3 + (8_000,), 3)
+    )
     y = (X[:, 0] > 0).astype(int)
     with pytest.raises(RuntimeError, match="chunk too large"):
         train(FailsOnLargeChunks(), X, y, strategy="sync", shuffle=False)
@@ -216,7 +271,7 @@ def test_a_failing_replica_stops_the_others(client):
 @settings(max_examples=15, deadline=None)
 @given(cuts=st.lists(st.integers(50, 600), min_size=1, max_size=6), replicas=st.integers(1, 3))
 def test_exact_merges_do_not_depend_on_chunking(cuts, replicas):
-    """GaussianNB and StandardScaler trained sync equal one pass, whatever the chunks and replicas."""
+    """GaussianNB and StandardScaler trained sync equal one pass, whatever the chunks, replicas."""
     rng = np.random.default_rng(len(cuts))
     total = sum(cuts)
     X_np, y_np = rng.normal(size=(total, 4)), rng.integers(0, 3, size=total)
@@ -273,8 +328,18 @@ def test_concurrent_trainings_with_different_parameters_stay_apart(client):
     X, y = _data(n_samples=12_000, chunk_size=2_000)
     alphas = [1e-5, 1e-3, 1e-1]
     with concurrent.futures.ThreadPoolExecutor(len(alphas)) as pool:
-        results = list(pool.map(lambda alpha: train(SGDClassifier(alpha=alpha, random_state=0), X, y,
-                                                    strategy="sequential", shuffle=False), alphas))
+        results = list(
+            pool.map(
+                lambda alpha: train(
+                    SGDClassifier(alpha=alpha, random_state=0),
+                    X,
+                    y,
+                    strategy="sequential",
+                    shuffle=False,
+                ),
+                alphas,
+            )
+        )
     for alpha, result in zip(alphas, results):
         reference = _serial(SGDClassifier(alpha=alpha, random_state=0), X, y, classes=[0, 1])
         np.testing.assert_array_equal(result.estimator.coef_, reference.coef_)

@@ -268,13 +268,35 @@ def test_every_partial_fit_estimator_has_a_rule_or_a_reason(name, cls):
 
 
 PARTIAL_FIT_ESTIMATORS = {
-    "BernoulliNB", "BernoulliRBM", "Birch", "CategoricalNB", "ComplementNB", "GaussianNB",
-    "HashingVectorizer", "IncrementalPCA", "LatentDirichletAllocation", "MLPClassifier",
-    "MLPRegressor", "MaxAbsScaler", "MinMaxScaler", "MiniBatchDictionaryLearning",
-    "MiniBatchKMeans", "MiniBatchNMF", "MultiOutputClassifier", "MultiOutputRegressor",
-    "MultinomialNB", "OneVsOneClassifier", "OneVsRestClassifier", "PassiveAggressiveClassifier",
-    "PassiveAggressiveRegressor", "Perceptron", "SGDClassifier", "SGDOneClassSVM", "SGDRegressor",
-    "SelectFromModel", "StandardScaler",
+    "BernoulliNB",
+    "BernoulliRBM",
+    "Birch",
+    "CategoricalNB",
+    "ComplementNB",
+    "GaussianNB",
+    "HashingVectorizer",
+    "IncrementalPCA",
+    "LatentDirichletAllocation",
+    "MLPClassifier",
+    "MLPRegressor",
+    "MaxAbsScaler",
+    "MinMaxScaler",
+    "MiniBatchDictionaryLearning",
+    "MiniBatchKMeans",
+    "MiniBatchNMF",
+    "MultiOutputClassifier",
+    "MultiOutputRegressor",
+    "MultinomialNB",
+    "OneVsOneClassifier",
+    "OneVsRestClassifier",
+    "PassiveAggressiveClassifier",
+    "PassiveAggressiveRegressor",
+    "Perceptron",
+    "SGDClassifier",
+    "SGDOneClassSVM",
+    "SGDRegressor",
+    "SelectFromModel",
+    "StandardScaler",
 }
 
 
@@ -327,8 +349,10 @@ def test_meta_rule_takes_exactness_from_the_wrapped_estimator():
     assert get_merge_rule(OneVsRestClassifier(MultinomialNB())).exact
     assert not get_merge_rule(OneVsRestClassifier(SGDClassifier())).exact
     splits = [[np.arange(0, 80), np.arange(80, 160), np.arange(160, 240)]]
-    for estimator, exact in ((OneVsRestClassifier(MultinomialNB()), True),
-                             (OneVsRestClassifier(SGDClassifier(random_state=0)), False)):
+    for estimator, exact in (
+        (OneVsRestClassifier(MultinomialNB()), True),
+        (OneVsRestClassifier(SGDClassifier(random_state=0)), False),
+    ):
         merged = _train_rounds(estimator, X_COUNTS, Y_THREE, [0, 1, 2], splits)
         serial = _serial(estimator, X_COUNTS, Y_THREE, [0, 1, 2], splits)
         _assert_exact_as_claimed(merged, serial, exact)
@@ -752,7 +776,7 @@ def test_sgd_merge_rejects_replicas_from_different_starts():
 @pytest.mark.parametrize(
     "replicas_fn, weights, error, message",
     [
-        (lambda: [], [], ValueError, "got no replicas"),
+        (list, [], ValueError, "got no replicas"),
         (lambda: [StandardScaler().fit(X_DENSE)], [1, 2], ValueError, "1 replicas but 2 weights"),
         (lambda: [StandardScaler().fit(X_DENSE)], [-1], ValueError, "finite and non-negative"),
         (

@@ -37,9 +37,7 @@ X_COUNTS = _rng.poisson(2.0, size=X_NP.shape).astype(float)
 
 def _chunks(X, y, chunk_rows=CHUNK_ROWS):
     bounds = np.cumsum((0, *chunk_rows))
-    return [
-        (X[a:b], None if y is None else y[a:b]) for a, b in zip(bounds[:-1], bounds[1:])
-    ]
+    return [(X[a:b], None if y is None else y[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def _epoch_order(n_chunks, epoch, rank, shuffle, seed):
@@ -49,13 +47,25 @@ def _epoch_order(n_chunks, epoch, rank, shuffle, seed):
     return list(np.random.default_rng([seed, epoch, rank]).permutation(n_chunks))
 
 
-def reference_sync(estimator, X, y, classes, *, n_replicas, sync_every, epochs, shuffle=False,
-                   random_state=0, chunk_rows=CHUNK_ROWS):
+def reference_sync(
+    estimator,
+    X,
+    y,
+    classes,
+    *,
+    n_replicas,
+    sync_every,
+    epochs,
+    shuffle=False,
+    random_state=0,
+    chunk_rows=CHUNK_ROWS,
+):
     """The sync strategy as a plain loop of replicas in this process (X, y: NumPy arrays cut
     into chunks of *chunk_rows* rows)."""
     chunks = _chunks(X, y, chunk_rows)
-    owned = [[c for i, c in enumerate(chunks) if i % n_replicas == rank]
-             for rank in range(n_replicas)]
+    owned = [
+        [c for i, c in enumerate(chunks) if i % n_replicas == rank] for rank in range(n_replicas)
+    ]
     seed = int(check_random_state(random_state).randint(2**31 - 1))
     rounds = math.ceil(max(len(o) for o in owned) / sync_every)
     fit_kwargs = {} if classes is None else {"classes": classes}
@@ -66,8 +76,9 @@ def reference_sync(estimator, X, y, classes, *, n_replicas, sync_every, epochs, 
             trained = []
             for rank in range(n_replicas):
                 replica, rows = copy.deepcopy(state), 0
-                for position in orders[rank][round_index * sync_every:
-                                             (round_index + 1) * sync_every]:
+                for position in orders[rank][
+                    round_index * sync_every : (round_index + 1) * sync_every
+                ]:
                     X_chunk, y_chunk = owned[rank][position]
                     if y_chunk is None:
                         replica.partial_fit(X_chunk, **fit_kwargs)
@@ -125,15 +136,39 @@ def _dask(X, y):
 # (id, estimator, X, y, classes, bit for bit)
 CASES = [
     ("SGDClassifier", SGDClassifier(random_state=0), X_NP, Y_CLASS, [0, 1], True),
-    ("SGDClassifier-asgd", SGDClassifier(average=True, random_state=0), X_NP, Y_CLASS, [0, 1],
-     True),
+    (
+        "SGDClassifier-asgd",
+        SGDClassifier(average=True, random_state=0),
+        X_NP,
+        Y_CLASS,
+        [0, 1],
+        True,
+    ),
     ("SGDRegressor", SGDRegressor(random_state=0), X_NP, Y_REAL, None, True),
-    ("MLPClassifier", MLPClassifier(hidden_layer_sizes=(6,), random_state=0), X_NP, Y_CLASS,
-     [0, 1], False),
-    ("MiniBatchKMeans", MiniBatchKMeans(n_clusters=3, n_init=1, random_state=0), X_NP, None, None,
-     False),
-    ("LatentDirichletAllocation", LatentDirichletAllocation(n_components=2, random_state=0),
-     X_COUNTS, None, None, False),
+    (
+        "MLPClassifier",
+        MLPClassifier(hidden_layer_sizes=(6,), random_state=0),
+        X_NP,
+        Y_CLASS,
+        [0, 1],
+        False,
+    ),
+    (
+        "MiniBatchKMeans",
+        MiniBatchKMeans(n_clusters=3, n_init=1, random_state=0),
+        X_NP,
+        None,
+        None,
+        False,
+    ),
+    (
+        "LatentDirichletAllocation",
+        LatentDirichletAllocation(n_components=2, random_state=0),
+        X_COUNTS,
+        None,
+        None,
+        False,
+    ),
 ]
 
 
@@ -142,11 +177,20 @@ CASES = [
 def test_sync_on_two_workers_equals_the_reference_loop(client, case, sync_every):
     """train(strategy="sync", n_replicas=2) on 2 worker processes equals the replica loop."""
     _, estimator, X, y, classes, exact = case
-    expected = reference_sync(estimator, X, y, classes, n_replicas=2, sync_every=sync_every,
-                              epochs=2)
-    result = taskdml.train(estimator, *_dask(X, y), classes=classes, strategy="sync",
-                           n_replicas=2, sync_every=sync_every, epochs=2, shuffle=False,
-                           random_state=0)
+    expected = reference_sync(
+        estimator, X, y, classes, n_replicas=2, sync_every=sync_every, epochs=2
+    )
+    result = taskdml.train(
+        estimator,
+        *_dask(X, y),
+        classes=classes,
+        strategy="sync",
+        n_replicas=2,
+        sync_every=sync_every,
+        epochs=2,
+        shuffle=False,
+        random_state=0,
+    )
     assert result.stats["replicas"] == 2
     assert result.stats["rounds"] == 2 * math.ceil(4 / sync_every)
     _assert_same(result.estimator, expected, exact)
@@ -156,19 +200,27 @@ def test_sync_on_two_workers_equals_the_reference_loop(client, case, sync_every)
 def test_sync_on_threads_equals_the_reference_loop(case):
     """The thread path (client=False) with shuffled chunk order equals the replica loop."""
     _, estimator, X, y, classes, exact = case
-    expected = reference_sync(estimator, X, y, classes, n_replicas=2, sync_every=1, epochs=2,
-                              shuffle=True, random_state=5)
-    result = taskdml.train(estimator, *_dask(X, y), classes=classes, strategy="sync",
-                           n_replicas=2, epochs=2, shuffle=True, random_state=5, client=False)
+    expected = reference_sync(
+        estimator, X, y, classes, n_replicas=2, sync_every=1, epochs=2, shuffle=True, random_state=5
+    )
+    result = taskdml.train(
+        estimator,
+        *_dask(X, y),
+        classes=classes,
+        strategy="sync",
+        n_replicas=2,
+        epochs=2,
+        shuffle=True,
+        random_state=5,
+        client=False,
+    )
     _assert_same(result.estimator, expected, exact)
 
 
 def test_the_reference_loop_is_not_the_serial_loop():
     """With 2 replicas the loop really averages: it is not one serial pass (a sanity check)."""
     estimator = SGDClassifier(random_state=0)
-    merged = reference_sync(estimator, X_NP, Y_CLASS, [0, 1], n_replicas=2, sync_every=1,
-                            epochs=1)
-    serial = reference_sync(estimator, X_NP, Y_CLASS, [0, 1], n_replicas=1, sync_every=1,
-                            epochs=1)
+    merged = reference_sync(estimator, X_NP, Y_CLASS, [0, 1], n_replicas=2, sync_every=1, epochs=1)
+    serial = reference_sync(estimator, X_NP, Y_CLASS, [0, 1], n_replicas=1, sync_every=1, epochs=1)
     assert merged.t_ == serial.t_ == 1 + len(X_NP)
     assert not np.allclose(merged.coef_, serial.coef_)

@@ -47,12 +47,15 @@ def test_preprocess_equals_training_on_transformed_data(request, use_client):
     """train(preprocess=[fitted scaler]) equals training on X scaled beforehand, bit for bit."""
     client = request.getfixturevalue("client") if use_client else False
     scaler = StandardScaler().fit(X_NP)
-    kwargs = dict(classes=[0, 1], strategy="sync", n_replicas=2, epochs=2, random_state=0,
-                  client=client)
-    inside = train(SGDClassifier(random_state=0), *_dask(X_NP, Y_NP), preprocess=[scaler],
-                   **kwargs).estimator
-    before = train(SGDClassifier(random_state=0), *_dask(scaler.transform(X_NP), Y_NP),
-                   **kwargs).estimator
+    kwargs = dict(
+        classes=[0, 1], strategy="sync", n_replicas=2, epochs=2, random_state=0, client=client
+    )
+    inside = train(
+        SGDClassifier(random_state=0), *_dask(X_NP, Y_NP), preprocess=[scaler], **kwargs
+    ).estimator
+    before = train(
+        SGDClassifier(random_state=0), *_dask(scaler.transform(X_NP), Y_NP), **kwargs
+    ).estimator
     np.testing.assert_array_equal(inside.coef_, before.coef_)
     np.testing.assert_array_equal(inside.intercept_, before.intercept_)
     assert inside.t_ == before.t_ == 1 + 2 * len(X_NP)
@@ -80,13 +83,24 @@ def _serial_with_rows_shuffled(estimator, X, y, epochs, random_state, shuffle_ro
 @pytest.mark.parametrize("shuffle_rows", [False, True])
 def test_shuffle_rows_permutes_the_rows_of_each_chunk(shuffle_rows):
     """One replica with shuffle_rows equals the serial loop over row-permuted chunks."""
-    result = train(SGDClassifier(random_state=0), *_dask(X_NP, Y_NP), classes=[0, 1],
-                   strategy="sync", n_replicas=1, epochs=2, shuffle=False,
-                   shuffle_rows=shuffle_rows, random_state=7, client=False)
-    expected = _serial_with_rows_shuffled(SGDClassifier(random_state=0), X_NP, Y_NP, 2, 7,
-                                          shuffle_rows)
-    other = _serial_with_rows_shuffled(SGDClassifier(random_state=0), X_NP, Y_NP, 2, 7,
-                                       not shuffle_rows)
+    result = train(
+        SGDClassifier(random_state=0),
+        *_dask(X_NP, Y_NP),
+        classes=[0, 1],
+        strategy="sync",
+        n_replicas=1,
+        epochs=2,
+        shuffle=False,
+        shuffle_rows=shuffle_rows,
+        random_state=7,
+        client=False,
+    )
+    expected = _serial_with_rows_shuffled(
+        SGDClassifier(random_state=0), X_NP, Y_NP, 2, 7, shuffle_rows
+    )
+    other = _serial_with_rows_shuffled(
+        SGDClassifier(random_state=0), X_NP, Y_NP, 2, 7, not shuffle_rows
+    )
     np.testing.assert_array_equal(result.estimator.coef_, expected.coef_)
     assert not np.array_equal(result.estimator.coef_, other.coef_)
 
@@ -94,20 +108,36 @@ def test_shuffle_rows_permutes_the_rows_of_each_chunk(shuffle_rows):
 def test_shuffle_rows_leaves_an_exact_merge_unchanged(client):
     """MultinomialNB's counts do not depend on row order: shuffled rows give sklearn's fit."""
     X = np.abs(X_NP)
-    result = train(MultinomialNB(), *_dask(X, Y_NP), classes=[0, 1], strategy="sync",
-                   shuffle_rows=True, random_state=0)
+    result = train(
+        MultinomialNB(),
+        *_dask(X, Y_NP),
+        classes=[0, 1],
+        strategy="sync",
+        shuffle_rows=True,
+        random_state=0,
+    )
     reference = MultinomialNB().fit(X, Y_NP)
-    np.testing.assert_allclose(result.estimator.feature_count_, reference.feature_count_,
-                               rtol=1e-12)
-    np.testing.assert_allclose(result.estimator.feature_log_prob_,
-                               reference.feature_log_prob_, rtol=1e-12)
+    np.testing.assert_allclose(
+        result.estimator.feature_count_, reference.feature_count_, rtol=1e-12
+    )
+    np.testing.assert_allclose(
+        result.estimator.feature_log_prob_, reference.feature_log_prob_, rtol=1e-12
+    )
 
 
 def test_sequential_strategy_shuffles_rows_too():
     """strategy="sequential" with shuffle_rows equals the serial loop over row-permuted chunks."""
-    result = train(SGDClassifier(random_state=0), *_dask(X_NP, Y_NP), classes=[0, 1],
-                   strategy="sequential", epochs=2, shuffle=False, shuffle_rows=True,
-                   random_state=7, client=False)
+    result = train(
+        SGDClassifier(random_state=0),
+        *_dask(X_NP, Y_NP),
+        classes=[0, 1],
+        strategy="sequential",
+        epochs=2,
+        shuffle=False,
+        shuffle_rows=True,
+        random_state=7,
+        client=False,
+    )
     expected = _serial_with_rows_shuffled(SGDClassifier(random_state=0), X_NP, Y_NP, 2, 7, True)
     np.testing.assert_array_equal(result.estimator.coef_, expected.coef_)
 
@@ -142,22 +172,35 @@ def _merge_recording(replicas, weights):
     return merged
 
 
-register_merge(RecordingSGDRegressor, _merge_recording, family="recording-sgd",
-               private_state=_SGD_RULE.private_state, start_state=_SGD_RULE.start_state)
+register_merge(
+    RecordingSGDRegressor,
+    _merge_recording,
+    family="recording-sgd",
+    private_state=_SGD_RULE.private_state,
+    start_state=_SGD_RULE.start_state,
+)
 
 
 @pytest.mark.parametrize("staleness", [0, 1])
 def test_async_replica_never_runs_more_than_staleness_chunks_ahead(staleness):
     """Replayed from the recorded update order: no push from a replica more than staleness
     chunks ahead of the slowest one still training."""
-    result = train(RecordingSGDRegressor(random_state=0), *_dask(X_STALE, Y_STALE, STALE_ROWS),
-                   strategy="async", staleness=staleness, n_replicas=2, epochs=2, shuffle=False,
-                   random_state=0, client=False)
+    result = train(
+        RecordingSGDRegressor(random_state=0),
+        *_dask(X_STALE, Y_STALE, STALE_ROWS),
+        strategy="async",
+        staleness=staleness,
+        n_replicas=2,
+        epochs=2,
+        shuffle=False,
+        random_state=0,
+        client=False,
+    )
     order = result.estimator.chunks_seen_
     n_chunks, epochs = len(STALE_ROWS), 2
     assert sorted(order) == sorted(list(range(n_chunks)) * epochs)
     assert result.stats["updates"] == n_chunks * epochs
-    owned = {rank: epochs * n_chunks // 2 for rank in range(2)}
+    owned = dict.fromkeys(range(2), epochs * n_chunks // 2)
     clocks = dict.fromkeys(owned, 0)
     for chunk in order:
         rank = chunk % 2
@@ -176,8 +219,9 @@ def test_data_parallel_async_accuracy_is_close_to_sync_and_scikit_learn(client):
     X_dask, y_dask = _dask(X_train, y_train, (2_000,) * 10)
     params = dict(loss="log_loss", alpha=1e-3, random_state=0)
     scores = {
-        strategy: DataParallel(SGDClassifier(**params), strategy=strategy, epochs=3,
-                               random_state=0).fit(X_dask, y_dask).score(X_test, y_test)
+        strategy: DataParallel(SGDClassifier(**params), strategy=strategy, epochs=3, random_state=0)
+        .fit(X_dask, y_dask)
+        .score(X_test, y_test)
         for strategy in ("sync", "async")
     }
     in_memory = SGDClassifier(max_iter=3, tol=None, **params).fit(X_train, y_train)
