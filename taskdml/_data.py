@@ -1,8 +1,8 @@
 """The one place where inputs are unwrapped: xarray objects to arrays, chunked data to dask arrays.
 
-taskdml's data model (DESIGN.md, "The data-parallel engine") is an ``xarray.Dataset`` with a
-variable ``X`` (dims ``sample``, ``feature``) and optionally ``y`` (dims ``sample``), a
-``DataArray`` with those dims, or a plain dask array chunked along samples. Every entry point
+taskdml's data model is an ``xarray.Dataset`` with a variable ``X`` (dims ``sample``,
+``feature``) and optionally ``y`` (dims ``sample``), a ``DataArray`` with those dims, or a
+plain dask array chunked along samples. Every entry point
 (:class:`taskdml.DataParallel`, the searches, the engine) reads its inputs through
 :func:`unwrap`, and the ones that need dask arrays through :func:`as_dask`, so an input is
 accepted or refused with the same message wherever it is given.
