@@ -4,7 +4,7 @@ The merge rules read and write estimators' whole learned state, and some of that
 built by scikit-learn helpers that are not public. Importing them here alone means a
 scikit-learn release that moves one breaks this file, not the modules that use it. No version
 branches: ``pyproject.toml`` pins the supported range, and this module follows its newest
-release.
+release. :func:`relink_birch_views` is the one repair of a private structure that taskdml needs.
 """
 
 from sklearn.decomposition._online_lda_fast import _dirichlet_expectation_2d
@@ -30,4 +30,31 @@ __all__ = [
     "_num_samples",
     "_openmp_effective_n_threads",
     "_safe_indexing",
+    "relink_birch_views",
 ]
+
+
+def relink_birch_views(estimator):
+    """Restore the views a copied or unpickled ``Birch`` lost; return *estimator*.
+
+    Each node of Birch's CF tree keeps ``centroids_`` and ``squared_norm_`` as views of
+    ``init_centroids_`` and ``init_sq_norm_`` and updates only the latter in place. A deep copy
+    or a pickle round trip (every hop of a chain of tasks) turns the views into independent
+    arrays, and the next ``partial_fit`` then searches the tree with stale centroids. Any other
+    estimator is returned untouched.
+    """
+    from sklearn.cluster import Birch
+
+    if not isinstance(estimator, Birch) or not hasattr(estimator, "root_"):
+        return estimator
+    nodes, seen = [estimator.root_], set()
+    while nodes:
+        node = nodes.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        n_subclusters = len(node.subclusters_)
+        node.centroids_ = node.init_centroids_[:n_subclusters]
+        node.squared_norm_ = node.init_sq_norm_[:n_subclusters]
+        nodes.extend(sub.child_ for sub in node.subclusters_ if sub.child_ is not None)
+    return estimator

@@ -36,6 +36,7 @@ import warnings
 import weakref
 
 from taskdml import _data, _keys
+from taskdml._sklearn_compat import relink_birch_views
 from taskdml.parallel import _chunks, _collective, _replica, _tasks
 from taskdml.parallel._chunks import Chunk
 from taskdml.parallel._merge import get_merge_rule, prepare_start, unmergeable_reason
@@ -241,6 +242,7 @@ def train(
     rows = sum(fact["rows"] for fact in facts)
     result.stats.update(wall_s=time.perf_counter() - started, n_samples=rows, n_chunks=len(chunks))
     without_round_start(result.estimator)
+    relink_birch_views(result.estimator)
     for entry in result.history:
         entry.pop("stop", None)
         entry["samples_seen"] = rows * entry["epoch"]

@@ -14,6 +14,8 @@ import copy
 
 import numpy as np
 
+from taskdml._sklearn_compat import relink_birch_views
+
 
 def transform_chunk(X, transformers):
     """Apply fitted *transformers* to one chunk, in order."""
@@ -41,6 +43,7 @@ def fit_chunk(estimator, X, y, transformers, fit_kwargs, weight=None, row_seed=N
         X, y = X[rows], None if y is None else y[rows]
         weight = None if weight is None else weight[rows]
     X = transform_chunk(X, transformers)
+    relink_birch_views(estimator)  # a copied or unpickled Birch lost its views
     kwargs = dict(fit_kwargs, **({} if weight is None else {"sample_weight": weight}))
     if y is None:
         estimator.partial_fit(X, **kwargs)
