@@ -30,6 +30,7 @@ steps:
   model:
     fit: sklearn.linear_model:SGDClassifier
     with: {random_state: 0}
+    parallel: {epochs: 5, random_state: 0}   # seeded: a run is reproducible
     inputs: {data: split.train, preprocess: scale}
   report:
     evaluate: [accuracy, roc_auc]
@@ -56,7 +57,8 @@ def _split_in_memory(seed):
 def test_pipeline_runs_and_records_everything(client, tmp_path):
     """A run returns metrics and writes the whole run directory; its accuracy is the saved
     model's on the test rows, and within 3 points of the same SGDClassifier fitted to
-    convergence in memory by scikit-learn on the same rows (0.87; seeds 0-4 give 0.86-0.88)."""
+    convergence in memory by scikit-learn on the same rows (0.87; over data seeds 0-4 and
+    shuffle seeds 0-1 the 5-epoch run stays within 1.6 points of that reference)."""
     from sklearn.linear_model import SGDClassifier
     from sklearn.metrics import accuracy_score, roc_auc_score
     from sklearn.preprocessing import StandardScaler

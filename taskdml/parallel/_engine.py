@@ -528,38 +528,23 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
         )
     # The actor lives as long as its future does: keep ``actor_future`` to the end.
     collective = actor_future.result()
+    replica, start_args = _replica_task(strategy, start)
     with _taking_turns(client, n_replicas):
-        if strategy == "sync":
-            tasks = [
-                client.submit(
-                    _replica.sync_replica,
-                    rank,
-                    start,
-                    owned[rank],
-                    collective,
-                    plan,
-                    workers=[placement[rank]],
-                    allow_other_workers=False,
-                    pure=False,
-                    key=(name, rank),
-                )
-                for rank in range(n_replicas)
-            ]
-        else:
-            tasks = [
-                client.submit(
-                    _replica.async_replica,
-                    rank,
-                    owned[rank],
-                    collective,
-                    plan,
-                    workers=[placement[rank]],
-                    allow_other_workers=False,
-                    pure=False,
-                    key=(name, rank),
-                )
-                for rank in range(n_replicas)
-            ]
+        tasks = [
+            client.submit(
+                replica,
+                rank,
+                *start_args,
+                owned[rank],
+                collective,
+                plan,
+                workers=[placement[rank]],
+                allow_other_workers=False,
+                pure=False,
+                key=(name, rank),
+            )
+            for rank in range(n_replicas)
+        ]
         outcomes = client.gather(tasks)
     result = _result(strategy, outcomes, collective, plan, n_replicas)
     del actor_future
@@ -650,16 +635,21 @@ def _replicated_locally(estimator, chunks, plan, strategy, staleness, n_replicas
     plan = _with_rounds(plan, owned)
     if strategy == "sync":
         collective = _collective.AllReduceLocal(n_replicas, rule)
-        jobs = [
-            (_replica.sync_replica, rank, start, owned[rank], collective, plan)
-            for rank in range(n_replicas)
-        ]
     else:
         collective = _collective.ParameterServerLocal(start, n_replicas, staleness, rule)
-        jobs = [
-            (_replica.async_replica, rank, owned[rank], collective, plan)
+    replica, start_args = _replica_task(strategy, start)
+    with concurrent.futures.ThreadPoolExecutor(n_replicas) as pool:
+        futures = [
+            pool.submit(replica, rank, *start_args, owned[rank], collective, plan)
             for rank in range(n_replicas)
         ]
-    with concurrent.futures.ThreadPoolExecutor(n_replicas) as pool:
-        outcomes = [future.result() for future in [pool.submit(*job) for job in jobs]]
+        outcomes = [future.result() for future in futures]
     return _result(strategy, outcomes, collective, plan, n_replicas)
+
+
+def _replica_task(strategy, start):
+    """The replica function of *strategy* and its leading arguments: sync replicas begin at
+    *start*; async ones pull the global estimator from the parameter server instead."""
+    if strategy == "sync":
+        return _replica.sync_replica, (start,)
+    return _replica.async_replica, ()
