@@ -446,82 +446,82 @@ def check_merge(
 ):
     """Check that a merge rule keeps the laws the data-parallel engine relies on.
 
-        Splits the rows, in order, into ``2 * n_replicas`` ragged chunks and runs two
-        synchronous rounds as the engine does: :func:`~taskdml.parallel.prepare_start`
-        on the first chunk, one replica per chunk trained from the global estimator, a merge,
-        and a second round from the merged estimator. Each round checks that
+    Splits the rows, in order, into ``2 * n_replicas`` ragged chunks and runs two
+    synchronous rounds as the engine does: :func:`~taskdml.parallel.prepare_start`
+    on the first chunk, one replica per chunk trained from the global estimator, a merge,
+    and a second round from the merged estimator. Each round checks that
 
-        (a) the merge does not mutate its inputs, nor return arrays they share;
-        (b) it returns an estimator of the same class that can predict/transform and
-            ``partial_fit`` again;
-        (c) merging a single replica gives that replica's state (in round 2 only for rules
-            whose reference is ``"serial"``: a ``"one_call"`` rule deliberately differs from a
-            replica that has run a chunked ``partial_fit``);
-        (e) for exact rules, the result does not depend on the order of the replicas;
-        (f) in round 2, adding a replica that saw no rows (weight 0, a copy of the start)
-            changes nothing -- a rule that sums what it should average breaks this;
-        (g) when the replicas moved apart, the merge equals none of them (keeping one replica
-            breaks this);
+    (a) the merge does not mutate its inputs, nor return arrays they share;
+    (b) it returns an estimator of the same class that can predict/transform and
+        ``partial_fit`` again;
+    (c) merging a single replica gives that replica's state (in round 2 only for rules
+        whose reference is ``"serial"``: a ``"one_call"`` rule deliberately differs from a
+        replica that has run a chunked ``partial_fit``);
+    (e) for exact rules, the result does not depend on the order of the replicas;
+    (f) in round 2, adding a replica that saw no rows (weight 0, a copy of the start)
+        changes nothing -- a rule that sums what it should average breaks this;
+    (g) when the replicas moved apart, the merge equals none of them (keeping one replica
+        breaks this);
 
     and for the arrays the rule averages by rows seen (``averaged``; for built-in families
     the ones their rule averages, for example ``coef_`` and ``intercept_`` of SGD):
 
-        (h) each lies, element by element, between the replicas' smallest and largest value
-            (their convex hull): a sum leaves it;
-        (i) merging ``n_replicas`` copies of one replica gives that replica's values;
-        (j) with unequal rows, the merge is not the unweighted mean, and for rules that take
-            the rows from ``weights`` (not from a counter such as SGD's ``t_``) swapping two
-            unequal weights changes it;
+    (h) each lies, element by element, between the replicas' smallest and largest value
+        (their convex hull): a sum leaves it;
+    (i) merging ``n_replicas`` copies of one replica gives that replica's values;
+    (j) with unequal rows, the merge is not the unweighted mean, and for rules that take
+        the rows from ``weights`` (not from a counter such as SGD's ``t_``) swapping two
+        unequal weights changes it;
 
-        and for exact rules, (d) the final merge equals one pass over all chunks in order
-        (``partial_fit`` chunk by chunk, or one ``partial_fit`` on all rows for a rule whose
-        ``reference`` is ``"one_call"``). States are compared attribute by attribute: every
-        attribute ending in ``_`` plus the rule's ``private_state``.
+    and for exact rules, (d) the final merge equals one pass over all chunks in order
+    (``partial_fit`` chunk by chunk, or one ``partial_fit`` on all rows for a rule whose
+    ``reference`` is ``"one_call"``). States are compared attribute by attribute: every
+    attribute ending in ``_`` plus the rule's ``private_state``.
 
-        Parameters
-        ----------
-        estimator : estimator
-            An unfitted estimator with a registered rule (or pass ``rule``).
-        X, y : array-like
-            Data; ``y=None`` for transformers and clusterers.
-        n_replicas : int, default=3
-            Replicas per round.
-        classes : array-like, optional
-            All classes, passed to every ``partial_fit`` that accepts them.
-        exact : bool, optional
-            Check the exact laws (d) and (e); defaults to the rule's ``exact`` (narrowed by its
-            ``exact_when`` on a fitted replica).
-        rtol, atol : float
-            Tolerances for floating-point state.
-        random_state : int, default=0
-            Seeds the chunk sizes.
-        rule : MergeRule, optional
-            The rule to check; defaults to the registered one.
-        averaged : sequence of str, optional
-            Fitted attributes (arrays, or lists of arrays such as ``coefs_``) the rule
-            averages by rows seen, for laws (h) to (j); defaults to those of the built-in rule
-            registered for the estimator's class, and to none for other classes.
+    Parameters
+    ----------
+    estimator : estimator
+        An unfitted estimator with a registered rule (or pass ``rule``).
+    X, y : array-like
+        Data; ``y=None`` for transformers and clusterers.
+    n_replicas : int, default=3
+        Replicas per round.
+    classes : array-like, optional
+        All classes, passed to every ``partial_fit`` that accepts them.
+    exact : bool, optional
+        Check the exact laws (d) and (e); defaults to the rule's ``exact`` (narrowed by its
+        ``exact_when`` on a fitted replica).
+    rtol, atol : float
+        Tolerances for floating-point state.
+    random_state : int, default=0
+        Seeds the chunk sizes.
+    rule : MergeRule, optional
+        The rule to check; defaults to the registered one.
+    averaged : sequence of str, optional
+        Fitted attributes (arrays, or lists of arrays such as ``coefs_``) the rule
+        averages by rows seen, for laws (h) to (j); defaults to those of the built-in rule
+        registered for the estimator's class, and to none for other classes.
 
-        Returns
-        -------
-        estimator
-            The merged estimator of round 2.
+    Returns
+    -------
+    estimator
+        The merged estimator of round 2.
 
-        Raises
-        ------
-        AssertionError
-            Naming the law and the attribute that broke it.
+    Raises
+    ------
+    AssertionError
+        Naming the law and the attribute that broke it.
 
-        Examples
-        --------
-        >>> import numpy as np
-        >>> from sklearn.naive_bayes import GaussianNB
-        >>> from taskdml.testing import check_merge
-        >>> rng = np.random.default_rng(0)
-        >>> X, y = rng.normal(size=(120, 3)), rng.integers(0, 2, 120)
-        >>> merged = check_merge(GaussianNB(), X, y, classes=[0, 1])
-        >>> int(merged.class_count_.sum())
-        120
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.naive_bayes import GaussianNB
+    >>> from taskdml.testing import check_merge
+    >>> rng = np.random.default_rng(0)
+    >>> X, y = rng.normal(size=(120, 3)), rng.integers(0, 2, 120)
+    >>> merged = check_merge(GaussianNB(), X, y, classes=[0, 1])
+    >>> int(merged.class_count_.sum())
+    120
     """
     rule = rule if rule is not None else get_merge_rule(estimator)
     if rule is None:
