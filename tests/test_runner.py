@@ -217,7 +217,16 @@ def test_failed_step_keeps_what_finished(client, tmp_path):
         "after": "skipped",
     }
     assert manifest["status"] == "failed"
-    assert (info.value.run_dir / "models" / "model.skops").exists()
+    # What finished is kept, and is right: the saved model is scikit-learn's GaussianNB on iris.
+    from sklearn.datasets import load_iris
+    from sklearn.naive_bayes import GaussianNB
+
+    from taskdml.runs import load_model
+
+    saved = load_model(info.value.run_dir, "model")
+    reference = GaussianNB().fit(*load_iris(return_X_y=True))
+    np.testing.assert_array_equal(saved.class_count_, reference.class_count_)
+    np.testing.assert_allclose(saved.theta_, reference.theta_, rtol=1e-12)
 
 
 def test_wrong_output_count_is_explained(client):
@@ -236,7 +245,8 @@ def test_wrong_output_count_is_explained(client):
 
 
 def test_cluster_spec_starts_the_named_class(tmp_path):
-    """cluster.spec builds the named cluster class with its kwargs, and closes it."""
+    """cluster.spec builds the named cluster class with its kwargs, computes on it what
+    scikit-learn computes in memory, and closes it."""
     text = (
         TRAIN
         + """\
@@ -250,6 +260,12 @@ cluster:
     manifest = json.loads((run.path / "manifest.json").read_text())
     assert manifest["cluster"]["cluster"] == "LocalCluster" and manifest["cluster"]["workers"] == 1
     assert manifest["cluster"]["scheduler"].startswith("tcp://127.0.0.1:")
+    # and it computed the pipeline right: the scaler is scikit-learn's on the same training rows
+    from sklearn.preprocessing import StandardScaler
+
+    reference = StandardScaler().fit(_split_in_memory(0)[0])
+    np.testing.assert_allclose(run.model("scale").mean_, reference.mean_, rtol=1e-12)
+    np.testing.assert_allclose(run.model("scale").var_, reference.var_, rtol=1e-10)
 
 
 SEARCH = """\

@@ -249,11 +249,18 @@ def test_inside_a_scikit_learn_pipeline():
 
 
 def test_unmergeable_estimator_falls_back_to_sequential():
-    """Birch cannot be merged: a SequentialFallbackWarning, and strategy_ says sequential."""
-    X_np, _, _, _ = _data(n_samples=600)
+    """Birch cannot be merged: a SequentialFallbackWarning, strategy_ says sequential, and the
+    model is scikit-learn's serial partial_fit loop over the same chunks, bit for bit."""
+    X_np, y_np, X, y = _data(n_samples=600, chunk_size=200)
     with pytest.warns(SequentialFallbackWarning, match="Birch cannot be merged"):
-        model = DataParallel(Birch(n_clusters=2)).fit(X_np)
-    assert model.strategy_ == "sequential" and model.predict(X_np).shape == (600,)
+        model = DataParallel(Birch(n_clusters=2), shuffle=False).fit(X)
+    assert model.strategy_ == "sequential"
+    chunks = [X_np[i : i + 200] for i in range(0, 600, 200)]
+    reference = _serial(Birch(n_clusters=2), chunks, [None] * 3, epochs=1)
+    np.testing.assert_array_equal(
+        model.estimator_.subcluster_centers_, reference.subcluster_centers_
+    )
+    np.testing.assert_array_equal(model.predict(X_np), reference.predict(X_np))
 
 
 def test_estimator_without_partial_fit_is_fitted_once():

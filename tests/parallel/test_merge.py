@@ -827,7 +827,8 @@ def _epochs(n_rows, n_replicas, n_epochs):
 
 
 def test_mlp_replicas_share_one_initialisation():
-    """prepare draws the weights once; an unseeded MLP would otherwise differ per replica."""
+    """prepare draws the weights once (an unseeded MLP would otherwise differ per replica), as
+    scikit-learn's own first partial_fit draws them."""
     start = prepare_start(
         MLPClassifier(hidden_layer_sizes=(4,)), X_DENSE[:20], Y_BINARY[:20], [0, 1]
     )
@@ -836,6 +837,15 @@ def test_mlp_replicas_share_one_initialisation():
     b = copy.deepcopy(start).partial_fit(X_DENSE[:20], Y_BINARY[:20])
     # same start, same data, same step; BLAS may sum in another order, hence not bit for bit
     np.testing.assert_allclose(a.coefs_[0], b.coefs_[0], rtol=1e-12, atol=1e-15)
+    # a seeded start is scikit-learn's own initialisation: one step from it is sklearn's first
+    seeded = MLPClassifier(hidden_layer_sizes=(4,), random_state=0)
+    start = prepare_start(seeded, X_DENSE[:20], Y_BINARY[:20], [0, 1])
+    stepped = copy.deepcopy(start).partial_fit(X_DENSE[:20], Y_BINARY[:20])
+    reference = clone(seeded).partial_fit(X_DENSE[:20], Y_BINARY[:20], classes=[0, 1])
+    for ours, theirs in zip(
+        stepped.coefs_ + stepped.intercepts_, reference.coefs_ + reference.intercepts_
+    ):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-15)
 
 
 def test_mlp_merge_trains_close_to_serial():
