@@ -296,7 +296,11 @@ def find_run(run, root=None):
     listing = "taskdml runs list" + ("" if root == DEFAULT_ROOT else f" --run-dir {root}")
     if not matches:
         ids = [entry["run_id"] for entry in runs]
-        held = f"{len(runs)} recorded runs" if runs else "no recorded runs"
+        held = (
+            f"{len(runs)} recorded run{'s' if len(runs) != 1 else ''}"
+            if runs
+            else "no recorded runs"
+        )
         raise RunNotFound(
             f"no run {run!r} under {root} ({held}).{did_you_mean(run, ids)} "
             f"See the recorded runs with '{listing}'."
