@@ -4,7 +4,7 @@ Every entry point — a pipeline's ``fit`` step, :class:`taskdml.DataParallel`, 
 trial — calls :func:`train`. Strategies:
 
 ``sync``
-    Chunk ``i`` belongs to replica ``i mod R`` (``R`` = workers, by default), whatever the
+    Block ``i`` belongs to replica ``i mod R`` (``R`` = workers, by default), whatever the
     placement, so results depend only on the seed and ``R``. Each replica is one
     long-running task pinned to the worker that already holds most of its chunks (the
     others are copied there once and stay). The replicas start from one shared
@@ -20,6 +20,12 @@ trial — calls :func:`train`. Strategies:
 ``sequential``
     One replica walks all chunks, a chain of tasks that follows the data (dask-ml's
     ``Incremental``): for estimators that cannot be merged, and the reference in tests.
+
+Every strategy trains on *blocks*, not on the chunks as given: chunks under the estimator's
+minimum batch (``IncrementalPCA``: ``n_components`` rows) or under 10 rows are merged with
+their neighbours, in order, so a ragged last chunk never fails a replica; chunks already large
+enough are trained on as they are, under their own keys
+(:mod:`taskdml.parallel._blocks`). ``TrainResult.stats`` records the blocks.
 
 Without a distributed client, replicas run as threads of this process on the computed
 chunks (small data), with the same arithmetic. An estimator without ``partial_fit`` is fitted
@@ -37,10 +43,10 @@ import weakref
 
 from taskdml import _data, _keys
 from taskdml._sklearn_compat import relink_birch_views
-from taskdml.parallel import _chunks, _collective, _replica, _tasks
+from taskdml.parallel import _blocks, _chunks, _collective, _replica, _tasks
 from taskdml.parallel._chunks import Chunk
 from taskdml.parallel._merge import get_merge_rule, prepare_start, unmergeable_reason
-from taskdml.parallel._merge_registry import without_round_start
+from taskdml.parallel._merge_registry import min_batch_rows, without_round_start
 
 STRATEGIES = ("sync", "async", "sequential")
 """The training strategies, for every entry point (the engine, DataParallel, the searches)."""
@@ -83,9 +89,10 @@ class TrainResult:
         What ran: ``"sync"``, ``"async"``, ``"sequential"`` or ``"fit"`` (one ``fit`` on all
         the data, for an estimator without ``partial_fit``).
     stats : dict
-        Facts of the run: ``wall_s``, ``n_samples``, ``n_chunks``, ``replicas``, and per
-        strategy ``rounds``, ``busy_s``, ``reduce_wait_s`` (sync) or ``updates``,
-        ``held_back_s`` (async).
+        Facts of the run: ``wall_s``, ``n_samples``, ``n_chunks`` (as given), ``blocks`` (as
+        trained on), ``rows_per_block`` (fewest, most), ``min_block_rows`` (not for
+        ``"fit"``), ``replicas``, and per strategy ``rounds``, ``busy_s``, ``reduce_wait_s``
+        (sync) or ``updates``, ``held_back_s`` (async).
     """
 
     estimator: object
@@ -232,6 +239,8 @@ def train(
         n_iter_no_change=n_iter_no_change,
     )
     strategy = _choose(estimator, strategy)
+    n_chunks = len(chunks)
+    chunks, block_stats = _training_blocks(estimator, chunks, facts, X, strategy, client)
     started = time.perf_counter()
     if strategy == "fit":
         result = _fit_once(estimator, chunks, plan, client)
@@ -240,7 +249,9 @@ def train(
     else:
         result = _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas)
     rows = sum(fact["rows"] for fact in facts)
-    result.stats.update(wall_s=time.perf_counter() - started, n_samples=rows, n_chunks=len(chunks))
+    result.stats.update(
+        wall_s=time.perf_counter() - started, n_samples=rows, n_chunks=n_chunks, **block_stats
+    )
     without_round_start(result.estimator)
     relink_birch_views(result.estimator)
     for entry in result.history:
@@ -303,13 +314,15 @@ def _as_array(X):
 def _chunk_lists(arrays, X, y, sample_weight):
     """One :class:`Chunk` per row block: the futures (persisted) or delayed objects."""
     parts = iter(arrays)
-    columns = [_blocks(next(parts))]
+    columns = [_array_blocks(next(parts))]
     for array in (y, sample_weight):
-        columns.append(_blocks(next(parts)) if array is not None else [None] * len(columns[0]))
+        columns.append(
+            _array_blocks(next(parts)) if array is not None else [None] * len(columns[0])
+        )
     return [Chunk(x, y_i, w_i, i) for i, (x, y_i, w_i) in enumerate(zip(*columns))]
 
 
-def _blocks(array):
+def _array_blocks(array):
     """The row blocks of *array*, in order: its futures if it is persisted, else delayed."""
     from dask.core import flatten
     from distributed import futures_of
@@ -319,6 +332,40 @@ def _blocks(array):
     if futures and all(key in futures for key in keys):
         return [futures[key] for key in keys]
     return list(array.to_delayed().ravel())
+
+
+def _training_blocks(estimator, chunks, facts, X, strategy, client):
+    """The blocks to train on (see :mod:`taskdml.parallel._blocks`) and their stats.
+
+    Chunks that are already large enough come back unchanged; merged blocks are computed on
+    the cluster (futures) when there is a client, so replicas find them like any chunk.
+    """
+    rows = [fact["rows"] for fact in facts]
+    if strategy == "fit":  # one fit on everything: no blocks
+        return chunks, {"blocks": len(chunks), "rows_per_block": (min(rows), max(rows))}
+    n_features = X.shape[1] if X.ndim > 1 else 1
+    min_rows = _blocks.min_block_rows(min_batch_rows(estimator, n_features))
+    groups = _blocks.plan_blocks(rows, min_rows)
+    blocks = _blocks.reblock(chunks, groups)
+    merged = [i for i, group in enumerate(groups) if len(group) > 1]
+    if client is not None and merged:
+        lazy = [getattr(blocks[i], field) for i in merged for field in ("X", "y", "weight")]
+        futures = iter(client.compute([part for part in lazy if part is not None]))
+        for i in merged:
+            blocks[i] = Chunk(
+                *(
+                    None if getattr(blocks[i], f) is None else next(futures)
+                    for f in ("X", "y", "weight")
+                ),
+                blocks[i].index,
+            )
+    block_rows = [sum(rows[i] for i in group) for group in groups]
+    stats = {
+        "blocks": len(blocks),
+        "rows_per_block": (min(block_rows), max(block_rows)),
+        "min_block_rows": min_rows,
+    }
+    return blocks, stats
 
 
 def _delayed(function, phase, index, *args):

@@ -198,6 +198,7 @@ def _register_builtin_rules():
         family="incremental-pca",
         notes=_merge_moments.IPCA_NOTES,
         start_state=("n_samples_seen_", "mean_", "var_", "components_", "singular_values_"),
+        min_rows=_merge_moments.ipca_min_rows,
     )
     register_merge(
         MiniBatchKMeans,
@@ -207,6 +208,7 @@ def _register_builtin_rules():
         notes=_merge_cluster.MINIBATCH_KMEANS_NOTES,
         private_state=("_counts", "_n_since_last_reassign"),
         start_state=("cluster_centers_", "_counts", "n_steps_"),
+        min_rows=_merge_cluster.minibatch_kmeans_min_rows,
     )
     register_merge(
         LatentDirichletAllocation,

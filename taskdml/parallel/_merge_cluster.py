@@ -29,6 +29,11 @@ from taskdml._sklearn_compat import (
 from taskdml.parallel._merge_registry import round_start
 
 
+def minibatch_kmeans_min_rows(estimator, n_features):
+    """MiniBatchKMeans' smallest batch: ``n_clusters`` rows (its first batch draws the centres)."""
+    return estimator.n_clusters
+
+
 def prepare_minibatch_kmeans(estimator, X, y, classes):
     """Initialise the centres once, as MiniBatchKMeans' first partial_fit does, untrained."""
     if hasattr(estimator, "cluster_centers_"):

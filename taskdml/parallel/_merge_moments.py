@@ -157,6 +157,14 @@ def ipca_keeps_every_component(estimator):
     return n_components >= n_features
 
 
+def ipca_min_rows(estimator, n_features):
+    """IncrementalPCA's smallest batch: ``n_components`` rows (every component of the first
+    batch's SVD); without ``n_components``, every feature, or the first batch truncates."""
+    if estimator.n_components is not None:
+        return estimator.n_components
+    return getattr(estimator, "n_components_", n_features)
+
+
 def merge_incremental_pca(replicas, weights):
     """Merge IncrementalPCA replicas through their scatter matrices."""
     start = round_start(replicas)

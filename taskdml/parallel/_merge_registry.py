@@ -66,6 +66,11 @@ class MergeRule:
     start_state : tuple of str
         Attributes (dotted paths allowed, such as ``"_optimizer.t"``) whose values at the
         start of the round the rule needs; read them with :func:`round_start`.
+    min_rows : callable or None
+        ``min_rows(estimator, n_features) -> int``: the fewest rows one ``partial_fit`` batch
+        of this configuration accepts (``IncrementalPCA``: ``n_components``). The engine
+        merges smaller chunks with their neighbours so that every block a replica trains on
+        holds at least that many. None means any non-empty batch.
     """
 
     fn: Callable
@@ -77,10 +82,13 @@ class MergeRule:
     reference: str = "serial"
     private_state: tuple = ()
     start_state: tuple = ()
+    min_rows: Callable | None = None
 
     def __post_init__(self):
         if not callable(self.fn):
             raise TypeError(f"MergeRule.fn must be callable, got {self.fn!r}.")
+        if self.min_rows is not None and not callable(self.min_rows):
+            raise TypeError(f"MergeRule.min_rows must be callable or None, got {self.min_rows!r}.")
         if self.prepare is not None and not callable(self.prepare):
             raise TypeError(f"MergeRule.prepare must be callable or None, got {self.prepare!r}.")
         if self.reference not in ("serial", "one_call"):
@@ -101,6 +109,7 @@ def register_merge(
     reference="serial",
     private_state=(),
     start_state=(),
+    min_rows=None,
 ):
     """Register how replicas of ``estimator_class`` (and its subclasses) are merged.
 
@@ -110,7 +119,7 @@ def register_merge(
         The estimator class; subclasses inherit the rule unless they register their own.
     merge_fn : callable
         ``merge_fn(replicas, weights) -> estimator``; see :class:`MergeRule`.
-    exact, exact_when, prepare, family, notes, reference, private_state, start_state
+    exact, exact_when, prepare, family, notes, reference, private_state, start_state, min_rows
         See :class:`MergeRule`. ``family`` defaults to the class name.
 
     Returns
@@ -146,6 +155,7 @@ def register_merge(
         reference=reference,
         private_state=tuple(private_state),
         start_state=tuple(start_state),
+        min_rows=min_rows,
     )
     _UNMERGEABLE.pop(estimator_class, None)
     _RULES[estimator_class] = rule
@@ -243,6 +253,22 @@ def get_merge_rule(estimator):
             notes=f"{rule.notes} Wrapped estimator: {inner_rule.family}.",
         )
     return rule
+
+
+def min_batch_rows(estimator, n_features):
+    """The fewest rows one ``partial_fit`` batch of *estimator* accepts (1 without a minimum).
+
+    From the merge rule's ``min_rows``; for a meta-estimator, from the wrapped estimator's.
+    """
+    rule = get_merge_rule(estimator)
+    if rule is None:
+        return 1
+    inner = _inner_estimator(estimator) if rule.family == "meta" else None
+    if inner is not None:
+        return max(1, min_batch_rows(inner, n_features))
+    if rule.min_rows is None or isinstance(estimator, type):
+        return 1
+    return max(1, int(rule.min_rows(estimator, n_features)))
 
 
 def unmergeable_reason(estimator):

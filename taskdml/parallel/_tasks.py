@@ -4,10 +4,10 @@ The engine, the grid searches and the adaptive searches build their graphs from 
 one piece of work is one function wherever it runs: :func:`fit_chunk` (``partial_fit`` on one
 chunk, in a replica or as :func:`partial_fit_chunk`, one link of a chain of tasks),
 :func:`fit_concatenated` (an estimator without ``partial_fit``, fitted once on chunks
-concatenated), :func:`chunk_labels` and
-:func:`transform_chunk`. :func:`epoch_order` is the one seeded chunk order of an epoch. Every
-estimator that arrives as an argument is copied before it is trained: a threaded scheduler
-hands the same object to several tasks.
+concatenated), :func:`concatenate_parts` (small chunks joined into one training block),
+:func:`chunk_labels` and :func:`transform_chunk`. :func:`epoch_order` is the one seeded chunk
+order of an epoch. Every estimator that arrives as an argument is copied before it is
+trained: a threaded scheduler hands the same object to several tasks.
 """
 
 import copy
@@ -89,6 +89,17 @@ def fit_concatenated(estimator, chunks, transformers=()):
     if y_parts[0] is None:
         return estimator.fit(X, **kwargs)
     return estimator.fit(X, np.concatenate(y_parts), **kwargs)
+
+
+def concatenate_parts(*parts):
+    """The rows of *parts* (arrays, sparse matrices or ``None``s) stacked in order (a task)."""
+    if parts[0] is None:
+        return None
+    from scipy import sparse
+
+    if any(sparse.issparse(part) for part in parts):
+        return sparse.vstack(parts, format=parts[0].format if sparse.issparse(parts[0]) else "csr")
+    return np.concatenate(parts)
 
 
 def chunk_labels(y):

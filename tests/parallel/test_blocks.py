@@ -1,0 +1,174 @@
+"""Training blocks: tiny and ragged chunks are merged so that every estimator trains on them."""
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from sklearn.cluster import MiniBatchKMeans
+from sklearn.datasets import load_digits
+from sklearn.decomposition import IncrementalPCA
+from sklearn.linear_model import SGDClassifier
+from test_merge import APPROXIMATE_CASES, EXACT_CASES, _assert_fitted_close, _ids, _serial
+
+from taskdml import DataParallel, train
+from taskdml.parallel import get_merge_rule
+from taskdml.parallel._blocks import TINY_ROWS, min_block_rows, plan_blocks, reblock
+from taskdml.parallel._chunks import Chunk
+from taskdml.parallel._merge_registry import min_batch_rows
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::FutureWarning"),  # PassiveAggressive* (deprecated)
+    pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning"),
+]
+
+# 240 rows as chunks of 1 to 60 rows: blocks [0, 1], [2, 3], [4, 5], [6, 7] of 56-63 rows.
+RAGGED_ROWS = (3, 60, 1, 55, 2, 58, 57, 4)
+RAGGED_BLOCKS = [[0, 1], [2, 3], [4, 5], [6, 7]]
+
+# The engine takes finite dense arrays and one list of classes: sparse X, texts, NaNs and
+# per-output classes are left to the rule tests of test_merge.py.
+_ENGINE_CASES = [
+    case
+    for case in EXACT_CASES + APPROXIMATE_CASES
+    if case[0] not in ("HashingVectorizer", "StandardScaler-sparse", "MultiOutputClassifier-MLP")
+    and not np.isnan(case[2]).any()
+]
+_ENGINE_EXACT = [case for case in _ENGINE_CASES if case in EXACT_CASES]
+
+
+def _dask(X, y, rows):
+    X = da.from_array(X, chunks=(rows, X.shape[1]))
+    if y is None:
+        return X, None
+    return X, da.from_array(y, chunks=(rows,) + tuple((n,) for n in y.shape[1:]))
+
+
+def _block_rows(rows, groups):
+    bounds = np.cumsum((0, *rows))
+    return [np.arange(bounds[group[0]], bounds[group[-1] + 1]) for group in groups]
+
+
+@pytest.mark.parametrize(
+    "rows, min_rows, expected",
+    [
+        ((299, 299, 299, 299, 299, 299, 3), 5, [[0], [1], [2], [3], [4], [5, 6]]),
+        ((2, 2, 9, 1, 1, 1), 4, [[0, 1], [2, 3, 4, 5]]),
+        (RAGGED_ROWS, TINY_ROWS, RAGGED_BLOCKS),
+        ((3, 2), 10, [[0, 1]]),
+        ((50, 50, 50), 10, [[0], [1], [2]]),
+        ((5, 40), 10, [[0, 1]]),
+    ],
+)
+def test_plan_blocks_merges_small_chunks_in_order(rows, min_rows, expected):
+    """Consecutive chunks join until a block is large enough; a small tail joins the last."""
+    assert plan_blocks(rows, min_rows) == expected
+
+
+@pytest.mark.parametrize(
+    "estimator, minimum",
+    [
+        (IncrementalPCA(n_components=5), 5),
+        (IncrementalPCA(), 64),  # n_components=None keeps every feature: a batch of 64 rows
+        (MiniBatchKMeans(n_clusters=30), 30),
+        (SGDClassifier(), 1),
+    ],
+)
+def test_merge_rules_state_the_minimum_batch(estimator, minimum):
+    """The rule's minimum batch, and the block floor at least TINY_ROWS above it."""
+    assert min_batch_rows(estimator, n_features=64) == minimum
+    assert min_block_rows(minimum) == max(minimum, TINY_ROWS)
+
+
+def test_well_sized_chunks_are_trained_as_given_and_blocks_are_deterministic():
+    """Large chunks keep their keys; merged blocks get the same keys on every call."""
+    X = da.from_array(np.ones((240, 2)), chunks=(RAGGED_ROWS, 2))
+    chunks = [Chunk(x, None, None, i) for i, x in enumerate(X.to_delayed().ravel())]
+    as_given = reblock(chunks, [[i] for i in range(len(chunks))])
+    assert [block.X.key for block in as_given] == [chunk.X.key for chunk in chunks]
+    first, again = reblock(chunks, RAGGED_BLOCKS), reblock(chunks, RAGGED_BLOCKS)
+    assert [b.X.key for b in first] == [b.X.key for b in again]
+    assert not {b.X.key for b in first} & {c.X.key for c in chunks}
+    assert [len(x) for x in dask.compute(*(b.X for b in first))] == [63, 56, 60, 61]
+
+
+def test_well_sized_data_is_one_block_per_chunk(client):
+    """Chunks above the floor are trained on as they are, and the stats say so."""
+    X = da.from_array(np.random.default_rng(0).normal(size=(600, 3)), chunks=(200, 3))
+    stats = train(IncrementalPCA(n_components=2), X).stats
+    assert (stats["n_chunks"], stats["blocks"], stats["rows_per_block"]) == (3, 3, (200, 200))
+
+
+@pytest.mark.parametrize("case", _ENGINE_CASES, ids=_ids(_ENGINE_CASES))
+def test_ragged_tiny_chunks_train_every_family(client, case):
+    """Chunks of 1-60 rows train every merge family on two workers, in four blocks."""
+    _, estimator, X, y, classes = case
+    result = train(estimator, *_dask(X, y, RAGGED_ROWS), classes=classes, random_state=0)
+    assert result.strategy == "sync" and result.stats["replicas"] == 2
+    assert (result.stats["blocks"], result.stats["rows_per_block"]) == (4, (56, 63))
+
+
+@pytest.mark.parametrize("case", _ENGINE_EXACT, ids=_ids(_ENGINE_EXACT))
+def test_exact_families_on_ragged_chunks_equal_one_pass_over_the_blocks(client, case):
+    """Exact rules trained on tiny ragged chunks equal one serial pass over the blocks."""
+    _, estimator, X, y, classes = case
+    result = train(
+        estimator, *_dask(X, y, RAGGED_ROWS), classes=classes, shuffle=False, random_state=0
+    )
+    blocks = _block_rows(RAGGED_ROWS, RAGGED_BLOCKS)
+    if get_merge_rule(estimator).reference == "one_call":
+        blocks = [np.arange(len(X))]
+    reference = _serial(estimator, X, y, classes, [blocks])
+    _assert_fitted_close(result.estimator, reference, rtol=1e-10, atol=1e-12)
+
+
+def test_ragged_chunks_train_reproducibly_for_a_seed(client):
+    """SGD on tiny ragged chunks, shuffled, gives the same model twice for one seed."""
+    _, estimator, X, y, classes = next(c for c in _ENGINE_CASES if c[0] == "SGDClassifier")
+    models = [
+        train(
+            estimator, *_dask(X, y, RAGGED_ROWS), classes=classes, epochs=2, random_state=3
+        ).estimator
+        for _ in range(2)
+    ]
+    np.testing.assert_array_equal(models[0].coef_, models[1].coef_)
+
+
+def test_minibatch_kmeans_first_block_holds_n_clusters(client):
+    """A 12-row first chunk is merged until the block holds n_clusters=30 rows."""
+    X = np.random.default_rng(0).normal(size=(300, 2))
+    result = train(
+        MiniBatchKMeans(n_clusters=30, n_init=1, random_state=0),
+        da.from_array(X, chunks=((12, 100, 100, 88), 2)),
+    )
+    assert result.stats["rows_per_block"] == (88, 112)
+    assert result.estimator.cluster_centers_.shape == (30, 2)
+
+
+def _digits_chunks():
+    X = load_digits().data
+    return X, da.from_array(X, chunks=(299, -1))  # the last chunk has 3 rows
+
+
+def test_incremental_pca_on_digits_in_299_row_chunks_through_data_parallel(client):
+    """The issue's case: n_components=5 no longer fails on the 3-row last chunk."""
+    X, chunks = _digits_chunks()
+    model = DataParallel(IncrementalPCA(n_components=5)).fit(chunks)
+    assert model.estimator_.components_.shape == (5, 64)
+    assert model.transform(X[:10]).shape == (10, 5)
+
+
+def test_incremental_pca_on_digits_equals_one_serial_pass(client):
+    """All 64 components trained on 299-row chunks equal one serial pass over the blocks."""
+    X, chunks = _digits_chunks()
+    result = train(IncrementalPCA(n_components=64), chunks, shuffle=False)
+    assert result.stats["rows_per_block"] == (299, 302)
+    reference = IncrementalPCA(n_components=64)
+    for start in range(0, 1495, 299):
+        reference.partial_fit(X[start : start + 299])
+    reference.partial_fit(X[1495:])
+    got = result.estimator
+    for name in ("mean_", "var_", "explained_variance_", "singular_values_"):
+        np.testing.assert_allclose(getattr(got, name), getattr(reference, name), atol=1e-8)
+    # Directions of zero variance (constant pixels) are arbitrary: compare the others.
+    kept = reference.explained_variance_ > 1e-8 * reference.explained_variance_[0]
+    np.testing.assert_allclose(got.components_[kept], reference.components_[kept], atol=1e-6)
