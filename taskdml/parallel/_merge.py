@@ -22,7 +22,10 @@ sequential pass. Exact rules (naive Bayes, scalers, IncrementalPCA with all comp
 equal one ``partial_fit`` pass over all the data; the others (SGD, MLP, k-means, LDA, ...)
 are model averaging, with the schedule counters (``t_``, Adam's step, ``n_batch_iter_``,
 ``n_steps_``) made global so a run continues where a serial one would be.
-:func:`taskdml.testing.check_merge` checks a rule, built-in or user-registered.
+:func:`taskdml.testing.check_merge` checks a rule, built-in or user-registered. A rule may
+also state the smallest batch its estimator accepts (``min_rows``: IncrementalPCA's
+``n_components``, MiniBatchKMeans' ``n_clusters``, an MLP's integer ``batch_size``); the
+engine merges smaller chunks into blocks that hold it (:mod:`taskdml.parallel._blocks`).
 
 =============================  =========  ================================================
 estimator                      exact      rule
@@ -131,6 +134,7 @@ def _register_builtin_rules():
             notes=_merge_neural.MLP_NOTES,
             private_state=("_optimizer", "_no_improvement_count"),
             start_state=("t_", "loss_curve_", "_optimizer.t"),
+            min_rows=_merge_neural.mlp_min_rows,
         )
     register_merge(
         BernoulliRBM,

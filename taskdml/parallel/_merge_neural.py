@@ -27,6 +27,12 @@ from taskdml.parallel._merge_registry import round_start
 from taskdml.parallel._merge_util import proportions, seen_since_start, weighted_mean
 
 
+def mlp_min_rows(estimator, n_features):
+    """An MLP's smallest batch: an integer ``batch_size`` (a smaller chunk would be clipped,
+    with a warning on every call); any batch with ``"auto"``."""
+    return estimator.batch_size if isinstance(estimator.batch_size, int) else 1
+
+
 def prepare_mlp(estimator, X, y, classes):
     """Initialise an MLP's weights once, without training on the chunk.
 

@@ -8,6 +8,8 @@ from sklearn.cluster import MiniBatchKMeans
 from sklearn.datasets import load_digits
 from sklearn.decomposition import IncrementalPCA
 from sklearn.linear_model import SGDClassifier
+from sklearn.multiclass import OneVsRestClassifier
+from sklearn.neural_network import MLPClassifier
 from test_merge import APPROXIMATE_CASES, EXACT_CASES, _assert_fitted_close, _ids, _serial
 
 from taskdml import DataParallel, train
@@ -70,6 +72,9 @@ def test_plan_blocks_merges_small_chunks_in_order(rows, min_rows, expected):
         (IncrementalPCA(n_components=5), 5),
         (IncrementalPCA(), 64),  # n_components=None keeps every feature: a batch of 64 rows
         (MiniBatchKMeans(n_clusters=30), 30),
+        (MLPClassifier(batch_size=64), 64),
+        (MLPClassifier(), 1),  # batch_size="auto" takes any batch
+        (OneVsRestClassifier(MiniBatchKMeans(n_clusters=12)), 12),  # the wrapped estimator's
         (SGDClassifier(), 1),
     ],
 )
@@ -155,6 +160,13 @@ def test_incremental_pca_on_digits_in_299_row_chunks_through_data_parallel(clien
     model = DataParallel(IncrementalPCA(n_components=5)).fit(chunks)
     assert model.estimator_.components_.shape == (5, 64)
     assert model.transform(X[:10]).shape == (10, 5)
+
+
+def test_incremental_pca_on_digits_in_threads():
+    """Without a client the replicas are threads on the same blocks: the same fix holds."""
+    _, chunks = _digits_chunks()
+    result = train(IncrementalPCA(n_components=5), chunks, n_replicas=2, client=False)
+    assert result.stats["blocks"] == 6 and result.estimator.components_.shape == (5, 64)
 
 
 def test_incremental_pca_on_digits_equals_one_serial_pass(client):
