@@ -19,19 +19,19 @@ where they are and nothing passes through the client, and only the few small chu
 need it are copied.
 
 ``min_rows`` is the larger of the estimator's minimum and ``TINY_ROWS``. The floor is about
-estimator validity, not per-block cost, and it is low on purpose. Measured on 2 cores,
-``SGDClassifier(loss="hinge").partial_fit`` on 40 float64 features costs about 0.37 ms per
-call whatever the rows (10 rows: 0.37 ms, 100: 0.37 ms, 1,000: 0.69 ms, 10,000: 2.7 ms), so a
-fixed cost of a few percent would take blocks of ~30,000 rows -- larger than the chunkings
-users choose on purpose (uneven chunks to balance replicas, a few hundred rows to merge
-often), which keep their meaning: block ``i`` belongs to replica ``i mod R`` and
-``sync_every`` counts blocks. Below ``TINY_ROWS`` a block is all fixed cost and no one's
-deliberate batch. At small blocks the round (a merge, milliseconds), not the ``partial_fit``
-call, is the cost to amortise, and the sync period is what does that.
+estimator validity, not per-block cost, and it is low on purpose. Measured on 2 cores (best of
+3), ``SGDClassifier(loss="hinge", alpha=1e-5).partial_fit`` on 40 float64 features costs 0.36 ms
+per call at 10 and at 100 rows, 0.52 ms at 1,000, 2.5 ms at 10,000 and 7.2 ms at 30,000: a
+fixed 0.35 ms plus 0.22 µs a row, so a fixed cost of a few percent (5%) would take blocks of
+~30,000 rows -- larger than the chunkings users choose on purpose (uneven chunks to balance
+replicas, a few hundred rows to merge often), which keep their meaning: block ``i`` belongs to
+replica ``i mod R`` and ``sync_every`` counts blocks. Below ``TINY_ROWS`` a block is all fixed
+cost and no one's deliberate batch. At small blocks the round (a merge, milliseconds), not the
+``partial_fit`` call, is the cost to amortise, and the sync period is what does that.
 
-Chunks are never split: ``partial_fit`` costs less per row on larger blocks (0.69 µs/row at
-1,000 rows, 0.27 µs/row at 10,000 above), so splitting only adds calls; the one gain, balance
-between replicas when one chunk is far larger than the others, is left to the sync period.
+Chunks are never split: ``partial_fit`` costs less per row on larger blocks (0.52 µs a row at
+1,000 rows, 0.25 µs at 10,000), so splitting only adds calls; the one gain, balance between
+replicas when one chunk is far larger than the others, is left to the sync period.
 """
 
 from taskdml.parallel._chunks import Chunk
