@@ -91,8 +91,9 @@ class TrainResult:
     stats : dict
         Facts of the run: ``wall_s``, ``n_samples``, ``n_chunks`` (as given), ``blocks`` (as
         trained on), ``rows_per_block`` (fewest, most), ``min_block_rows`` (not for
-        ``"fit"``), ``replicas``, and per strategy ``rounds``, ``busy_s``, ``reduce_wait_s``
-        (sync) or ``updates``, ``held_back_s`` (async).
+        ``"fit"``), ``replicas``, ``setup_s`` (seconds from the call's start until training
+        began: inspection, blocks, placement, submission), and per strategy ``rounds``,
+        ``busy_s``, ``reduce_wait_s`` (sync) or ``updates``, ``held_back_s`` (async).
     """
 
     estimator: object
@@ -200,6 +201,7 @@ def train(
     from sklearn.base import is_classifier
     from sklearn.utils import check_random_state
 
+    began = time.perf_counter()
     if strategy is not None and strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}.")
     client = None if client is False else client if client is not None else current_client()
@@ -207,7 +209,7 @@ def train(
         X if _data.is_chunked(X) else _as_array(X), y, sample_weight
     )
     arrays = [a for a in (X, y, sample_weight) if a is not None]
-    if client is not None:
+    if client is not None and not all(_persisted(client, array) for array in arrays):
         arrays = client.persist(arrays)
     chunks = _chunk_lists(arrays, X, y, sample_weight)
     inspections = [
@@ -247,8 +249,11 @@ def train(
     elif strategy == "sequential":
         result = _sequential(estimator, chunks, plan, client)
     else:
-        result = _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas)
+        result = _replicated(
+            estimator, chunks, plan, client, strategy, staleness, n_replicas, began
+        )
     rows = sum(fact["rows"] for fact in facts)
+    result.stats.setdefault("setup_s", started - began)
     result.stats.update(
         wall_s=time.perf_counter() - started, n_samples=rows, n_chunks=n_chunks, **block_stats
     )
@@ -320,6 +325,16 @@ def _chunk_lists(arrays, X, y, sample_weight):
             _array_blocks(next(parts)) if array is not None else [None] * len(columns[0])
         )
     return [Chunk(x, y_i, w_i, i) for i, (x, y_i, w_i) in enumerate(zip(*columns))]
+
+
+def _persisted(client, array):
+    """Whether every block of *array* is already a future of *client* (persisting it again
+    would only send the scheduler a message, which delays the submissions that follow)."""
+    from dask.core import flatten
+    from distributed import futures_of
+
+    held = {future.key for future in futures_of(array) if future.client is client}
+    return all(key in held for key in flatten(array.__dask_keys__()))
 
 
 def _array_blocks(array):
@@ -522,14 +537,17 @@ def _with_rounds(plan, owned):
     return dataclasses.replace(plan, rounds_per_epoch=rounds)
 
 
-def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas):
+def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas, began):
     """Sync or async replicas, as pinned long-running tasks or as local threads.
 
     The replicas coordinate through one *collective*: an all-reduce (sync) or a parameter
-    server (async), here a Dask actor on the first replica's worker.
+    server (async), here a Dask actor on the first replica's worker. The result's
+    ``setup_s`` counts from *began* (the call's start) to the replicas' submission.
     """
     if client is None:
-        return _replicated_locally(estimator, chunks, plan, strategy, staleness, n_replicas or 1)
+        return _replicated_locally(
+            estimator, chunks, plan, strategy, staleness, n_replicas or 1, began
+        )
     workers = sorted(client.nthreads())
     n_replicas = min(n_replicas or len(workers), len(chunks))
     owned = _owned(chunks, n_replicas)
@@ -573,8 +591,10 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
             workers=[placement[0]],
             key=_keys.key_name("train", name, phase="server"),
         )
-    # The actor lives as long as its future does: keep ``actor_future`` to the end.
-    collective = actor_future.result()
+    # The actor lives as long as its future does: keep ``actor_future`` to the end. The
+    # replicas take the future itself as an argument (a worker hands a task an actor
+    # dependency as its handle), so the actor is created while the lock is taken and the
+    # replicas are submitted, not before.
     replica, start_args = _replica_task(strategy, start)
     with _taking_turns(client, n_replicas):
         tasks = [
@@ -583,7 +603,7 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
                 rank,
                 *start_args,
                 owned[rank],
-                collective,
+                actor_future,
                 plan,
                 workers=[placement[rank]],
                 allow_other_workers=False,
@@ -592,8 +612,11 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
             )
             for rank in range(n_replicas)
         ]
+        submitted = time.perf_counter()
         outcomes = client.gather(tasks)
+    collective = actor_future.result() if strategy == "async" else None
     result = _result(strategy, outcomes, collective, plan, n_replicas)
+    result.stats["setup_s"] = submitted - began
     del actor_future
     return result
 
@@ -604,6 +627,8 @@ def _taking_turns(client, n_replicas):
     Every replica of a training must run at once (they wait for each other every round), and
     each holds a worker thread for the whole training. Two trainings started together could
     each get one worker and wait forever for the other; a cluster-wide lock prevents that.
+    Only the replicas are submitted under it: ``prepare_start`` and the actor wait for nothing,
+    so they are submitted before it and run while the lock is taken.
     """
     import contextlib
 
@@ -668,7 +693,7 @@ def _place(client, owned, workers):
     return placement
 
 
-def _replicated_locally(estimator, chunks, plan, strategy, staleness, n_replicas):
+def _replicated_locally(estimator, chunks, plan, strategy, staleness, n_replicas, began):
     """The same replicas as threads of this process, on computed chunks."""
     import dask
 
@@ -690,8 +715,11 @@ def _replicated_locally(estimator, chunks, plan, strategy, staleness, n_replicas
             pool.submit(replica, rank, *start_args, owned[rank], collective, plan)
             for rank in range(n_replicas)
         ]
+        submitted = time.perf_counter()
         outcomes = [future.result() for future in futures]
-    return _result(strategy, outcomes, collective, plan, n_replicas)
+    result = _result(strategy, outcomes, collective, plan, n_replicas)
+    result.stats["setup_s"] = submitted - began
+    return result
 
 
 def _replica_task(strategy, start):
