@@ -212,19 +212,7 @@ def train(
     if client is not None and not all(_persisted(client, array) for array in arrays):
         arrays = client.persist(arrays)
     chunks = _chunk_lists(arrays, X, y, sample_weight)
-    inspections = [
-        _delayed(
-            _chunks.inspect_chunk,
-            "inspect",
-            chunk.index,
-            chunk.X,
-            chunk.y,
-            chunk.weight,
-            is_classifier(estimator),
-        )
-        for chunk in chunks
-    ]
-    facts = _inspect(client, chunks, inspections)
+    facts = _inspect(client, chunks, is_classifier(estimator))
     classes = _chunks.check(facts, X.shape[1], classes, is_classifier(estimator) and y is not None)
     seed = int(check_random_state(random_state).randint(2**31 - 1))
     plan = TrainingPlan(
@@ -383,13 +371,12 @@ def _training_blocks(estimator, chunks, facts, X, strategy, client):
     return blocks, stats
 
 
-def _delayed(function, phase, index, *args):
-    import dask
-
+def _task_key(function, phase, index, *args):
+    """The key of the task ``function(*args)`` for chunk *index* (named by the keys it reads)."""
     name = _keys.key_name(
         "train", function.__name__, [getattr(a, "key", a) for a in args], phase=phase
     )
-    return dask.delayed(function, pure=True)(*args, dask_key_name=(name, index))
+    return (name, index)
 
 
 def _gather(client, values):
@@ -425,32 +412,49 @@ def _inspection_cache(client):
     return cache, _INSPECTED_MAX
 
 
-def _inspect(client, chunks, tasks):
-    """The facts of every chunk (``tasks[i]`` inspects ``chunks[i]``), inspecting only chunks
-    not seen before.
+def _inspect(client, chunks, want_labels):
+    """The facts of every chunk, from one :func:`~taskdml.parallel._chunks.inspect_chunk` task
+    per chunk not seen before (with its distinct labels if *want_labels*).
 
     An inspection's key is a token of the chunk keys it reads, and Dask keys name immutable
-    data, so facts found once stay true while the chunks exist.
+    data, so facts found once stay true while the chunks exist. Only the tasks of chunks
+    not in the cache are built.
     """
+    args = [(chunk.X, chunk.y, chunk.weight, want_labels) for chunk in chunks]
+    task_keys = [
+        _task_key(_chunks.inspect_chunk, "inspect", chunk.index, *chunk_args)
+        for chunk, chunk_args in zip(chunks, args)
+    ]
     with _INSPECTED_LOCK:
         cache, limit = _inspection_cache(client)
-        facts = {task.key: cache[task.key] for task in tasks if task.key in cache}
-    missing = [(chunk, task) for chunk, task in zip(chunks, tasks) if task.key not in facts]
-    found = _gather(client, [task for _, task in missing]) if missing else []
-    for (chunk, task), chunk_facts in zip(missing, found):
+        facts = {key: cache[key] for key in task_keys if key in cache}
+    missing = [
+        (chunk, key, chunk_args)
+        for chunk, key, chunk_args in zip(chunks, task_keys, args)
+        if key not in facts
+    ]
+    if missing:
+        import dask
+
+        inspect = dask.delayed(_chunks.inspect_chunk, pure=True)
+        tasks = [inspect(*chunk_args, dask_key_name=key) for _, key, chunk_args in missing]
+        found = _gather(client, tasks)
+    else:
+        found = []
+    for (chunk, key, _), chunk_facts in zip(missing, found):
         keys = tuple(
             part.key
             for part in (chunk.X, chunk.y, chunk.weight)
             if part is not None and client is not None
         )
-        facts[task.key] = (keys, chunk_facts)
+        facts[key] = (keys, chunk_facts)
     with _INSPECTED_LOCK:
         cache.update(facts)
         for key in facts:
             cache.move_to_end(key)
         while len(cache) > limit:
             cache.popitem(last=False)
-    return [facts[task.key][1] for task in tasks]
+    return [facts[key][1] for key in task_keys]
 
 
 def _scorer(scoring):
