@@ -552,10 +552,17 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
         return _replicated_locally(
             estimator, chunks, plan, strategy, staleness, n_replicas or 1, began
         )
-    workers = sorted(client.nthreads())
-    n_replicas = min(n_replicas or len(workers), len(chunks))
+    threads = client.nthreads()
+    n_replicas = min(n_replicas or len(threads), len(chunks))
+    if n_replicas > sum(threads.values()):
+        raise ValueError(
+            f"n_replicas={n_replicas} needs {n_replicas} worker threads at once (every replica "
+            f"runs for the whole training and waits for the others each round), but the "
+            f"cluster has {sum(threads.values())}; use n_replicas <= {sum(threads.values())} "
+            "or add workers."
+        )
     owned = _owned(chunks, n_replicas)
-    placement = _place(client, owned, workers)
+    placement = _place(client, owned, threads)
     first, rule = chunks[0], get_merge_rule(estimator)
     name = _keys.key_name(
         "train",
@@ -680,8 +687,14 @@ def _result(strategy, outcomes, collective, plan, n_replicas):
     )
 
 
-def _place(client, owned, workers):
-    """Pin each replica to the free worker holding most of its rows (copies the rest once)."""
+def _place(client, owned, threads):
+    """Pin each replica to the free worker holding most of its rows (copies the rest once).
+
+    Replicas are spread evenly over the workers first, never more on a worker than it has
+    threads (each replica holds one for the whole training); *threads* maps worker address to
+    thread count and holds at least as many threads as there are replicas.
+    """
+    workers = sorted(threads)
     who_has = client.who_has([c.X for chunks in owned for c in chunks])
     local = []
     for rank, chunks in enumerate(owned):
@@ -689,11 +702,12 @@ def _place(client, owned, workers):
             held = sum(1 for c in chunks if worker in who_has.get(c.X.key, ()))
             local.append((-held, rank, worker))
     placement, used = {}, {}
-    capacity = -(-len(owned) // len(workers))
-    for _, rank, worker in sorted(local):
-        if rank not in placement and used.get(worker, 0) < capacity:
-            placement[rank] = worker
-            used[worker] = used.get(worker, 0) + 1
+    even = -(-len(owned) // len(workers))
+    for capacity in ({w: min(even, threads[w]) for w in workers}, threads):
+        for _, rank, worker in sorted(local):
+            if rank not in placement and used.get(worker, 0) < capacity[worker]:
+                placement[rank] = worker
+                used[worker] = used.get(worker, 0) + 1
     return placement
 
 

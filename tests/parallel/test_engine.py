@@ -264,6 +264,14 @@ def test_a_failing_replica_stops_the_others(client):
         train(FailsOnLargeChunks(), X, y, strategy="sync", shuffle=False)
 
 
+def test_more_replicas_than_worker_threads_is_refused(client):
+    """Three replicas on two single-threaded workers would wait for each other forever: a
+    ValueError says so before anything is submitted."""
+    X, y = _data(n_samples=8_000, chunk_size=1_000)
+    with pytest.raises(ValueError, match=r"n_replicas=3 needs 3 worker threads .* has 2; use"):
+        train(SGDClassifier(), X, y, strategy="sync", n_replicas=3)
+
+
 @settings(max_examples=15, deadline=None)
 @given(cuts=st.lists(st.integers(50, 600), min_size=1, max_size=6), replicas=st.integers(1, 3))
 def test_exact_merges_do_not_depend_on_chunking(cuts, replicas):
