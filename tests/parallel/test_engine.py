@@ -245,6 +245,14 @@ def test_estimator_without_partial_fit_is_fitted_once(client):
     np.testing.assert_allclose(result.estimator.coef_, reference.coef_, rtol=1e-6)
 
 
+def test_more_replicas_than_worker_threads_is_refused(client):
+    """Three replicas on two single-threaded workers would wait for each other forever: a
+    ValueError says so before anything is submitted."""
+    X, y = _data(n_samples=8_000, chunk_size=1_000)
+    with pytest.raises(ValueError, match=r"n_replicas=3 needs 3 worker threads .* has 2; use"):
+        train(SGDClassifier(), X, y, strategy="sync", n_replicas=3)
+
+
 class FailsOnLargeChunks(SGDClassifier):
     """partial_fit raises on the chunk with the most rows: a replica that fails mid-training."""
 
@@ -262,14 +270,6 @@ def test_a_failing_replica_stops_the_others(client):
     y = (X[:, 0] > 0).astype(int)
     with pytest.raises(RuntimeError, match="chunk too large"):
         train(FailsOnLargeChunks(), X, y, strategy="sync", shuffle=False)
-
-
-def test_more_replicas_than_worker_threads_is_refused(client):
-    """Three replicas on two single-threaded workers would wait for each other forever: a
-    ValueError says so before anything is submitted."""
-    X, y = _data(n_samples=8_000, chunk_size=1_000)
-    with pytest.raises(ValueError, match=r"n_replicas=3 needs 3 worker threads .* has 2; use"):
-        train(SGDClassifier(), X, y, strategy="sync", n_replicas=3)
 
 
 @settings(max_examples=15, deadline=None)
