@@ -38,11 +38,15 @@ class _Rounds:
         self.epochs = {}
         self.failed = None
 
-    def contribute(self, round_id, rank, replica, rows):
+    def contribute(self, round_id, rank, replica, rows, info):
         entries = self.pending.setdefault(round_id, {})
-        entries[rank] = (replica, rows)
+        entries[rank] = (replica, rows, info)
         if len(entries) == self.n_replicas:
-            self.results[round_id] = _merge_ranked(self.pending.pop(round_id), self.rule)
+            ranked = [entries[rank] for rank in sorted(self.pending.pop(round_id))]
+            self.results[round_id] = (
+                merge_ranked([(r, n) for r, n, _ in ranked], self.rule),
+                [i for _, _, i in ranked],
+            )
             return True
         return False
 
@@ -54,9 +58,9 @@ class _Rounds:
         return result
 
 
-def _merge_ranked(entries, rule):
-    """Merge one round's replicas in rank order, leaving out replicas that saw no rows."""
-    ranked = [entries[rank] for rank in sorted(entries)]
+def merge_ranked(ranked, rule):
+    """Merge one round's ``(replica, rows)`` pairs, given in rank order, leaving out replicas
+    that saw no rows: the one merge every collective computes."""
     trained = [(replica, rows) for replica, rows in ranked if rows > 0]
     if not trained:
         return ranked[0][0]
@@ -132,10 +136,11 @@ class AllReduceActor(_ActorCollective):
     def failed(self, message):
         self.rounds.failed = message
 
-    async def reduce(self, round_id, rank, replica, rows):
-        """Contribute *replica* (which saw *rows* rows) and return the round's merge."""
+    async def reduce(self, round_id, rank, replica, rows, info=None):
+        """Contribute *replica* (which saw *rows* rows) and *info* (any small value); return
+        the round's merge and every replica's *info*, in rank order."""
         async with self._lock():
-            if self.rounds.contribute(round_id, rank, replica, rows):
+            if self.rounds.contribute(round_id, rank, replica, rows, info):
                 self.condition.notify_all()
             await self._wait(lambda: round_id in self.rounds.results)
             return self.rounds.take(round_id)
@@ -159,9 +164,9 @@ class AllReduceLocal(_LocalCollective):
 
     failed = AllReduceActor.failed
 
-    def reduce(self, round_id, rank, replica, rows):
+    def reduce(self, round_id, rank, replica, rows, info=None):
         with self.condition:
-            if self.rounds.contribute(round_id, rank, replica, rows):
+            if self.rounds.contribute(round_id, rank, replica, rows, info):
                 self.condition.notify_all()
             self._wait(lambda: round_id in self.rounds.results)
             return self.rounds.take(round_id)

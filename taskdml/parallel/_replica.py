@@ -75,7 +75,7 @@ def _sync_replica(rank, start, chunks, collective, plan):
                 rows += _fit_chunk(replica, chunk, plan, epoch)
             reduced = time.perf_counter()
             busy += reduced - began
-            state = call(collective, "reduce", (epoch, round_index), rank, replica, rows)
+            state, _ = call(collective, "reduce", (epoch, round_index), rank, replica, rows, None)
             waiting += time.perf_counter() - reduced
             rows_seen += rows
         report = None
