@@ -589,7 +589,7 @@ def engine_facts(run, rows_per_replica, epochs):
     """What one taskdml run's ``stats`` say, in ms per round (sync) or per chunk (async).
 
     Keys the engine does not report (``round_s``, ``merge_s``, ``serialize_s``, ``wire_s``,
-    ``wait_s``, ``setup``, ``collective``, ``sync_every``) give ``None``. *rows_per_replica*
+    ``wait_s``, ``collective``, ``sync_every``) give ``None``. *rows_per_replica*
     are the train rows each replica owns, for the compute cost per row.
     """
     s, wall = run["stats"], run["wall"]
@@ -636,7 +636,6 @@ def engine_facts(run, rows_per_replica, epochs):
         "round_ms": round_ms if sync else None,
         "round_source": round_source,
         "row_s": None,
-        "setup": dict(s.get("setup") or {}),
     }
     if len(busy) == len(rows_per_replica):
         facts["row_s"] = _mean([b / (rows * epochs) for b, rows in zip(busy, rows_per_replica)])
@@ -670,11 +669,9 @@ def summarise(config, epochs, runs, refs, idle, data_bytes, rows_per_replica):
     row["added_x"] = (row["peak"] - idle) / data_bytes
     per = [engine_facts(r, rows_per_replica, epochs) for r in runs if r.get("stats")]
     if per:
-        labels = ("sync", "collective", "stated_period", "round_source", "setup")
+        labels = ("sync", "collective", "stated_period", "round_source")
         engine = {key: _median(p[key] for p in per) for key in per[0] if key not in labels}
         engine.update({key: per[0][key] for key in labels})
-        pieces = dict.fromkeys(piece for p in per for piece in p["setup"])
-        engine["setup"] = {piece: _median(p["setup"].get(piece) for p in per) for piece in pieces}
         engine["round_ms_runs"] = [p["round_ms"] for p in per if p["round_ms"] is not None]
         row["engine"] = engine
     return row
@@ -844,7 +841,9 @@ def model_tables(parameters):
     counts = [parameters[0]["measured_workers"], *MODEL_WORKERS] if parameters else []
     speedups = [
         "| chunk rows | scaling | "
-        + " | ".join(f"R = {r}{' (measured)' if i == 0 else ''}" for i, r in enumerate(counts))
+        + " | ".join(
+            f"R = {r}{' (the measured R)' if i == 0 else ''}" for i, r in enumerate(counts)
+        )
         + " |",
         "|---|---|" + "---|" * len(counts),
     ]
