@@ -464,6 +464,10 @@ def worker_transfers(dask_worker):
     return sum(entry["total"] for entry in dask_worker.transfer_incoming_log)
 
 
+def _held_keys(dask_worker):
+    return len(dask_worker.data)
+
+
 def holdout_accuracy(model, X_test, y_test):
     """Accuracy of *model* on the persisted holdout, computed on the cluster."""
     predicted = X_test.map_blocks(model.predict, drop_axis=1, dtype=y_test.dtype)
@@ -1376,6 +1380,9 @@ def measure_chunk_size(chunk_size, args, client, helpers, sampler, load):
     load["foreign_s"] += max((busy_after - busy_before) - (tree_cpu_s() - cpu_before), 0.0)
     load["steal_s"] += steal_after - steal_before
     del data, persisted
+    deadline = time.monotonic() + 10  # the workers drop the chunks a moment after the client
+    while sum(client.run(_held_keys).values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
     client.run(_release_free_memory)
     return runs, facts
 
