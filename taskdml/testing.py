@@ -134,14 +134,17 @@ def _arrays(value, seen=None):
 #   it the same way; "minibatch-nmf" adds decayed update sums and recomputes H from them;
 # - the ASGD running means (``_average_coef``) are pooled over all iterates, not averaged;
 # - "stateless" (HashingVectorizer) learns nothing: any replica is the merge;
-# - meta-estimators hold sub-estimators: their averaged arrays are the wrapped family's.
+# - meta-estimators hold sub-estimators: their averaged arrays are the wrapped family's;
+# - "mlp" adds every replica's change to the round's start (a compensation for the steps an
+#   average loses): its weights leave the hull by design, and merging R copies of one replica
+#   moves R times as far. Only its opt-out, "mlp-averaged", averages.
 _AVERAGED = {
     "linear-sgd": lambda e: (
         ("_standard_coef", "_standard_intercept")
         if e.average
         else ("coef_", "intercept_", "offset_")
     ),
-    "mlp": lambda e: ("coefs_", "intercepts_"),
+    "mlp-averaged": lambda e: ("coefs_", "intercepts_"),
     "rbm": lambda e: ("components_", "intercept_hidden_", "intercept_visible_"),
     "online-lda": lambda e: ("components_",),
     "dictionary-learning": lambda e: ("components_", "_A", "_B"),
@@ -149,7 +152,7 @@ _AVERAGED = {
 # Families whose rule reads each replica's rows from its own counter (``t_``) rather than
 # from ``weights``: swapping the weights rightly changes nothing for them, so law (j) checks
 # only that their average is not the unweighted one.
-_SHARES_FROM_COUNTERS = {"linear-sgd", "mlp"}
+_SHARES_FROM_COUNTERS = {"linear-sgd", "mlp-averaged"}
 
 
 def _registered_family(estimator):

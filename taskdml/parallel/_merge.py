@@ -33,8 +33,9 @@ estimator                      exact      rule
 SGDClassifier, Perceptron,     no         rows-seen average of coef_/intercept_, global
 SGDRegressor, SGDOneClassSVM,             t_, ASGD buffers pooled over the round's
 PassiveAggressive* (deprec.)              iterates
-MLPClassifier, MLPRegressor    no         shared init; weights and Adam/SGD moments
-                                          averaged; global t_ and Adam t
+MLPClassifier, MLPRegressor    no         shared init; start plus every replica's change
+                                          to weights and Adam/SGD moments (opt-out:
+                                          plain average); global t_ and Adam t
 Multinomial/Complement/        yes        counts summed, log-probabilities recomputed
 BernoulliNB, CategoricalNB
 GaussianNB                     yes        Chan merge per class, epsilon_ of all rows
@@ -87,6 +88,7 @@ from taskdml.parallel import (
     _merge_moments,
     _merge_neural,
 )
+from taskdml.parallel._merge_neural import register_mlp_merge
 from taskdml.parallel._merge_registry import (
     MergeRule,
     get_merge_rule,
@@ -104,6 +106,7 @@ __all__ = [
     "merge_replicas",
     "prepare_start",
     "register_merge",
+    "register_mlp_merge",
     "register_unmergeable",
     "round_start",
     "unmergeable_reason",
@@ -126,16 +129,7 @@ def _register_builtin_rules():
             start_state=_SGD_START,
         )
     for cls in (MLPClassifier, MLPRegressor):
-        register_merge(
-            cls,
-            _merge_neural.merge_mlp,
-            prepare=_merge_neural.prepare_mlp,
-            family="mlp",
-            notes=_merge_neural.MLP_NOTES,
-            private_state=("_optimizer", "_no_improvement_count"),
-            start_state=("t_", "loss_curve_", "_optimizer.t"),
-            min_rows=_merge_neural.mlp_min_rows,
-        )
+        _merge_neural.register_mlp_merge(cls)
     register_merge(
         BernoulliRBM,
         _merge_neural.merge_rbm,

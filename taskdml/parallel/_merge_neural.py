@@ -4,14 +4,37 @@ Averaging network weights is only sound from one shared initialisation (averagin
 independently initialised networks destroys them: hidden units are permutation-symmetric),
 so ``prepare`` initialises the global network once and every replica starts from it.
 
-MLP: ``coefs_``/``intercepts_`` and the optimiser's moment estimates (Adam ``ms``/``vs``,
-SGD ``velocities``) are averaged with shares equal to the rows each replica saw (its ``t_``
-increment). The counters become global, as one serial pass would have them: ``t_`` (rows)
-and Adam's ``t`` (mini-batch steps, which drives the bias correction) add up every replica's
-increment. ``loss_curve_`` gains one entry per ``partial_fit`` call of the round, the
-replicas' losses averaged, and ``best_loss_``, ``_no_improvement_count`` and the
-``'adaptive'`` learning rate are replayed over the merged curve with scikit-learn's own
-rule, so they are a function of the merged history alone.
+MLP, the step-count compensation. R replicas that each took k optimiser steps from one
+start and are then averaged move the network about as far as k steps, not R·k: a plain
+average halves the steps of an epoch with two replicas (digits, 5 epochs of Adam: 0.39
+accuracy against 0.59 for serial ``partial_fit``). The rule therefore adds every
+replica's change to the round's start once, ``start + sum(replica - start)`` -- a server
+learning rate of R in federated-averaging terms, to first order R·k serial steps -- for
+``coefs_``/``intercepts_`` *and* the optimiser's moving averages (Adam ``ms``/``vs``, SGD
+``velocities``), so that Adam's second moment (and with it its step size) is the one the
+R·k steps would have built up; averaging the moments while summing the weights overshoots
+serial by about 3 points. Measured on digits (R=2, 5 epochs, chunks of 100 to 300 rows,
+10 seeds), both ``solver="adam"`` and ``solver="sgd"`` end within 1 point of serial; the
+plain average was 20 (adam) and 8 (sgd) points below. Like the linear learning-rate scaling
+rule it assumes that R times the step is still a stable one: with many replicas and a large
+``learning_rate_init``, lower the rate or opt out. A moving average keeps the start's part
+with weight ``1 - sum(1 - beta**steps)``; when the replicas took so many steps that this
+would be negative, the start's part is dropped instead (SGD's steps are counted from the
+``partial_fit`` calls and rows, as it keeps no counter). The parameter server (``"async"``)
+merges its state with a pushed replica as two replicas from the version that replica
+pulled, so each push now applies the replica's change once (async SGD) instead of
+averaging it away (digits, 5 epochs: 0.60 against 0.39).
+
+Opt-out: ``register_mlp_merge(MLPClassifier, compensate=False)`` (or ``MLPRegressor``, or a
+subclass to change one model only) registers the plain rows-seen average, family
+``"mlp-averaged"``, for every later training in the process.
+
+Both rules share the rest. The counters become global, as one serial pass would have them:
+``t_`` (rows) and Adam's ``t`` (mini-batch steps, which drives the bias correction) add up
+every replica's increment. ``loss_curve_`` gains one entry per ``partial_fit`` call of the
+round, the replicas' losses averaged by rows seen, and ``best_loss_``,
+``_no_improvement_count`` and the ``'adaptive'`` learning rate are replayed over the merged
+curve with scikit-learn's own rule, so they are a function of the merged history alone.
 """
 
 import copy
@@ -23,8 +46,13 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import validate_data
 
 from taskdml._sklearn_compat import AdamOptimizer, SGDOptimizer
-from taskdml.parallel._merge_registry import round_start
-from taskdml.parallel._merge_util import proportions, seen_since_start, weighted_mean
+from taskdml.parallel._merge_registry import register_merge, round_start
+from taskdml.parallel._merge_util import (
+    proportions,
+    seen_since_start,
+    sum_of_deltas,
+    weighted_mean,
+)
 
 
 def mlp_min_rows(estimator, n_features):
@@ -91,45 +119,100 @@ def _replay_stopping(network, curve, optimizer):
 
 
 def merge_mlp(replicas, weights):
-    """Average MLP replicas that started from one initialisation."""
+    """Merge MLP replicas that started from one initialisation: the start plus the sum of
+    the replicas' weight changes (the step-count compensation of the module docstring)."""
+    return _merge_mlp(replicas, weights, compensate=True)
+
+
+def merge_mlp_averaged(replicas, weights):
+    """Merge MLP replicas that started from one initialisation: their weights averaged by
+    rows seen, without compensation (the opt-out of the module docstring)."""
+    return _merge_mlp(replicas, weights, compensate=False)
+
+
+def _local_steps(replica, start, prefix):
+    """Optimiser steps *replica* took this round (at least that many, for SGD).
+
+    Adam counts them. SGD does not: each ``partial_fit`` call takes
+    ``ceil(rows / batch_size)`` steps (``"auto"``: batches of at most 200 rows), which the
+    calls and rows of the round bound from below.
+    """
+    if isinstance(replica._optimizer, AdamOptimizer):
+        return replica._optimizer.t - start.get("_optimizer.t", 0)
+    calls = len(replica.loss_curve_) - prefix
+    rows = replica.t_ - start.get("t_", 0)
+    batch = replica.batch_size if isinstance(replica.batch_size, int) else 200
+    return max(calls, math.ceil(rows / max(batch, 1)))
+
+
+def _summed_moment(values, start, decays):
+    """A moving average's start plus the replicas' changes: ``start + sum(v - start)``.
+
+    That keeps the start's part with weight ``1 - sum(1 - decay)`` (``decay``: the moving
+    average's factor to the power of the replica's steps). When the replicas took so many
+    steps that the weight would be negative, the start's part is dropped instead of
+    reversed: ``sum(v - decay * start)``, each replica's own contribution.
+    """
+    if 1 - sum(1 - d for d in decays) >= 0:
+        return sum_of_deltas(values, start)
+    acc = np.asarray(values[0]) - decays[0] * start
+    for value, decay in zip(values[1:], decays[1:]):
+        acc = acc + (np.asarray(value) - decay * start)
+    return np.ascontiguousarray(acc, dtype=np.asarray(values[0]).dtype)
+
+
+def _merge_state(replicas, name, start, shares, compensate, decay=None, steps=None):
+    """Merge the per-layer arrays ``name`` (``"coefs_"``, ``"_optimizer.ms"``, ...)."""
+    owner, _, attr = name.rpartition(".")
+    layers = [getattr(getattr(r, owner) if owner else r, attr) for r in replicas]
+    merged = []
+    for i in range(len(layers[0])):
+        values = [layer[i] for layer in layers]
+        if not compensate or (start is None and decay is None):
+            merged.append(weighted_mean(values, shares))
+        elif decay is None:
+            merged.append(sum_of_deltas(values, start[i]))
+        else:
+            # A moment the round started without is scikit-learn's initial zeros.
+            origin = np.zeros_like(values[0]) if start is None else start[i]
+            merged.append(_summed_moment(values, origin, [decay**s for s in steps]))
+    return merged
+
+
+def _merge_mlp(replicas, weights, compensate):
     start = round_start(replicas)
     first = replicas[0]
     t0 = start.get("t_", 0)
+    prefix = len(start.get("loss_curve_", []))
     shares = proportions(seen_since_start([r.t_ for r in replicas], t0, weights))
     merged = copy.deepcopy(first)
-    merged.coefs_ = [
-        weighted_mean([r.coefs_[i] for r in replicas], shares) for i in range(len(first.coefs_))
-    ]
-    merged.intercepts_ = [
-        weighted_mean([r.intercepts_[i] for r in replicas], shares)
-        for i in range(len(first.intercepts_))
-    ]
+    for name in ("coefs_", "intercepts_"):
+        setattr(merged, name, _merge_state(replicas, name, start.get(name), shares, compensate))
     merged.t_ = t0 + sum(r.t_ - t0 for r in replicas)
     merged.n_iter_ = max(r.n_iter_ for r in replicas)
 
     optimizer = getattr(merged, "_optimizer", None)
+    if isinstance(optimizer, (AdamOptimizer, SGDOptimizer)):
+        steps = [_local_steps(r, start, prefix) for r in replicas]
+        if isinstance(optimizer, AdamOptimizer):
+            moments = {"ms": optimizer.beta_1, "vs": optimizer.beta_2}
+        else:
+            moments = {"velocities": optimizer.momentum}
+        for attr, decay in moments.items():
+            name = f"_optimizer.{attr}"
+            merged_moment = _merge_state(
+                replicas, name, start.get(name), shares, compensate, decay, steps
+            )
+            setattr(optimizer, attr, merged_moment)
     if isinstance(optimizer, AdamOptimizer):
         steps0 = start.get("_optimizer.t", 0)
         optimizer.t = steps0 + sum(r._optimizer.t - steps0 for r in replicas)
-        optimizer.ms = [
-            weighted_mean([r._optimizer.ms[i] for r in replicas], shares)
-            for i in range(len(optimizer.ms))
-        ]
-        optimizer.vs = [
-            weighted_mean([r._optimizer.vs[i] for r in replicas], shares)
-            for i in range(len(optimizer.vs))
-        ]
         if optimizer.t > 0:
             optimizer.learning_rate = (
                 optimizer.learning_rate_init
                 * math.sqrt(1 - optimizer.beta_2**optimizer.t)
                 / (1 - optimizer.beta_1**optimizer.t)
             )
-    elif isinstance(optimizer, SGDOptimizer):
-        optimizer.velocities = [
-            weighted_mean([r._optimizer.velocities[i] for r in replicas], shares)
-            for i in range(len(optimizer.velocities))
-        ]
 
     if hasattr(first, "loss_curve_"):
         prefix = len(start.get("loss_curve_", []))
@@ -181,12 +264,74 @@ def merge_rbm(replicas, weights):
 
 
 MLP_NOTES = (
-    "Approximate (model averaging from a shared init, which prepare draws). Weights and "
-    "optimiser moments averaged by rows seen; t_ and Adam's step count made global; "
-    "loss_curve_ gets one averaged entry per partial_fit call of the round; best_loss_, "
-    "_no_improvement_count and the adaptive learning rate replayed over the merged curve."
+    "Approximate (model averaging from a shared init, which prepare draws), compensated for "
+    "the steps an average loses: weights and optimiser moments become the round's start plus "
+    "every replica's change; t_ and Adam's step count made global; loss_curve_ gets one "
+    "averaged entry per partial_fit call of the round; best_loss_, _no_improvement_count and "
+    "the adaptive learning rate replayed over the merged curve. Opt out with "
+    "register_mlp_merge(cls, compensate=False)."
+)
+MLP_AVERAGED_NOTES = (
+    "Approximate (model averaging from a shared init, which prepare draws), uncompensated: "
+    "weights and optimiser moments averaged by rows seen; counters, loss curve and stopping "
+    "state as in the compensated rule."
 )
 RBM_NOTES = (
     "Approximate (weights averaged from a shared init, which prepare draws). The "
     "persistent Gibbs chain h_samples_ takes row i from replica i mod K."
 )
+MLP_START = (
+    "t_",
+    "loss_curve_",
+    "coefs_",
+    "intercepts_",
+    "_optimizer.t",
+    "_optimizer.ms",
+    "_optimizer.vs",
+    "_optimizer.velocities",
+)
+
+
+def register_mlp_merge(estimator_class, *, compensate=True):
+    """Register the MLP merge rule for *estimator_class*, compensated or plainly averaged.
+
+    ``MLPClassifier`` and ``MLPRegressor`` have the compensated rule (family ``"mlp"``)
+    from the start; ``compensate=False`` registers the plain rows-seen average (family
+    ``"mlp-averaged"``, the rule before the compensation) instead. Registering affects every
+    later training in this process (the engine ships the rule to the workers); register it
+    for a subclass to change one model only.
+
+    Parameters
+    ----------
+    estimator_class : type
+        ``MLPClassifier``, ``MLPRegressor`` or a subclass.
+    compensate : bool, default=True
+        Add every replica's change to the round's start (see the module docstring) rather
+        than averaging the replicas.
+
+    Returns
+    -------
+    MergeRule
+        The registered rule.
+
+    Examples
+    --------
+    >>> from sklearn.neural_network import MLPClassifier
+    >>> from taskdml.parallel import get_merge_rule, register_mlp_merge
+    >>> class AveragedMLP(MLPClassifier):
+    ...     pass
+    >>> register_mlp_merge(AveragedMLP, compensate=False).family
+    'mlp-averaged'
+    >>> get_merge_rule(MLPClassifier()).family
+    'mlp'
+    """
+    return register_merge(
+        estimator_class,
+        merge_mlp if compensate else merge_mlp_averaged,
+        prepare=prepare_mlp,
+        family="mlp" if compensate else "mlp-averaged",
+        notes=MLP_NOTES if compensate else MLP_AVERAGED_NOTES,
+        private_state=("_optimizer", "_no_improvement_count"),
+        start_state=MLP_START,
+        min_rows=mlp_min_rows,
+    )
