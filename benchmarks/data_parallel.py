@@ -85,7 +85,7 @@ N_SAMPLES = 600_000
 N_FEATURES = 40
 CHUNK_SIZES = [10_000, 30_000, 100_000]
 EPOCHS = [1, 3]
-REPEATS = 3
+REPEATS = 5
 TRAIN_FRACTION = 0.8
 CLASSES = [0, 1]
 MIB = 2**20
@@ -1081,12 +1081,16 @@ def target_checks(rows, per_chunk):
                     ("defaults", _find(mine, DEFAULTS, epochs)),
                 )
             ]
+            # How far apart sync runs land that differ only in period or chunk order: the
+            # noise the async gap is read against.
+            synced = [r["accuracy"] * 100 for r in sync_rows(mine) if r["epochs"] == epochs]
             checks.append(
                 (
                     f"async holdout accuracy within {TARGET_ASYNC_PP:g} pp of sync "
                     "(sync_every=1 and defaults)",
                     f"{where}, {epochs} ep",
-                    ", ".join(f"{gap:+.2f} pp vs {name}" for name, gap in gaps),
+                    ", ".join(f"{gap:+.2f} pp vs {name}" for name, gap in gaps)
+                    + f" (the sync rows span {max(synced) - min(synced):.2f} pp)",
                     all(abs(gap) <= TARGET_ASYNC_PP for _, gap in gaps),
                 )
             )
