@@ -43,7 +43,7 @@ import weakref
 
 from taskdml import _data, _keys
 from taskdml._sklearn_compat import relink_birch_views
-from taskdml.parallel import _blocks, _chunks, _collective, _replica, _tasks
+from taskdml.parallel import _blocks, _chunks, _collective, _direct, _replica, _tasks
 from taskdml.parallel._chunks import Chunk
 from taskdml.parallel._merge import get_merge_rule, prepare_start, unmergeable_reason
 from taskdml.parallel._merge_registry import min_batch_rows, without_round_start
@@ -582,15 +582,9 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
         key=_keys.key_name("train", name, phase="prepare"),
     )
     plan = _with_rounds(plan, owned)
+    addresses = [placement[rank] for rank in range(n_replicas)]
     if strategy == "sync":
-        actor_future = client.submit(
-            _collective.AllReduceActor,
-            n_replicas,
-            rule,
-            actor=True,
-            workers=[placement[0]],
-            key=_keys.key_name("train", name, phase="allreduce"),
-        )
+        collective, actor_future = _sync_collective(client, addresses, rule, name)
     else:
         actor_future = client.submit(
             _collective.ParameterServerActor,
@@ -602,11 +596,8 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
             workers=[placement[0]],
             key=_keys.key_name("train", name, phase="server"),
         )
-    # The actor lives as long as its future does: keep ``actor_future`` to the end. The
-    # replicas get the actor's handle, not its future: passing the future as a dependency
-    # saved one client round trip (about 6 ms of the ~35 ms fixed cost per call) but one test
-    # run hung with it and the cause is not understood yet, so the handle is awaited here.
-    collective = actor_future.result()
+        collective = actor_future.result()
+    # An actor lives as long as its future does: ``actor_future`` is kept to the end.
     replica, start_args = _replica_task(strategy, start)
     with _taking_turns(client, n_replicas):
         tasks = [
@@ -630,6 +621,69 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
     result.stats["setup_s"] = submitted - began
     del actor_future
     return result
+
+
+def _sync_collective(client, addresses, rule, name):
+    """The all-reduce of a sync training and the actor future to keep (``None`` if direct).
+
+    Direct messages between the replicas' workers (:mod:`taskdml.parallel._direct`) unless
+    the dask config ``taskdml.collective`` says ``"actor"`` or a worker cannot receive them;
+    then the all-reduce actor on the first replica's worker, with a warning saying why.
+    """
+    import dask
+
+    choice = dask.config.get("taskdml.collective", "auto")
+    if choice not in COLLECTIVES:
+        raise ValueError(
+            f"the dask config 'taskdml.collective' must be one of {', '.join(COLLECTIVES)}, "
+            f"got {choice!r}."
+        )
+    if choice != "actor":
+        reason = _direct_unavailable(client, addresses)
+        if reason is None:
+            return _direct.DirectAllReduce(addresses, rule), None
+        if choice == "direct":
+            raise RuntimeError(f"taskdml.collective is 'direct' but {reason}.")
+        warnings.warn(
+            f"sync training falls back to the all-reduce actor (a few ms more per round): "
+            f"{reason}.",
+            RuntimeWarning,
+            stacklevel=_user_frame(),
+        )
+    actor_future = client.submit(
+        _collective.AllReduceActor,
+        len(addresses),
+        rule,
+        actor=True,
+        workers=[addresses[0]],
+        key=_keys.key_name("train", name, phase="allreduce"),
+    )
+    return actor_future.result(), actor_future
+
+
+COLLECTIVES = ("auto", "direct", "actor")
+"""Values of the dask config ``taskdml.collective``: how sync replicas all-reduce."""
+
+# Workers known to receive direct collective messages, per client (the plugin that installs
+# the handler is registered once per client; workers that join later get it too).
+_DIRECT_READY = weakref.WeakKeyDictionary()  # client -> {worker address: reason or None}
+_DIRECT_LOCK = threading.Lock()
+
+
+def _direct_unavailable(client, addresses):
+    """Why replicas on *addresses* cannot all-reduce directly, or ``None`` if they can."""
+    with _DIRECT_LOCK:
+        known = _DIRECT_READY.get(client)
+        if known is None or any(address not in known for address in addresses):
+            if known is None:
+                client.register_plugin(_direct.CollectivePlugin())
+            known = _DIRECT_READY[client] = client.run(_direct.handler_state)
+    for address in addresses:
+        if address not in known:
+            return f"worker {address} left the cluster"
+        if known[address] is not None:
+            return f"worker {address} cannot receive them: {known[address]}"
+    return None
 
 
 def _taking_turns(client, n_replicas):
@@ -661,9 +715,11 @@ def _result(strategy, outcomes, collective, plan, n_replicas):
             "sync",
             {
                 "replicas": n_replicas,
+                "collective": _collective_kind(collective),
                 "rounds": rounds,
                 "busy_s": [s["busy_s"] for s in stats],
                 "reduce_wait_s": [s["reduce_wait_s"] for s in stats],
+                **_round_timings(stats),
             },
         )
     state, version, waited = _collective.call(collective, "result")
@@ -685,6 +741,26 @@ def _result(strategy, outcomes, collective, plan, n_replicas):
             "held_back_s": [waited[rank] for rank in sorted(waited)],
         },
     )
+
+
+def _collective_kind(collective):
+    if isinstance(collective, _direct.DirectAllReduce):
+        return "direct"
+    return "local" if isinstance(collective, _collective.AllReduceLocal) else "actor"
+
+
+def _round_timings(stats):
+    """The direct collective's timings: per replica, seconds spent serialising, on the wire,
+    waiting for slower replicas and merging; and ``round_s``, the median over rounds of the
+    fastest replica's seconds in the collective (the one that arrived last waits for no
+    one: its time is the collective's own cost)."""
+    if "round_s" not in stats[0]:
+        return {}
+    import statistics
+
+    per_round = [min(times) for times in zip(*(s["round_s"] for s in stats))]
+    timings = {key: [s[key] for s in stats] for key in _direct.TIMINGS}
+    return {**timings, "round_s": statistics.median(per_round) if per_round else 0.0}
 
 
 def _place(client, owned, threads):

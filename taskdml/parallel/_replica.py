@@ -38,20 +38,33 @@ def row_seed(plan, epoch, index):
 
 
 @contextlib.contextmanager
-def _abort_others_on_error(collective, rank):
-    """If this replica fails, tell the others instead of letting them wait for it."""
+def _coordinated(collective, rank):
+    """A replica's time in the collective: it joins at the start and leaves at the end (for
+    the collectives that keep per-replica state), and if it fails it tells the others
+    instead of letting them wait for it. Yields a dict that receives the collective's
+    timings of this replica when it leaves."""
+    join, leave = (getattr(type(collective), name, None) for name in ("join", "leave"))
+    timings = {}
+    if join is not None:
+        join(collective, rank)
     try:
-        yield
+        yield timings
     except Exception as error:
         with contextlib.suppress(Exception):
             call(collective, "abort", f"replica {rank}: {type(error).__name__}: {error}")
+        if leave is not None:
+            with contextlib.suppress(Exception):
+                leave(collective, rank)
         raise
+    if leave is not None:
+        timings.update(leave(collective, rank))
 
 
 def sync_replica(rank, start, chunks, collective, plan):
     """See :func:`_sync_replica`; a failure here is passed on to the other replicas."""
-    with _abort_others_on_error(collective, rank):
-        return _sync_replica(rank, start, chunks, collective, plan)
+    with _coordinated(collective, rank) as timings:
+        state, history, stats = _sync_replica(rank, start, chunks, collective, plan)
+    return state, history, {**stats, **timings}
 
 
 def _sync_replica(rank, start, chunks, collective, plan):
@@ -123,7 +136,7 @@ def should_stop(history, plan):
 def async_replica(rank, chunks, collective, plan):
     """Train one replica's chunks against the parameter server *collective* (pull, fit one
     chunk, push)."""
-    with _abort_others_on_error(collective, rank):
+    with _coordinated(collective, rank):
         return _async_replica(rank, chunks, collective, plan)
 
 
