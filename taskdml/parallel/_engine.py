@@ -38,6 +38,7 @@ import copy
 import dataclasses
 import threading
 import time
+import uuid
 import warnings
 import weakref
 
@@ -564,12 +565,16 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
     owned = _owned(chunks, n_replicas)
     placement = _place(client, owned, threads)
     first, rule = chunks[0], get_merge_rule(estimator)
+    # The actor and the replicas hold the state of this one training, so their keys are new
+    # on every call: with a key of its inputs alone, a call made while the scheduler still
+    # held the last one's actor got that actor back, its state and version included.
     name = _keys.key_name(
         "train",
         _estimator_token(estimator),
         [c.X.key for c in chunks],
         plan.seed,
         strategy,
+        uuid.uuid4().hex,
         phase="replica",
     )
     start = client.submit(
