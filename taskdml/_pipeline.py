@@ -109,7 +109,8 @@ class Step:
         All class labels of a classifier fit.
     parallel : mapping, optional
         How a fit (or each search trial) trains: ``{strategy, sync_every, staleness, epochs,
-        shuffle, random_state}``.
+        shuffle, random_state}`` (``staleness``: async only, default 0, lock-step; ``null``
+        unbounded).
     search : str, optional
         ``"module:Class"`` of an estimator whose hyperparameters are searched on
         ``inputs["data"]``; with ``method`` (grid, random, halving, hyperband, asha), ``space``,

@@ -33,7 +33,11 @@ PARALLEL = {
     "properties": {
         "strategy": {"enum": ["sync", "async", "sequential"]},
         "sync_every": {"type": "integer", "minimum": 1},
-        "staleness": {"type": ["integer", "null"], "minimum": 0},
+        "staleness": {
+            "type": ["integer", "null"],
+            "minimum": 0,
+            "description": "async: chunks a replica may run ahead (default 0, null: unbounded)",
+        },
         "epochs": {"type": "integer", "minimum": 1},
         "shuffle": {"type": "boolean"},
         "random_state": {"type": ["integer", "null"]},

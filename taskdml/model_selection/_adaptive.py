@@ -592,7 +592,8 @@ class ASHASearchCV(_SampledTrials, _AdaptiveSearchCV):
         Fraction of the training chunks held out for validation when ``cv`` is None.
     parallel : dict, optional
         ``{"strategy": "sync" | "async", "sync_every": k, "staleness": s}``: steps may train
-        data-parallel with the engine when fewer trials are runnable than workers.
+        data-parallel with the engine when fewer trials are runnable than workers
+        (``staleness`` as in :func:`taskdml.train`: default 0, lock-step; ``None`` unbounded).
         ``"shuffle": False`` keeps the chunks in one order every epoch (default: a new seeded
         order per trial and epoch).
     refit : bool, default=True

@@ -188,7 +188,8 @@ class _ServerState:
     A push merges the replica with the current global estimator as two replicas that
     started from the version the replica pulled: the global side weighted by the rows
     it absorbed since then, the replica by its chunk's rows. A fresh push (nothing absorbed
-    since) simply becomes the global estimator.
+    since) simply becomes the global estimator. ``behind`` records, per push, how many
+    versions were merged between the replica's pull and its push.
     """
 
     def __init__(self, start, n_replicas, staleness, rule):
@@ -199,6 +200,7 @@ class _ServerState:
         self.done = set()
         self.staleness = staleness
         self.waited = dict.fromkeys(range(n_replicas), 0.0)
+        self.behind = []  # per push: versions merged since the replica pulled
 
     def may_pull(self, rank):
         if self.staleness is None:
@@ -211,6 +213,7 @@ class _ServerState:
         return self.estimator, self.version
 
     def push(self, rank, replica, version, rows):
+        self.behind.append(self.version - version)
         absorbed = self.rows - self.rows_at[version]
         if absorbed == 0:
             self.estimator = merge_replicas([replica], [rows], rule=self.rule)
@@ -259,8 +262,10 @@ class ParameterServerActor(_ActorCollective):
             self.condition.notify_all()
 
     def result(self):
-        """The global estimator, its version, and the seconds each replica was held back."""
-        return copy.deepcopy(self.state.estimator), self.state.version, dict(self.state.waited)
+        """The global estimator, its version, the seconds each replica was held back, and
+        how many versions behind each push was."""
+        state = self.state
+        return copy.deepcopy(state.estimator), state.version, dict(state.waited), list(state.behind)
 
 
 class ParameterServerLocal(_LocalCollective):

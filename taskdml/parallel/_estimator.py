@@ -49,7 +49,7 @@ from taskdml._data import unwrap
 from taskdml._keys import key_name
 from taskdml._meta import estimator_has, wrapped_tags
 from taskdml.exceptions import did_you_mean
-from taskdml.parallel._engine import STRATEGIES, current_client, train
+from taskdml.parallel._engine import DEFAULT_STALENESS, STRATEGIES, current_client, train
 
 __all__ = ["DataParallel"]
 
@@ -80,9 +80,10 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         Passes over the data.
     sync_every : int, default=1
         Chunks each replica trains between two merges (``"sync"``).
-    staleness : int or None, default=None
-        How many chunks a replica may run ahead of the slowest (``"async"``); ``None`` never
-        waits.
+    staleness : int or None, default=0
+        How many chunks a replica may run ahead of the slowest (``"async"``): ``0`` is
+        lock-step (measured within half a point of sync's accuracy, where more slack cost 1-3
+        points; see :func:`taskdml.train`), ``None`` never waits.
     shuffle : bool, default=True
         Visit each replica's chunks in a new seeded order every epoch.
     random_state : int, RandomState instance or None, default=None
@@ -165,7 +166,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         strategy="sync",
         epochs=1,
         sync_every=1,
-        staleness=None,
+        staleness=DEFAULT_STALENESS,
         shuffle=True,
         random_state=None,
         validation=None,

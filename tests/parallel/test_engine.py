@@ -347,3 +347,18 @@ def test_concurrent_trainings_with_different_parameters_stay_apart(client):
     for alpha, result in zip(alphas, results):
         reference = _serial(SGDClassifier(alpha=alpha, random_state=0), X, y, classes=[0, 1])
         np.testing.assert_array_equal(result.estimator.coef_, reference.coef_)
+
+
+@pytest.mark.parametrize("strategy", ["sync", "async"])
+def test_repeated_trainings_start_fresh(client, strategy):
+    """The same call repeated gets a new actor each time: every run makes its own updates
+    from the start (a reused parameter server went on from the last run's version)."""
+    X, y = client.persist(_data(n_samples=8_000, chunk_size=1_000))
+    runs = [
+        train(SGDClassifier(random_state=0), X, y, strategy=strategy, random_state=0)
+        for _ in range(3)
+    ]
+    counted = "updates" if strategy == "async" else "rounds"
+    expected = 8 if strategy == "async" else 4
+    assert [run.stats[counted] for run in runs] == [expected] * 3
+    assert all(run.estimator.t_ == 8_001 for run in runs)

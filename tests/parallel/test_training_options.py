@@ -11,6 +11,7 @@
 """
 
 import copy
+import inspect
 
 import dask.array as da
 import numpy as np
@@ -181,15 +182,17 @@ register_merge(
 )
 
 
-@pytest.mark.parametrize("staleness", [0, 1])
+@pytest.mark.parametrize("staleness", [0, 1, "default"])
 def test_async_replica_never_runs_more_than_staleness_chunks_ahead(staleness):
     """Replayed from the recorded update order: no push from a replica more than staleness
-    chunks ahead of the slowest one still training."""
+    chunks ahead of the slowest one still training (the default: lock-step)."""
+    given = {} if staleness == "default" else {"staleness": staleness}
+    staleness = 0 if staleness == "default" else staleness
     result = train(
         RecordingSGDRegressor(random_state=0),
         *_dask(X_STALE, Y_STALE, STALE_ROWS),
         strategy="async",
-        staleness=staleness,
+        **given,
         n_replicas=2,
         epochs=2,
         shuffle=False,
@@ -209,7 +212,61 @@ def test_async_replica_never_runs_more_than_staleness_chunks_ahead(staleness):
         clocks[rank] += 1
 
 
+def test_default_staleness_is_bounded():
+    """train and DataParallel default to the same bounded staleness: lock-step."""
+    defaults = {
+        inspect.signature(train).parameters["staleness"].default,
+        DataParallel(SGDClassifier()).get_params()["staleness"],
+    }
+    assert defaults == {0}
+
+
+@pytest.mark.parametrize("staleness", [0, None])
+def test_versions_behind_are_recorded_per_push(staleness):
+    """stats["versions_behind"] is (mean, most) over the pushes; in lock-step with two
+    replicas no push is more than one version behind (the other replica's push)."""
+    result = train(
+        SGDRegressor(random_state=0),
+        *_dask(X_STALE, Y_STALE, STALE_ROWS),
+        strategy="async",
+        staleness=staleness,
+        n_replicas=2,
+        epochs=2,
+        random_state=0,
+        client=False,
+    )
+    mean, most = result.stats["versions_behind"]
+    assert 0 <= mean <= most <= (1 if staleness == 0 else result.stats["updates"] - 1)
+    assert isinstance(most, int)
+
+
 # -- DataParallel(strategy="async") -------------------------------------------------------
+
+
+@pytest.mark.parametrize("use_client", [True, False], ids=["cluster", "threads"])
+def test_async_with_the_default_staleness_is_within_two_points_of_sync(request, use_client):
+    """With the default staleness, two async replicas score within 2 points of sync's
+    holdout accuracy after 1 and 3 epochs, on a cluster and on threads."""
+    client = request.getfixturevalue("client") if use_client else False
+    X, y = make_classification(
+        44_000, 20, n_informative=10, flip_y=0.02, class_sep=1.0, random_state=0
+    )
+    X_dask, y_dask = _dask(X[:40_000], y[:40_000], (4_000,) * 10)
+    for epochs in (1, 3):
+        scores = {
+            strategy: train(
+                SGDClassifier(loss="log_loss", alpha=1e-2, random_state=0),
+                X_dask,
+                y_dask,
+                strategy=strategy,
+                epochs=epochs,
+                n_replicas=2,
+                random_state=0,
+                client=client,
+            ).estimator.score(X[40_000:], y[40_000:])
+            for strategy in ("sync", "async")
+        }
+        assert abs(scores["async"] - scores["sync"]) <= 0.02, (epochs, scores)
 
 
 def test_data_parallel_async_accuracy_is_close_to_sync_and_scikit_learn(client):
