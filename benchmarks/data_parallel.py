@@ -592,8 +592,8 @@ def _mean(values):
 def engine_facts(run, rows_per_replica, epochs):
     """What one taskdml run's ``stats`` say, in ms per round (sync) or per chunk (async).
 
-    Keys the engine does not report (``round_s``, ``merge_s``, ``serialize_s``, ``wire_s``,
-    ``wait_s``, ``collective``, ``sync_every``) give ``None``. *rows_per_replica*
+    Keys the engine does not report (``collective_round_s``, ``merge_s``, ``serialize_s``,
+    ``wire_s``, ``wait_s``, ``collective``, ``sync_every``) give ``None``. *rows_per_replica*
     are the train rows each replica owns, for the compute cost per row.
     """
     s, wall = run["stats"], run["wall"]
@@ -608,8 +608,9 @@ def engine_facts(run, rows_per_replica, epochs):
     merge, serialize, wire = (
         _mean(s.get(key) or []) for key in ("merge_s", "serialize_s", "wire_s")
     )
-    if s.get("round_s") is not None:  # the engine's median over rounds: no division
-        round_ms, round_source = s["round_s"] * 1e3, "engine `round_s`, median over rounds"
+    if s.get("collective_round_s") is not None:  # the engine's median round: no division
+        round_ms = s["collective_round_s"] * 1e3
+        round_source = "engine `collective_round_s`, median over rounds"
     elif merge is not None and wire is not None:
         round_ms = per_step_ms(merge + wire + (serialize or 0.0))
         round_source = "mean of merge_s + serialize_s + wire_s"

@@ -32,7 +32,14 @@ PARALLEL = {
     "additionalProperties": False,
     "properties": {
         "strategy": {"enum": ["sync", "async", "sequential"]},
-        "sync_every": {"type": "integer", "minimum": 1},
+        "sync_every": {
+            "anyOf": [
+                {"type": "integer", "minimum": 1, "title": "an integer >= 1"},
+                {"const": "auto", "title": "'auto'"},
+            ],
+            "description": "blocks each replica trains between two merges, or 'auto' (the "
+            "default): chosen from measured timings",
+        },
         "staleness": {
             "type": ["integer", "null"],
             "minimum": 0,

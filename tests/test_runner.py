@@ -103,6 +103,28 @@ def test_pipeline_runs_and_records_everything(client, tmp_path):
     assert type(model).__name__ == "SGDClassifier" and hasattr(model, "coef_")
 
 
+@pytest.mark.parametrize("sync_every", ["auto", 3])
+def test_the_manifest_records_the_sync_period(client, tmp_path, sync_every):
+    """A fit step's manifest entry has each epoch's period in its history and stats; with
+    "auto" also the measurements it was chosen from."""
+    text = (
+        TRAIN.replace("n_samples: 6000", "n_samples: 16000")
+        .replace("chunk_size: 1000", "chunk_size: 500")
+        .replace("parallel: {epochs: 5,", f"parallel: {{sync_every: {sync_every}, epochs: 2,")
+    )
+    run = run_pipeline(loads_pipeline(text), client, run_root=tmp_path)
+    manifest = json.loads((run.path / "manifest.json").read_text())
+    training = manifest["steps"]["model"]["training"]
+    periods = [entry["sync_every"] for entry in training["history"]]
+    assert len(periods) == 2 and all(period >= 1 for period in periods)
+    if sync_every == "auto":
+        assert training["stats"]["sync_every"] == periods
+        assert len(training["stats"]["block_s"]) == len(training["stats"]["round_s"]) == 2
+    else:
+        assert training["stats"]["sync_every"] == 3 and periods == [3, 3]
+    assert training["stats"]["rounds"] == sum(entry["rounds"] for entry in training["history"])
+
+
 def test_keys_and_spans_are_named_after_steps(client, tmp_path):
     """Dashboard prefixes start with the step name; each step has its own span."""
     run_pipeline(loads_pipeline(TRAIN), client, run_root=tmp_path)

@@ -163,6 +163,15 @@ BROKEN = [
         "Did you mean 'sync'",
     ),
     (
+        "bad-sync-every",
+        VALID.replace(
+            "    inputs: {data: split.train}",
+            "    inputs: {data: split.train}\n    parallel: {sync_every: 0}",
+        ),
+        17,
+        "expected an integer >= 1 or 'auto', found 0",
+    ),
+    (
         "unknown-metric",
         VALID.replace("evaluate: [accuracy]", "evaluate: [acuracy]"),
         18,

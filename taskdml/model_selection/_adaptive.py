@@ -47,7 +47,8 @@ are *runnable* (in flight, promotable, or not started), counted in fold chains:
   pool, so waiting holds no thread, and single-replica steps keep running meanwhile.
 
 The refit uses every worker too when ``parallel`` is set. Replicated steps are deterministic
-for a seed and a number of workers (``sync``), not with ``async``.
+for a seed and a number of workers with ``sync`` and an integer ``sync_every``; not with
+``"auto"`` (the engine's default, which chooses the period from timings) nor with ``async``.
 
 **Results.** ``cv_results_`` is scikit-learn's (one row per trial: ``params``, ``param_*``,
 ``mean_test_score`` at the budget reached, ``rank_test_score``, and ``budget``, ``rung``,
@@ -591,8 +592,8 @@ class ASHASearchCV(_SampledTrials, _AdaptiveSearchCV):
     validation_fraction : float, default=0.2
         Fraction of the training chunks held out for validation when ``cv`` is None.
     parallel : dict, optional
-        ``{"strategy": "sync" | "async", "sync_every": k, "staleness": s}``: steps may train
-        data-parallel with the engine when fewer trials are runnable than workers
+        ``{"strategy": "sync" | "async", "sync_every": k | "auto", "staleness": s}``: steps
+        may train data-parallel with the engine when fewer trials are runnable than workers
         (``staleness`` as in :func:`taskdml.train`: default 0, lock-step; ``None`` unbounded).
         ``"shuffle": False`` keeps the chunks in one order every epoch (default: a new seeded
         order per trial and epoch).

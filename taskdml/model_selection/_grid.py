@@ -380,10 +380,10 @@ class GridSearchCV(BaseSearchCV):
         Chunked data only: how each candidate trains, passed to
         :func:`taskdml.train` — ``strategy`` (default ``"sequential"``, a
         chain of tasks per candidate, so that candidates run side by side), ``epochs``
-        (default 1), ``sync_every``, ``staleness`` (default 0, lock-step; ``None``
-        unbounded), ``shuffle`` (default ``False``: every candidate sees the chunks in the
-        same order), ``shuffle_rows``, ``n_replicas`` and
-        ``random_state`` (default 0; candidate ``i`` uses ``random_state + i``).
+        (default 1), ``sync_every`` (default ``"auto"``), ``staleness`` (default 0,
+        lock-step; ``None`` unbounded), ``shuffle`` (default ``False``: every candidate sees
+        the chunks in the same order), ``shuffle_rows``, ``n_replicas`` and ``random_state``
+        (default 0; candidate ``i`` uses ``random_state + i``).
 
     Attributes
     ----------

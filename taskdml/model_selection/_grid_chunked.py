@@ -34,7 +34,7 @@ from taskdml.parallel._tasks import chunk_labels, fit_concatenated
 DEFAULT_PARALLEL = {
     "strategy": "sequential",
     "epochs": 1,
-    "sync_every": 1,
+    "sync_every": "auto",
     "shuffle": False,
     "random_state": 0,
 }

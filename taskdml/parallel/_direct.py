@@ -159,13 +159,13 @@ class DirectAllReduce:
     def leave(self, rank):
         """End this replica's part: wait for its last messages to go out, close its
         connections, drop its mailbox; return its timings (seconds, summed over rounds, and
-        ``round_s``: each round's seconds in the collective)."""
+        ``round_times_s``: each round's seconds in the collective)."""
         try:
             self._flush(self.timeout)
         finally:
             self._run(self._close_links(), timeout=10.0)
             _drop_mailbox((self.training, self._rank))
-        return {**self.timings, "round_s": self.round_s}
+        return {**self.timings, "round_times_s": self.round_s}
 
     # -- messages ---------------------------------------------------------------------------
 

@@ -9,9 +9,13 @@ trial — calls :func:`train`. Strategies:
     long-running task pinned to the worker that already holds most of its chunks (the
     others are copied there once and stay). The replicas start from one shared
     initialisation (:func:`~taskdml.parallel.prepare_start`); every round each
-    ``partial_fit``\\s ``sync_every`` chunks and they all-reduce through an actor with
+    ``partial_fit``\\s ``sync_every`` blocks and they all-reduce through an actor with
     :func:`~taskdml.parallel.merge_replicas`, worker to worker: the client and the
-    scheduler are not in the loop, so no worker waits for them between rounds.
+    scheduler are not in the loop, so no worker waits for them between rounds. With
+    ``sync_every="auto"`` (the default) the replicas choose the period themselves from the
+    measured seconds per block and per round, the same on every replica, so that
+    coordination stays under 5 % of the wall time (:mod:`taskdml.parallel._period`); the
+    periods are recorded in the history. Not deterministic then; an integer is.
 ``async``
     The same replicas pull the global estimator from a parameter-server actor, train one
     chunk, and push; a worker more than ``staleness`` chunks ahead of the slowest waits
@@ -51,7 +55,7 @@ import weakref
 
 from taskdml import _data, _keys
 from taskdml._sklearn_compat import relink_birch_views
-from taskdml.parallel import _blocks, _chunks, _collective, _direct, _replica, _tasks
+from taskdml.parallel import _blocks, _chunks, _collective, _direct, _period, _replica, _tasks
 from taskdml.parallel._chunks import Chunk
 from taskdml.parallel._merge import get_merge_rule, prepare_start, unmergeable_reason
 from taskdml.parallel._merge_registry import min_batch_rows, without_round_start
@@ -69,11 +73,12 @@ class TrainingPlan:
     """Everything a replica needs to know about a training, fixed before it starts.
 
     Built once by :func:`train` and passed to every replica task unchanged (the engine sets
-    ``rounds_per_epoch`` with :func:`dataclasses.replace` once it knows the replicas).
+    ``rounds_per_epoch`` and ``most_blocks`` with :func:`dataclasses.replace` once it knows
+    the replicas).
     """
 
     epochs: int
-    sync_every: int
+    sync_every: object  # int >= 1 or "auto" (see taskdml.parallel._period)
     shuffle: bool
     shuffle_rows: bool
     seed: int
@@ -83,7 +88,8 @@ class TrainingPlan:
     scorer: object  # scorer(estimator, X, y), or None for estimator.score
     tol: float
     n_iter_no_change: object  # int or None (no early stopping)
-    rounds_per_epoch: int = 0  # sync rounds in one epoch: the most chunks of a replica / sync_every
+    rounds_per_epoch: int = 0  # most sync rounds in one epoch (exactly, for an integer period)
+    most_blocks: int = 0  # the most blocks of a replica: the rounds of an epoch cover them
 
 
 @dataclasses.dataclass
@@ -96,7 +102,11 @@ class TrainResult:
         The trained copy.
     history : list of dict
         One entry per epoch (one for all epochs with ``"async"``): ``epoch``, ``duration_s``,
-        ``samples_seen``, and ``validation_score`` / ``train_loss`` where available.
+        ``samples_seen``, and ``validation_score`` / ``train_loss`` where available. With
+        ``"sync"`` also ``sync_every`` (the epoch's period; with ``"auto"`` the one chosen
+        after the first epoch's probe rounds of period 1) and ``rounds``; with ``"auto"``
+        also ``block_s`` and ``round_s``, the measurements the period was chosen from
+        (:func:`~taskdml.parallel._period.choose_period`).
     strategy : str
         What ran: ``"sync"``, ``"async"``, ``"sequential"`` or ``"fit"`` (one ``fit`` on all
         the data, for an estimator without ``partial_fit``).
@@ -104,10 +114,14 @@ class TrainResult:
         Facts of the run: ``wall_s``, ``n_samples``, ``n_chunks`` (as given), ``blocks`` (as
         trained on), ``rows_per_block`` (fewest, most), ``min_block_rows`` (not for
         ``"fit"``), ``replicas``, ``setup_s`` (seconds from the call's start until training
-        began: inspection, blocks, placement, submission), and per strategy ``rounds``,
-        ``busy_s``, ``reduce_wait_s`` (sync) or ``updates``, ``held_back_s`` and
-        ``versions_behind`` (async: mean, most; how many other pushes were merged between a
-        replica's pull and its push).
+        began: inspection, blocks, placement, submission), and per strategy ``rounds`` (all
+        epochs), ``busy_s``, ``reduce_wait_s``, ``sync_every`` (the integer given, or with
+        ``"auto"`` the list of the epochs' periods) and with ``"auto"`` ``block_s`` and
+        ``round_s`` (lists, per epoch: the inputs of the choice), ``collective`` (``"direct"``,
+        ``"actor"`` or ``"local"``) and with ``"direct"`` per replica ``serialize_s``,
+        ``wire_s``, ``wait_s``, ``merge_s`` and ``collective_round_s`` (the median round) for
+        sync; or ``updates``, ``held_back_s`` and ``versions_behind`` (async: mean, most; how
+        many other pushes were merged between a replica's pull and its push).
     """
 
     estimator: object
@@ -147,7 +161,7 @@ def train(
     preprocess=(),
     strategy=None,
     epochs=1,
-    sync_every=1,
+    sync_every="auto",
     staleness=DEFAULT_STALENESS,
     shuffle=True,
     shuffle_rows=False,
@@ -174,11 +188,15 @@ def train(
         Applied to each chunk before training.
     strategy : {"sync", "async", "sequential"}, optional
         Default ``"sync"`` when the estimator has a merge rule, else ``"sequential"``.
-    epochs, sync_every, staleness, shuffle, shuffle_rows, random_state
+    epochs, staleness, shuffle, shuffle_rows, random_state
         See the module docstring; ``staleness`` (default 0, lock-step; ``None`` unbounded)
         bounds how many chunks an async replica runs ahead of the slowest, ``shuffle``
         reorders each replica's chunks per epoch, ``shuffle_rows`` the rows inside each
         chunk, both seeded by ``random_state``.
+    sync_every : int or "auto", default="auto"
+        Blocks each replica trains between two merges (``"sync"``); ``"auto"`` chooses the
+        period from measured timings (recorded in the history; not deterministic). Ignored
+        by ``"async"`` and ``"sequential"``.
     validation : (X_val, y_val), optional
         Scored after every epoch (``scoring``: a scorer name or callable; default
         ``estimator.score``).
@@ -220,6 +238,7 @@ def train(
     began = time.perf_counter()
     if strategy is not None and strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}.")
+    sync_every = _period.check_sync_every(sync_every)
     client = None if client is False else client if client is not None else current_client()
     X, y, sample_weight = _data.as_dask(
         X if _data.is_chunked(X) else _as_array(X), y, sample_weight
@@ -233,7 +252,7 @@ def train(
     seed = int(check_random_state(random_state).randint(2**31 - 1))
     plan = TrainingPlan(
         epochs=int(epochs),
-        sync_every=int(sync_every),
+        sync_every=sync_every,
         shuffle=shuffle,
         shuffle_rows=shuffle_rows,
         seed=seed,
@@ -552,9 +571,11 @@ def _owned(chunks, n_replicas):
 
 
 def _with_rounds(plan, owned):
-    """*plan* with the rounds of one epoch: the most chunks of a replica, ``sync_every`` a round."""
-    rounds = -(-max(len(chunks) for chunks in owned) // plan.sync_every)
-    return dataclasses.replace(plan, rounds_per_epoch=rounds)
+    """*plan* with the most blocks of a replica and the most rounds of one epoch (``sync_every``
+    blocks a round; period 1 for ``"auto"``, whose rounds the replicas count as they go)."""
+    most = max(len(chunks) for chunks in owned)
+    every = 1 if plan.sync_every == _period.AUTO else plan.sync_every
+    return dataclasses.replace(plan, rounds_per_epoch=-(-most // every), most_blocks=most)
 
 
 def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas, began):
@@ -728,20 +749,19 @@ def _result(strategy, outcomes, collective, plan, n_replicas):
     if strategy == "sync":
         state, history, _ = outcomes[0]
         stats = [outcome[2] for outcome in outcomes]
-        rounds = plan.rounds_per_epoch * len(history)
-        return TrainResult(
-            state,
-            history,
-            "sync",
-            {
-                "replicas": n_replicas,
-                "collective": _collective_kind(collective),
-                "rounds": rounds,
-                "busy_s": [s["busy_s"] for s in stats],
-                "reduce_wait_s": [s["reduce_wait_s"] for s in stats],
-                **_round_timings(stats),
-            },
-        )
+        facts = {
+            "replicas": n_replicas,
+            "collective": _collective_kind(collective),
+            "rounds": sum(entry["rounds"] for entry in history),
+            "busy_s": [s["busy_s"] for s in stats],
+            "reduce_wait_s": [s["reduce_wait_s"] for s in stats],
+            "sync_every": plan.sync_every,
+            **_round_timings(stats),
+        }
+        if plan.sync_every == _period.AUTO:
+            for name in ("sync_every", "block_s", "round_s"):
+                facts[name] = [entry[name] for entry in history]
+        return TrainResult(state, history, "sync", facts)
     state, version, waited, behind = _collective.call(collective, "result")
     history = [
         {
@@ -774,14 +794,14 @@ def _round_timings(stats):
     """The direct collective's timings: per replica, seconds spent serialising, on the wire,
     waiting for slower replicas and merging; and ``round_s``, the median over rounds of the
     fastest replica's seconds in the collective (the one that arrived last waits for no
-    one: its time is the collective's own cost)."""
-    if "round_s" not in stats[0]:
+    one: its time is the collective's own cost), as ``collective_round_s``."""
+    if "round_times_s" not in stats[0]:
         return {}
     import statistics
 
-    per_round = [min(times) for times in zip(*(s["round_s"] for s in stats))]
+    per_round = [min(times) for times in zip(*(s["round_times_s"] for s in stats))]
     timings = {key: [s[key] for s in stats] for key in _direct.TIMINGS}
-    return {**timings, "round_s": statistics.median(per_round) if per_round else 0.0}
+    return {**timings, "collective_round_s": statistics.median(per_round) if per_round else 0.0}
 
 
 def _place(client, owned, threads):

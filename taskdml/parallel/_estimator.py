@@ -50,6 +50,7 @@ from taskdml._keys import key_name
 from taskdml._meta import estimator_has, wrapped_tags
 from taskdml.exceptions import did_you_mean
 from taskdml.parallel._engine import DEFAULT_STALENESS, STRATEGIES, current_client, train
+from taskdml.parallel._period import check_sync_every
 
 __all__ = ["DataParallel"]
 
@@ -78,8 +79,13 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         deterministic). ``"sequential"``: one replica through every chunk.
     epochs : int, default=1
         Passes over the data.
-    sync_every : int, default=1
-        Chunks each replica trains between two merges (``"sync"``).
+    sync_every : int or "auto", default="auto"
+        Chunks each replica trains between two merges (``"sync"``). ``"auto"`` chooses the
+        period from the measured seconds per chunk and per merge, so that merging takes at
+        most 5 % of the time while every epoch still merges at least 4 times; the periods
+        are in ``history_`` (``sync_every``, with their inputs ``block_s`` and ``round_s``).
+        An integer is deterministic for a seed, ``"auto"`` is not. In-memory data split
+        by default (about one chunk per replica) merges after every chunk.
     staleness : int or None, default=0
         How many chunks a replica may run ahead of the slowest (``"async"``): ``0`` is
         lock-step (measured within half a point of sync's accuracy, where more slack cost 1-3
@@ -115,8 +121,10 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         The trained clone of ``estimator``.
     history_ : list of dict
         One entry per epoch: ``epoch``, ``duration_s``, ``samples_seen``, and
-        ``validation_score`` / ``train_loss`` where available. ``partial_fit`` appends. With
-        ``"async"`` there is one entry for all the epochs of a call.
+        ``validation_score`` / ``train_loss`` where available; with ``"sync"`` also
+        ``sync_every`` (the epoch's period) and ``rounds``, and with ``sync_every="auto"``
+        ``block_s`` and ``round_s``, what the period was chosen from. ``partial_fit``
+        appends. With ``"async"`` there is one entry for all the epochs of a call.
     n_epochs_ : int
         Epochs trained since the last ``fit`` (fewer than ``epochs`` after early stopping).
     strategy_ : str
@@ -165,7 +173,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         *,
         strategy="sync",
         epochs=1,
-        sync_every=1,
+        sync_every="auto",
         staleness=DEFAULT_STALENESS,
         shuffle=True,
         random_state=None,
@@ -328,9 +336,9 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
                 f"{name}: strategy must be one of {', '.join(map(repr, STRATEGIES))}; "
                 f"got {self.strategy!r}.{did_you_mean(self.strategy, STRATEGIES)}"
             )
+        check_sync_every(self.sync_every, name)
         for parameter, low, optional in (
             ("epochs", 1, False),
-            ("sync_every", 1, False),
             ("staleness", 0, True),
             ("n_iter_no_change", 1, True),
             ("chunk_size", 1, True),

@@ -14,6 +14,7 @@ import copy
 import time
 
 from taskdml.parallel._collective import call
+from taskdml.parallel._period import Period
 from taskdml.parallel._tasks import epoch_order, fit_chunk, transform_chunk
 
 
@@ -68,34 +69,47 @@ def sync_replica(rank, start, chunks, collective, plan):
 
 
 def _sync_replica(rank, start, chunks, collective, plan):
-    """Train one replica synchronously; rank 0 returns ``(estimator, history)``.
+    """Train one replica synchronously; rank 0 returns ``(estimator, history, stats)``.
 
-    Each round the replica copies the global estimator, ``partial_fit``\\s its next
-    ``plan.sync_every`` chunks, and all-reduces through *collective*. After an epoch's last
-    round rank 0 scores the global estimator on the validation data (if any) and reports;
-    every replica reads the report to decide whether to go on (early stopping).
+    Each round the replica copies the global estimator, ``partial_fit``\\s its next blocks
+    (``plan.sync_every`` of them, or as many as the ``"auto"`` period says: see
+    :mod:`taskdml.parallel._period`), and all-reduces through *collective*, passing what the
+    period needs as the reduce's info. Every replica runs rounds until ``plan.most_blocks``
+    blocks of the epoch are done, one with fewer blocks contributing no rows, so all perform
+    the same reduces with the same round ids. After an epoch's last round rank 0 scores the
+    global estimator on the validation data (if any) and reports; every replica reads the
+    report to decide whether to go on (early stopping).
     """
     state, history, busy, waiting = start, [], 0.0, 0.0
-    validation, every = plan.validation, plan.sync_every
+    validation, period, overhead = plan.validation, Period(plan.sync_every, plan.most_blocks), None
     for epoch in range(plan.epochs):
         epoch_started = time.perf_counter()
         order = epoch_order(chunks, (plan.seed, epoch, rank), plan.shuffle)
-        rows_seen = 0
-        for round_index in range(plan.rounds_per_epoch):
+        done, round_index = 0, 0
+        while (size := period.blocks(done)) > 0:
+            copying = time.perf_counter()
             replica, rows = copy.deepcopy(state), 0
             began = time.perf_counter()
-            for chunk in order[round_index * every : (round_index + 1) * every]:
+            blocks = order[done : done + size]
+            for chunk in blocks:
                 rows += _fit_chunk(replica, chunk, plan, epoch)
             reduced = time.perf_counter()
             busy += reduced - began
-            state, _ = call(collective, "reduce", (epoch, round_index), rank, replica, rows, None)
-            waiting += time.perf_counter() - reduced
-            rows_seen += rows
+            info = period.info(reduced - began, len(blocks), overhead)
+            round_id = (epoch, round_index)
+            state, infos = call(collective, "reduce", round_id, rank, replica, rows, info)
+            returned = time.perf_counter()
+            waiting += returned - reduced
+            overhead = (began - copying) + (returned - reduced)
+            period.observe(infos)
+            done, round_index = done + size, round_index + 1
+        facts = period.end_epoch()
         report = None
         if rank == 0:
             report = {
                 "epoch": epoch + 1,
                 "duration_s": time.perf_counter() - epoch_started,
+                **facts,
                 **epoch_scores(state, validation, plan),
             }
             report["stop"] = should_stop(history + [report], plan)

@@ -1,9 +1,11 @@
 """``fit:`` steps: an estimator trained on a dataset by the training engine.
 
 ``parallel:`` carries the engine's options (``strategy``, ``sync_every``, ``staleness``,
-``epochs``, ``shuffle``, ``random_state``). With ``foreach``, every item is its own estimator
-(item values are estimator parameters), trained side by side: each item's training runs in
-its own client thread, in the step's context (client, span and key names).
+``epochs``, ``shuffle``, ``random_state``). The manifest records each training's history and
+facts, the sync periods among them (with ``sync_every: auto``, what they were chosen from).
+With ``foreach``, every item is its own estimator (item values are estimator parameters),
+trained side by side: each item's training runs in its own client thread, in the step's
+context (client, span and key names).
 """
 
 import concurrent.futures

@@ -136,7 +136,7 @@ def test_direct_rounds_record_where_the_time_goes(six_threads):
     assert stats["collective"] == "direct"
     for key in ("serialize_s", "wire_s", "wait_s", "merge_s"):
         assert len(stats[key]) == 3 and all(value >= 0 for value in stats[key])
-    assert 0 < stats["round_s"] <= max(stats["reduce_wait_s"])
+    assert 0 < stats["collective_round_s"] <= max(stats["reduce_wait_s"])
 
 
 class DiesOnMarkedChunk(SGDClassifier):

@@ -88,17 +88,16 @@ def test_exact_rules_equal_one_serial_pass_on_the_cluster(client, estimator):
 
 
 def test_sync_is_deterministic_and_equals_the_thread_path(client):
-    """Two sync runs with one seed agree exactly, and so do 2 replicas as threads: all equal the
-    independent loop of replicas (test_reference.py) with the same shuffled chunk order."""
+    """Two sync runs with one seed and an explicit period agree exactly, and so do 2 replicas as
+    threads: all equal the independent loop of replicas (test_reference.py) with the same
+    shuffled chunk order. ("auto" chooses its period from timings: not deterministic.)"""
     from test_reference import reference_sync
 
     X, y = _data()
-    runs = [
-        train(SGDClassifier(random_state=0), X, y, epochs=2, random_state=3).estimator
-        for _ in range(2)
-    ]
+    options = dict(epochs=2, sync_every=1, random_state=3)
+    runs = [train(SGDClassifier(random_state=0), X, y, **options).estimator for _ in range(2)]
     threads = train(
-        SGDClassifier(random_state=0), X, y, epochs=2, random_state=3, n_replicas=2, client=False
+        SGDClassifier(random_state=0), X, y, **options, n_replicas=2, client=False
     ).estimator
     np.testing.assert_array_equal(runs[0].coef_, runs[1].coef_)
     np.testing.assert_array_equal(runs[0].coef_, threads.coef_)
