@@ -35,7 +35,7 @@ class _Rounds:
         self.pending = {}
         self.results = {}
         self.served = {}
-        self.epochs = {}
+        self.shared, self.shared_served = {}, {}
         self.failed = None
 
     def contribute(self, round_id, rank, replica, rows, info):
@@ -49,6 +49,19 @@ class _Rounds:
             )
             return True
         return False
+
+    def share(self, tag, rank, value):
+        """Rank 0 leaves *value* under *tag*; whether it did."""
+        if rank == 0:
+            self.shared[tag] = value
+        return rank == 0
+
+    def take_shared(self, tag):
+        value = self.shared[tag]
+        self.shared_served[tag] = self.shared_served.get(tag, 0) + 1
+        if self.shared_served[tag] == self.n_replicas:
+            del self.shared[tag], self.shared_served[tag]
+        return value
 
     def take(self, round_id):
         result = self.results[round_id]
@@ -145,14 +158,13 @@ class AllReduceActor(_ActorCollective):
             await self._wait(lambda: round_id in self.rounds.results)
             return self.rounds.take(round_id)
 
-    async def epoch_end(self, epoch, report):
-        """Rank 0 reports an epoch (``report`` is a dict); everyone gets the report back."""
+    async def broadcast(self, tag, rank, value=None):
+        """Rank 0's *value* under *tag*, returned to every replica."""
         async with self._lock():
-            if report is not None:
-                self.rounds.epochs[epoch] = report
+            if self.rounds.share(tag, rank, value):
                 self.condition.notify_all()
-            await self._wait(lambda: epoch in self.rounds.epochs)
-            return self.rounds.epochs[epoch]
+            await self._wait(lambda: tag in self.rounds.shared)
+            return self.rounds.take_shared(tag)
 
 
 class AllReduceLocal(_LocalCollective):
@@ -171,13 +183,12 @@ class AllReduceLocal(_LocalCollective):
             self._wait(lambda: round_id in self.rounds.results)
             return self.rounds.take(round_id)
 
-    def epoch_end(self, epoch, report):
+    def broadcast(self, tag, rank, value=None):
         with self.condition:
-            if report is not None:
-                self.rounds.epochs[epoch] = report
+            if self.rounds.share(tag, rank, value):
                 self.condition.notify_all()
-            self._wait(lambda: epoch in self.rounds.epochs)
-            return self.rounds.epochs[epoch]
+            self._wait(lambda: tag in self.rounds.shared)
+            return self.rounds.take_shared(tag)
 
 
 class _ServerState:

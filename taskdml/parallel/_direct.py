@@ -1,12 +1,12 @@
 """The all-reduce of sync training as direct messages between the replicas' worker processes.
 
 Each replica sends its model straight to the other replicas' workers over distributed's own
-comms (the TCP or TLS connections workers use to move data, opened with the worker's
-``connection_args``), one connection per pair of replicas that talk, opened at its first
-message and kept for the whole training. A message is written on the worker's event loop
-and lands in a *mailbox* of the receiving worker (the ``taskdml_collective`` handler, which
-:class:`CollectivePlugin` installs on every worker once per client); the replica thread
-waits there. No actor, scheduler or client is in the loop.
+comms (TCP or TLS, opened with the worker's ``connection_args``), one connection per pair of
+workers that talk, opened at the first message and kept for later trainings. A message is
+written on the worker's event loop and lands in the *mailbox* of its replica on the
+receiving worker (the ``taskdml_collective`` handler, which :class:`CollectivePlugin`
+installs on every worker once per client); the replica thread waits there. No actor,
+scheduler or client is in the loop.
 
 **The collective is a recursive-doubling all-gather**, after which every replica merges all
 ``R`` replicas itself, in rank order, with :func:`~taskdml.parallel._collective.merge_ranked`
@@ -30,8 +30,11 @@ The bandwidth term still grows with ``R`` times the model size; a large network 
 of replicas would want a reduce-scatter of its flattened weights, which needs rules written
 for it (not done).
 
-Failure: a replica that fails sends ``abort`` to every other one, which raises at once; a
-replica whose worker dies closes its connections, and a replica waiting for it raises
+Rank 0's initial estimator and its epoch reports go down a binomial tree
+(:meth:`DirectAllReduce.broadcast`).
+
+Failure: a replica that fails sends ``abort`` to every other one, which raises at once; when
+a worker dies its connections close, and a replica waiting for one of its replicas raises
 naming it; a peer that never sends is pinged every few seconds while waited for.
 """
 
@@ -85,7 +88,7 @@ class DirectAllReduce:
 
     Built by the engine on the client (``addresses[rank]`` is the worker that runs replica
     ``rank``) and pickled into every replica task; it binds to its worker at first use.
-    Methods are the all-reduce's (``reduce``, ``epoch_end``, ``abort``), blocking, called
+    Methods are the all-reduce's (``reduce``, ``broadcast``, ``abort``), blocking, called
     from the replica's thread, between ``join`` at the start of the replica and ``leave`` at
     its end.
     """
@@ -110,7 +113,7 @@ class DirectAllReduce:
 
         self._worker, self._rank = get_worker(), rank
         self._box = _mailbox((self.training, rank))
-        self._links, self._sends = {}, []
+        self._sends = []
         self.timings = dict.fromkeys(TIMINGS, 0.0)
         self.round_s = []
 
@@ -123,7 +126,7 @@ class DirectAllReduce:
         for tag, send_to, receive_from in steps(len(self.addresses), rank):
             tag = f"{round_id}:{tag}"
             if send_to is not None:
-                self._send(send_to, {"kind": "items", "tag": tag, "items": _as_list(held)})
+                self._send(send_to, tag, items=_as_list(held))
             if receive_from is not None:
                 held.update(_as_dict(self._receive(receive_from, tag)["items"]))
         unpickled = time.perf_counter()
@@ -139,61 +142,54 @@ class DirectAllReduce:
         self.round_s.append(done - began)
         return merged, [held[r][2] for r in range(len(self.addresses))]
 
-    def epoch_end(self, epoch, report):
-        """Rank 0 sends its epoch *report* to every replica; all return it."""
-        tag = f"epoch:{epoch}"
-        if report is not None:
-            for peer in range(1, len(self.addresses)):
-                self._send(peer, {"kind": "report", "tag": tag, "report": report})
-            return report
-        return self._receive(0, tag)["report"]
+    def broadcast(self, tag, rank, value=None):
+        """Rank 0's *value* to every replica, down a binomial tree (``ceil(log2 R)`` steps):
+        replica ``r`` receives from ``r - 2**h`` (``2**h`` the highest bit of ``r``) and
+        passes it on to ``r + 2**b`` for every ``b > h``."""
+        tag = f"broadcast:{tag}"
+        if rank:
+            value = pickle.loads(self._receive(rank - (1 << (rank.bit_length() - 1)), tag)["value"])
+        payload = None
+        for bit in range(rank.bit_length(), len(self.addresses).bit_length()):
+            peer = rank + (1 << bit)
+            if peer < len(self.addresses):
+                payload = payload or pickle.dumps(value, protocol=5)
+                self._send(peer, tag, value=payload)
+        return value
 
     def abort(self, message):
         """Tell every other replica that this one failed (they raise at once)."""
         self._box.fail(message)
         for peer in range(len(self.addresses)):
             if peer != self._rank:
-                self._send(peer, {"kind": "abort", "message": message})
+                self._send(peer, "abort", abort=message)
         self._flush(timeout=5.0)
 
     def leave(self, rank):
-        """End this replica's part: wait for its last messages to go out, close its
-        connections, drop its mailbox; return its timings (seconds, summed over rounds, and
-        ``round_times_s``: each round's seconds in the collective)."""
+        """End this replica's part: wait for its last messages to go out and drop its
+        mailbox (the connections stay open for the next training); return its timings
+        (seconds, summed over rounds, and ``round_times_s``: each round's seconds in the
+        collective)."""
         try:
             self._flush(self.timeout)
         finally:
-            self._run(self._close_links(), timeout=10.0)
             _drop_mailbox((self.training, self._rank))
         return {**self.timings, "round_times_s": self.round_s}
 
     # -- messages ---------------------------------------------------------------------------
 
-    def _send(self, peer, message):
-        message["sent"] = time.time()
+    def _send(self, peer, tag, **content):
+        message = {
+            "training": self.training,
+            "sender": self._rank,
+            "receiver": peer,
+            "tag": tag,
+            "sent": time.time(),
+            **content,
+        }
         loop = self._worker.loop.asyncio_loop
-        future = asyncio.run_coroutine_threadsafe(self._write(peer, message), loop)
-        self._sends.append((peer, future))
-
-    async def _write(self, peer, message):
-        from distributed.comm import connect
-
-        if peer not in self._links:
-            self._links[peer] = _Link()
-        link = self._links[peer]
-        async with link.lock:
-            if link.comm is None:
-                link.comm = await connect(self.addresses[peer], **self._worker.connection_args)
-                await link.comm.write(
-                    {
-                        "op": HANDLER,
-                        "reply": False,
-                        "training": self.training,
-                        "sender": self._rank,
-                        "receiver": peer,
-                    }
-                )
-            await link.comm.write(message)
+        coroutine = _write(self._worker, self.addresses[peer], message)
+        self._sends.append((peer, asyncio.run_coroutine_threadsafe(coroutine, loop)))
 
     def _receive(self, sender, tag):
         """Wait for the message *tag* from *sender*, checking on the way that no replica
@@ -234,8 +230,10 @@ class DirectAllReduce:
 
     def _ping(self, peer):
         address = self.addresses[peer]
+        loop = self._worker.loop.asyncio_loop
+        identity = self._worker.rpc(address).identity()
         try:
-            self._run(self._worker.rpc(address).identity(), timeout=PING_AFTER_S * 5)
+            asyncio.run_coroutine_threadsafe(identity, loop).result(PING_AFTER_S * 5)
         except Exception as error:
             raise ConnectionError(
                 f"replica {self._rank}: replica {peer}'s worker {address} does not answer "
@@ -250,15 +248,30 @@ class DirectAllReduce:
                 future.result(max(0.0, deadline - time.perf_counter()))
         self._check_sends()
 
-    async def _close_links(self):
-        for link in self._links.values():
-            if link.comm is not None:
-                with contextlib.suppress(Exception):
-                    await link.comm.close()
 
-    def _run(self, coroutine, timeout):
-        loop = self._worker.loop.asyncio_loop
-        return asyncio.run_coroutine_threadsafe(coroutine, loop).result(timeout)
+# -- connections, in each worker process ----------------------------------------------------
+
+_LINKS = {}  # (this worker's address, peer worker's address) -> _Link; on the event loop only
+
+
+async def _write(worker, address, message):
+    """Write *message* to the worker at *address* on the one connection this worker keeps to
+    it (opened at the first message, reopened after a failure)."""
+    from distributed.comm import connect
+
+    key = (worker.address, address)
+    if key not in _LINKS:
+        _LINKS[key] = _Link()
+    link = _LINKS[key]
+    async with link.lock:
+        if link.comm is None or link.comm.closed():
+            link.comm = await connect(address, **worker.connection_args)
+            await link.comm.write({"op": HANDLER, "reply": False, "origin": worker.address})
+        try:
+            await link.comm.write(message)
+        except Exception:
+            link.comm = None
+            raise
 
 
 class _Link:
@@ -291,8 +304,8 @@ class Mailbox:
 
     def put(self, sender, message):
         with self.condition:
-            if message["kind"] == "abort":
-                self.failed = self.failed or message["message"]
+            if "abort" in message:
+                self.failed = self.failed or message["abort"]
             else:
                 self.messages[(sender, message["tag"])] = message
             self.condition.notify_all()
@@ -349,20 +362,29 @@ def _drop_mailbox(replica):
             del _FINISHED[next(iter(_FINISHED))]
 
 
-async def receive(comm, training, sender, receiver):
-    """The ``taskdml_collective`` handler: read the messages of replica *sender* to replica
-    *receiver* (of this worker) until the sender closes the connection."""
+async def receive(comm, origin):
+    """The ``taskdml_collective`` handler: put the messages the worker at *origin* sends into
+    their replicas' mailboxes until the connection closes; then tell the replicas still
+    waiting for a sender on it."""
     from distributed.comm import CommClosedError
     from distributed.core import Status
 
-    box = _mailbox((training, receiver))
+    senders = set()  # (replica, sender rank) that used this connection
     try:
         while True:
             message = await comm.read()
             message["arrived"] = time.time()
-            box.put(sender, message)
+            replica = (message["training"], message["receiver"])
+            senders.add((replica, message["sender"]))
+            _mailbox(replica).put(message["sender"], message)
+            if len(senders) > 1000:
+                senders = {(r, s) for r, s in senders if r in _MAILBOXES}
     except (CommClosedError, OSError) as error:
-        box.disconnect(sender, f"{type(error).__name__}: {error}")
+        reason = f"the connection from worker {origin} closed ({type(error).__name__})"
+        for replica, sender in senders:
+            box = _MAILBOXES.get(replica)
+            if box is not None:
+                box.disconnect(sender, reason)
     return Status.dont_reply
 
 

@@ -90,6 +90,7 @@ class TrainingPlan:
     n_iter_no_change: object  # int or None (no early stopping)
     rounds_per_epoch: int = 0  # most sync rounds in one epoch (exactly, for an integer period)
     most_blocks: int = 0  # the most blocks of a replica: the rounds of an epoch cover them
+    rule: object = None  # the estimator's merge rule (sync/async), set with the rounds
 
 
 @dataclasses.dataclass
@@ -600,7 +601,7 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
         )
     owned = _owned(chunks, n_replicas)
     placement = _place(client, owned, threads)
-    first, rule = chunks[0], get_merge_rule(estimator)
+    rule = get_merge_rule(estimator)
     # The actor and the replicas hold the state of this one training, so their keys are new
     # on every call: with a key of its inputs alone, a call made while the scheduler still
     # held the last one's actor got that actor back, its state and version included.
@@ -613,20 +614,21 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
         uuid.uuid4().hex,
         phase="replica",
     )
-    start = client.submit(
-        prepare_start,
-        estimator,
-        first.X,
-        first.y,
-        plan.fit_kwargs.get("classes"),
-        rule=rule,
-        key=_keys.key_name("train", name, phase="prepare"),
-    )
-    plan = _with_rounds(plan, owned)
+    plan = dataclasses.replace(_with_rounds(plan, owned), rule=rule)
     addresses = [placement[rank] for rank in range(n_replicas)]
     if strategy == "sync":
         collective, actor_future = _sync_collective(client, addresses, rule, name)
     else:
+        first = chunks[0]
+        start = client.submit(
+            prepare_start,
+            estimator,
+            first.X,
+            first.y,
+            plan.fit_kwargs.get("classes"),
+            rule=rule,
+            key=_keys.key_name("train", name, phase="prepare"),
+        )
         actor_future = client.submit(
             _collective.ParameterServerActor,
             start,
@@ -639,7 +641,7 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
         )
         collective = actor_future.result()
     # An actor lives as long as its future does: ``actor_future`` is kept to the end.
-    replica, start_args = _replica_task(strategy, start)
+    replica, start_args = _replica_task(strategy, estimator)
     with _taking_turns(client, n_replicas):
         tasks = [
             client.submit(
@@ -836,15 +838,14 @@ def _replicated_locally(estimator, chunks, plan, strategy, staleness, n_replicas
     n_replicas = min(n_replicas, len(chunks))
     owned = _owned(chunks, n_replicas)
     rule = get_merge_rule(estimator)
-    start = prepare_start(
-        estimator, chunks[0].X, chunks[0].y, plan.fit_kwargs.get("classes"), rule=rule
-    )
-    plan = _with_rounds(plan, owned)
+    plan = dataclasses.replace(_with_rounds(plan, owned), rule=rule)
     if strategy == "sync":
         collective = _collective.AllReduceLocal(n_replicas, rule)
     else:
+        classes = plan.fit_kwargs.get("classes")
+        start = prepare_start(estimator, chunks[0].X, chunks[0].y, classes, rule=rule)
         collective = _collective.ParameterServerLocal(start, n_replicas, staleness, rule)
-    replica, start_args = _replica_task(strategy, start)
+    replica, start_args = _replica_task(strategy, estimator)
     with concurrent.futures.ThreadPoolExecutor(n_replicas) as pool:
         futures = [
             pool.submit(replica, rank, *start_args, owned[rank], collective, plan)
@@ -857,9 +858,10 @@ def _replicated_locally(estimator, chunks, plan, strategy, staleness, n_replicas
     return result
 
 
-def _replica_task(strategy, start):
-    """The replica function of *strategy* and its leading arguments: sync replicas begin at
-    *start*; async ones pull the global estimator from the parameter server instead."""
+def _replica_task(strategy, estimator):
+    """The replica function of *strategy* and its leading arguments: sync replicas get the
+    estimator (rank 0 prepares the start and broadcasts it); async ones pull the global
+    estimator from the parameter server instead."""
     if strategy == "sync":
-        return _replica.sync_replica, (start,)
+        return _replica.sync_replica, (estimator,)
     return _replica.async_replica, ()

@@ -14,6 +14,7 @@ import copy
 import time
 
 from taskdml.parallel._collective import call
+from taskdml.parallel._merge import prepare_start
 from taskdml.parallel._period import Period
 from taskdml.parallel._tasks import epoch_order, fit_chunk, transform_chunk
 
@@ -61,9 +62,16 @@ def _coordinated(collective, rank):
         timings.update(leave(collective, rank))
 
 
-def sync_replica(rank, start, chunks, collective, plan):
-    """See :func:`_sync_replica`; a failure here is passed on to the other replicas."""
+def sync_replica(rank, estimator, chunks, collective, plan):
+    """See :func:`_sync_replica`, from the start rank 0 prepares on its first block and
+    broadcasts; a failure here is passed on to the other replicas."""
     with _coordinated(collective, rank) as timings:
+        start = None
+        if rank == 0:
+            first = chunks[0]
+            classes = plan.fit_kwargs.get("classes")
+            start = prepare_start(estimator, first.X, first.y, classes, rule=plan.rule)
+        start = call(collective, "broadcast", "start", rank, start)
         state, history, stats = _sync_replica(rank, start, chunks, collective, plan)
     return state, history, {**stats, **timings}
 
@@ -113,7 +121,7 @@ def _sync_replica(rank, start, chunks, collective, plan):
                 **epoch_scores(state, validation, plan),
             }
             report["stop"] = should_stop(history + [report], plan)
-        report = call(collective, "epoch_end", epoch, report)
+        report = call(collective, "broadcast", ("epoch", epoch), rank, report)
         history.append(report)
         if report.get("stop"):
             break
