@@ -236,7 +236,7 @@ def train(
     from sklearn.base import is_classifier
     from sklearn.utils import check_random_state
 
-    began = time.perf_counter()
+    clock = _Clock()
     if strategy is not None and strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}.")
     sync_every = _period.check_sync_every(sync_every)
@@ -248,6 +248,7 @@ def train(
     if client is not None and not all(_persisted(client, array) for array in arrays):
         arrays = client.persist(arrays)
     chunks = _chunk_lists(arrays, X, y, sample_weight)
+    clock.lap("prepare_s")
     facts = _inspect(client, chunks, is_classifier(estimator))
     classes = _chunks.check(facts, X.shape[1], classes, is_classifier(estimator) and y is not None)
     seed = int(check_random_state(random_state).randint(2**31 - 1))
@@ -266,7 +267,9 @@ def train(
     )
     strategy = _choose(estimator, strategy)
     n_chunks = len(chunks)
+    clock.lap("inspect_s")
     chunks, block_stats = _training_blocks(estimator, chunks, facts, X, strategy, client)
+    clock.lap("blocks_s")
     started = time.perf_counter()
     if strategy == "fit":
         result = _fit_once(estimator, chunks, plan, client)
@@ -274,10 +277,11 @@ def train(
         result = _sequential(estimator, chunks, plan, client)
     else:
         result = _replicated(
-            estimator, chunks, plan, client, strategy, staleness, n_replicas, began
+            estimator, chunks, plan, client, strategy, staleness, n_replicas, clock
         )
     rows = sum(fact["rows"] for fact in facts)
-    result.stats.setdefault("setup_s", started - began)
+    result.stats.setdefault("setup_s", started - clock.began)
+    result.stats["setup"] = clock.laps
     result.stats.update(
         wall_s=time.perf_counter() - started, n_samples=rows, n_chunks=n_chunks, **block_stats
     )
@@ -579,16 +583,17 @@ def _with_rounds(plan, owned):
     return dataclasses.replace(plan, rounds_per_epoch=-(-most // every), most_blocks=most)
 
 
-def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas, began):
+def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas, clock):
     """Sync or async replicas, as pinned long-running tasks or as local threads.
 
     The replicas coordinate through one *collective*: an all-reduce (sync) or a parameter
     server (async), here a Dask actor on the first replica's worker. The result's
-    ``setup_s`` counts from *began* (the call's start) to the replicas' submission.
+    ``setup_s`` counts from the call's start to the replicas' submission; *clock* (a
+    :class:`_Clock`) gets the pieces of the fixed cost.
     """
     if client is None:
         return _replicated_locally(
-            estimator, chunks, plan, strategy, staleness, n_replicas or 1, began
+            estimator, chunks, plan, strategy, staleness, n_replicas or 1, clock
         )
     threads = client.nthreads()
     n_replicas = min(n_replicas or len(threads), len(chunks))
@@ -601,6 +606,7 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
         )
     owned = _owned(chunks, n_replicas)
     placement = _place(client, owned, threads)
+    clock.lap("place_s")
     rule = get_merge_rule(estimator)
     # The actor and the replicas hold the state of this one training, so their keys are new
     # on every call: with a key of its inputs alone, a call made while the scheduler still
@@ -642,28 +648,56 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
         collective = actor_future.result()
     # An actor lives as long as its future does: ``actor_future`` is kept to the end.
     replica, start_args = _replica_task(strategy, estimator)
+    clock.lap("collective_s")
     with _taking_turns(client, n_replicas):
-        tasks = [
-            client.submit(
-                replica,
-                rank,
-                *start_args,
-                owned[rank],
-                collective,
-                plan,
-                workers=[placement[rank]],
-                allow_other_workers=False,
-                pure=False,
-                key=(name, rank),
-            )
-            for rank in range(n_replicas)
-        ]
-        submitted = time.perf_counter()
+        clock.lap("lock_s")
+        tasks = _submit_together(
+            client,
+            [
+                (replica, rank, start_args, owned[rank], collective, plan)
+                for rank in range(n_replicas)
+            ],
+            [placement[rank] for rank in range(n_replicas)],
+            name,
+        )
+        setup_s, submitted = clock.since_start(), time.time()
+        clock.lap("submit_s")
         outcomes = client.gather(tasks)
+    clock.replicas(submitted, [_outcome_stats(strategy, outcome) for outcome in outcomes])
     result = _result(strategy, outcomes, collective, plan, n_replicas)
-    result.stats["setup_s"] = submitted - began
+    result.stats["setup_s"] = setup_s
     del actor_future
     return result
+
+
+def _submit_together(client, replicas, workers, name):
+    """Submit one task per replica, ``(function, rank, start_args, chunks, collective,
+    plan)`` of *replicas*, each pinned to its worker in *workers*, in one message to the
+    scheduler: the client batches its messages (one every 10 ms), so one ``submit`` per
+    replica could start the last replica 10 ms after the first, and the others would wait
+    for it."""
+    import dask
+
+    tasks = []
+    for (function, rank, start_args, chunks, collective, plan), worker in zip(replicas, workers):
+        with dask.annotate(workers=[worker], allow_other_workers=False):
+            task = dask.delayed(_replica_task_entry, pure=False)(
+                function,
+                rank,
+                start_args,
+                [tuple(c) for c in chunks],
+                collective,
+                plan,
+                dask_key_name=(name, rank),
+            )
+        tasks.append(task)
+    return client.compute(tasks)
+
+
+def _replica_task_entry(function, rank, start_args, chunks, collective, plan):
+    """A replica task. Its chunks come as plain tuples, where a graph finds their futures
+    (it passes a NamedTuple's fields on unread)."""
+    return function(rank, *start_args, [Chunk(*c) for c in chunks], collective, plan)
 
 
 def _sync_collective(client, addresses, rule, name):
@@ -744,7 +778,15 @@ def _taking_turns(client, n_replicas):
 
     if n_replicas == 1:
         return contextlib.nullcontext()
-    return Lock("taskdml-replicated-training", scheduler_rpc=client.scheduler, loop=client.loop)
+    with _DIRECT_LOCK:  # one lock object per client: registered with the scheduler once
+        if client not in _TURNS:
+            _TURNS[client] = Lock(
+                "taskdml-replicated-training", scheduler_rpc=client.scheduler, loop=client.loop
+            )
+        return _TURNS[client]
+
+
+_TURNS = weakref.WeakKeyDictionary()  # client -> its distributed.Lock for _taking_turns
 
 
 def _result(strategy, outcomes, collective, plan, n_replicas):
@@ -830,7 +872,7 @@ def _place(client, owned, threads):
     return placement
 
 
-def _replicated_locally(estimator, chunks, plan, strategy, staleness, n_replicas, began):
+def _replicated_locally(estimator, chunks, plan, strategy, staleness, n_replicas, clock):
     """The same replicas as threads of this process, on computed chunks."""
     import dask
 
@@ -851,11 +893,49 @@ def _replicated_locally(estimator, chunks, plan, strategy, staleness, n_replicas
             pool.submit(replica, rank, *start_args, owned[rank], collective, plan)
             for rank in range(n_replicas)
         ]
-        submitted = time.perf_counter()
+        setup_s, submitted = clock.since_start(), time.time()
         outcomes = [future.result() for future in futures]
+    clock.replicas(submitted, [_outcome_stats(strategy, outcome) for outcome in outcomes])
     result = _result(strategy, outcomes, collective, plan, n_replicas)
-    result.stats["setup_s"] = submitted - began
+    result.stats["setup_s"] = setup_s
     return result
+
+
+def _outcome_stats(strategy, outcome):
+    """The stats dict of one replica's outcome (sync: ``(state, history, stats)``)."""
+    return outcome[2] if strategy == "sync" else outcome
+
+
+class _Clock:
+    """Where the fixed cost of one :func:`train` call goes: seconds per piece, in order.
+
+    Before submission, laps of the client's own work (``prepare_s``: arguments and chunk
+    lists; ``inspect_s``; ``blocks_s``; ``place_s``: worker threads, who holds the chunks,
+    placement; ``collective_s``; ``lock_s``: the cluster-wide turn; ``submit_s``). After it,
+    from the replicas' own clocks (``time.time``, so across hosts only as good as their
+    clock sync): ``dispatch_s`` from submission to the first replica's start, ``skew_s``
+    from the first start to the last, and ``return_s`` from the last replica's end to the
+    results in this process.
+    """
+
+    def __init__(self):
+        self.began = self.last = time.perf_counter()
+        self.laps = {}
+
+    def lap(self, name):
+        now = time.perf_counter()
+        self.laps[name] = self.laps.get(name, 0.0) + now - self.last
+        self.last = now
+
+    def since_start(self):
+        return time.perf_counter() - self.began
+
+    def replicas(self, submitted, stats):
+        """Add the pieces after *submitted* (``time.time``) from the replicas' *stats*."""
+        starts = [s["started"] for s in stats]
+        self.laps["dispatch_s"] = max(0.0, min(starts) - submitted)
+        self.laps["skew_s"] = max(starts) - min(starts)
+        self.laps["return_s"] = max(0.0, time.time() - max(s["ended"] for s in stats))
 
 
 def _replica_task(strategy, estimator):

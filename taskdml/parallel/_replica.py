@@ -44,9 +44,9 @@ def _coordinated(collective, rank):
     """A replica's time in the collective: it joins at the start and leaves at the end (for
     the collectives that keep per-replica state), and if it fails it tells the others
     instead of letting them wait for it. Yields a dict that receives the collective's
-    timings of this replica when it leaves."""
+    timings of this replica when it leaves, and its start and end (``time.time``)."""
     join, leave = (getattr(type(collective), name, None) for name in ("join", "leave"))
-    timings = {}
+    timings = {"started": time.time()}
     if join is not None:
         join(collective, rank)
     try:
@@ -60,6 +60,7 @@ def _coordinated(collective, rank):
         raise
     if leave is not None:
         timings.update(leave(collective, rank))
+    timings["ended"] = time.time()
 
 
 def sync_replica(rank, estimator, chunks, collective, plan):
@@ -158,8 +159,9 @@ def should_stop(history, plan):
 def async_replica(rank, chunks, collective, plan):
     """Train one replica's chunks against the parameter server *collective* (pull, fit one
     chunk, push)."""
-    with _coordinated(collective, rank):
-        return _async_replica(rank, chunks, collective, plan)
+    with _coordinated(collective, rank) as timings:
+        stats = _async_replica(rank, chunks, collective, plan)
+    return {**stats, **timings}
 
 
 def _async_replica(rank, chunks, collective, plan):

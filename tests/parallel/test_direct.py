@@ -127,7 +127,8 @@ def test_direct_actor_and_threads_train_identical_models(six_threads, name):
 
 def test_direct_rounds_record_where_the_time_goes(six_threads):
     """Sync training on a cluster all-reduces directly and records, per replica, the
-    seconds spent serialising, on the wire, waiting and merging, and the median round."""
+    seconds spent serialising, on the wire, waiting and merging, the median round, and
+    where the call's fixed cost went, piece by piece."""
     X, y = _data()
     result = train(
         SGDClassifier(random_state=0), X, y, classes=[0, 1], n_replicas=3, client=six_threads
@@ -137,6 +138,10 @@ def test_direct_rounds_record_where_the_time_goes(six_threads):
     for key in ("serialize_s", "wire_s", "wait_s", "merge_s"):
         assert len(stats[key]) == 3 and all(value >= 0 for value in stats[key])
     assert 0 < stats["collective_round_s"] <= max(stats["reduce_wait_s"])
+    pieces = ("prepare_s", "inspect_s", "blocks_s", "place_s", "collective_s", "lock_s")
+    pieces += ("submit_s", "dispatch_s", "skew_s", "return_s")
+    assert list(stats["setup"]) == list(pieces)
+    assert all(stats["setup"][piece] >= 0 for piece in pieces)
 
 
 class DiesOnMarkedChunk(SGDClassifier):
