@@ -557,6 +557,26 @@ def fixed_cost_timeline(client, data, runs=3):
     return {key: _median(t.get(key) for t in timelines) for key in keys}
 
 
+def _noop():
+    return None
+
+
+def dask_task_floor(client, runs=30):
+    """Dask's own floor for one call, in ms (median of *runs*): a no-op task submitted and its
+    result fetched, isolated (50 ms apart) and back to back (the client sends its messages
+    to the scheduler at most every 10 ms, so back-to-back calls pay more)."""
+    floors = {}
+    for label, pause in (("noop_isolated", 0.05), ("noop_back_to_back", 0.0)):
+        times = []
+        for _ in range(runs):
+            time.sleep(pause)
+            began = time.perf_counter()
+            client.submit(_noop, pure=False).result()
+            times.append((time.perf_counter() - began) * 1e3)
+        floors[label] = statistics.median(times)
+    return floors
+
+
 def run_config(config, epochs, client, data, helpers, sampler):
     """One timed run of *config*, with the memory peak of the processes it uses."""
     with sampler.window() as peaks:
@@ -972,6 +992,8 @@ FIXED_COST_LINES = [  # (label, key in the per-chunk-size facts, format)
     ("task stream: replicas end, ms", "replicas_end", ".0f"),
     ("task stream: the call returns, ms", "wall", ".0f"),
     ("**outside the replicas** (wall − replicas' span), ms", "outside_replicas", ".1f"),
+    ("Dask's floor: a no-op task submitted and fetched, isolated, ms", "noop_isolated", ".1f"),
+    ("Dask's floor: the same, calls back to back, ms", "noop_back_to_back", ".1f"),
     (
         "engine `setup_s` (call start to submission; median over the sync rows), ms",
         "setup_ms",
@@ -1368,6 +1390,7 @@ def measure_chunk_size(chunk_size, args, client, helpers, sampler, load):
             facts["first_fetched_mib"] = outcome["transfers"] / MIB
     progress("fixed-cost timeline (task stream)")
     facts.update(fixed_cost_timeline(client, data))
+    facts.update(dask_task_floor(client))
     cpu_before, (busy_before, steal_before) = tree_cpu_s(), system_cpu()
     timed_began = time.perf_counter()
     runs = {(c, e): [] for e in args.epochs for c in CONFIGS}
