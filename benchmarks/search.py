@@ -173,6 +173,18 @@ def busy_fraction(client, t0, t1, n_workers):
     return busy / ((t1 - t0) * n_workers)
 
 
+def cluster_pids(client):
+    """The pids of the cluster's workers, their nannies and their children."""
+    pids = set()
+    for pid in client.run(os.getpid).values():
+        with contextlib.suppress(psutil.Error):
+            worker = psutil.Process(pid)
+            pids |= {pid} | {p.pid for p in worker.children(recursive=True)}
+            if worker.ppid() != os.getpid():
+                pids.add(worker.ppid())
+    return pids
+
+
 def start_cluster(workers):
     from distributed import Client, LocalCluster
 
@@ -737,7 +749,7 @@ def adaptive_part(args, client, load):
     ).metadata["n_models"]
     methods, skipped = adaptive_methods(args, hyperband_trials)
     client.get_task_stream(start=time.time())  # the scheduler records the stream from now on
-    cluster_pids = {p.pid for p in psutil.Process().children(recursive=True)}
+    on_cluster = cluster_pids(client)
     rows, info = [], {}
     for size in args.sizes:
         t0 = time.perf_counter()
@@ -752,7 +764,7 @@ def adaptive_part(args, client, load):
         runs = {key: [] for key, *_ in methods}
         for repeat in range(args.adaptive_repeats):
             for key, _name, cores, run in methods:
-                t0w, cpu0 = time.time(), tree_cpu_s(cluster_pids)
+                t0w, cpu0 = time.time(), tree_cpu_s(on_cluster)
                 try:
                     with load.window() as window:
                         outcome = run(data)
@@ -764,7 +776,7 @@ def adaptive_part(args, client, load):
                 if cores is None:
                     outcome["busy"] = busy_fraction(client, t0w, time.time(), args.workers)
                 else:
-                    cpu = tree_cpu_s(cluster_pids) - cpu0  # this process and loky's workers
+                    cpu = tree_cpu_s(on_cluster) - cpu0  # this process and loky's workers
                     outcome["busy"] = cpu / (window["wall"] * cores)
                 model = outcome.pop("model")
                 outcome["acc"] = float(model.score(data["X_test"], data["y_test"]))
