@@ -10,8 +10,9 @@ SGDClassifier(random_state=0))`` with 12 candidates (``pca__n_components`` in tw
 Peers: scikit-learn ``GridSearchCV`` with n_jobs=1 and n_jobs=2 (loky), dask-ml
 ``GridSearchCV`` on the cluster (when it imports) and taskdml ``GridSearchCV`` on the cluster.
 
-* *Cold*: each method's first search in a fresh Python process (imports and the data loaded
-  before the clock starts): for the cluster methods the first search on a fresh
+* *Cold* (scikit-learn n_jobs=2, dask-ml and taskdml by default; ``--cold-methods``): each
+  method's first search in a fresh Python process, imports and the data loaded before the
+  clock starts: for the cluster methods the first search on a fresh
   ``LocalCluster`` (whose start is timed separately and shown, not counted), for scikit-learn
   n_jobs=2 the first search, loky starting its workers inside it. One fresh process per
   method, data set and repeat, the methods in rotating order; the median of
@@ -89,6 +90,8 @@ N_CHUNKS = 16
 N_VALID_CHUNKS = 3  # taskdml's validation_fraction=0.2 of 16 chunks
 REPEATS = 5
 COLD_REPEATS = 3
+# scikit-learn n_jobs=1 has no workers to start: its first search shows only first-call costs.
+COLD_METHODS = ["sk2", "daskml", "taskdml"]
 N_TRIALS = 40
 MAX_EPOCHS = 27
 ETA = 3
@@ -592,6 +595,7 @@ def run_halving(data, n_jobs):
         "params": search.best_params_,
         "samples": sum(counts) - refit,
         "refit": refit,
+        "refit_s": search.refit_time_,
         "n_trials": int(search.n_candidates_[0]),
         "detail": f"{len(search.cv_results_['params'])} fits",
     }
@@ -631,6 +635,7 @@ def run_taskdml(data, kind, args):
         "params": search.best_params_,
         "samples": epochs * data["rows_per_epoch"],
         "refit": float(search.n_iter_) * data["n_train"],
+        "refit_s": search.refit_time_,
         "n_trials": int(search.n_trials_),
         "detail": f"{epochs:.0f} epochs",
     }
@@ -682,6 +687,7 @@ def run_optuna(data, pruner_kind, n_trials, args):
         "params": best.params,
         "samples": counter.rows,
         "refit": 0,
+        "refit_s": 0.0,
         "n_trials": len(study.trials),
         "detail": f"{pruned} pruned",
     }
@@ -818,19 +824,20 @@ def adaptive_table(rows, size):
     mine = [r for r in rows if r["size"] == size]
     ref = next((r for r in mine if r["key"] == "halving2" and "error" not in r), None)
     out = [
-        "| method | wall s | × halving n_jobs=2 time | trials | holdout acc | val score "
-        "| samples processed | + refit | worker busy | best params |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| method | wall s | of which refit s | × halving n_jobs=2 time | trials | holdout acc "
+        "| val score | samples processed | + refit | worker busy | best params |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in mine:
         if "error" in r:
-            out.append(f"| {r['method']} | failed | | | | | | | | `{r['error']['error']}` |")
+            out.append(f"| {r['method']} | failed | | | | | | | | | `{r['error']['error']}` |")
             continue
         busy = f"{r['busy']:.0%}" if r["dask"] else f"*{r['busy']:.0%} CPU*"
         ratio = f"{r['wall'] / ref['wall']:.2f}" if ref else "–"
         runs = "" if len(r["runs"]) == 1 else f" ({' '.join(f'{t:.1f}' for t in r['runs'])})"
         out.append(
-            f"| {r['method']} | {r['wall']:.1f}{runs} | {ratio} | {r['n_trials']} "
+            f"| {r['method']} | {r['wall']:.1f}{runs} | {r['refit_s']:.1f} | {ratio} "
+            f"| {r['n_trials']} "
             f"({r['detail']}) | {r['acc']:.4f} | {r['val']:.4f} | {r['samples'] / 1e6:.1f} M "
             f"| {r['refit'] / 1e6:.1f} M | {busy} | {_fmt_params(r['params'])} |"
         )
@@ -863,22 +870,22 @@ def adaptive_checks(rows):
             checks.append((text, "not measured (a method failed)", None))
         for key in ("optuna_sh", "optuna_hb"):
             peer = at.get(key)
-            if peer is None:
-                continue
             pruner = "SuccessiveHalvingPruner" if key == "optuna_sh" else "HyperbandPruner"
             text = (
                 f"{size:,} rows: ASHA ahead of Optuna + {pruner} (less wall time, holdout "
                 f"accuracy ≥ its − {ACCURACY_TOLERANCE_PP} pp)"
             )
-            if asha is None:
-                checks.append((text, "not measured (ASHA failed)", None))
+            if asha is None or peer is None:
+                checks.append((text, "not measured (Optuna skipped, or a method failed)", None))
                 continue
             gap = (asha["acc"] - peer["acc"]) * 100
             checks.append(
                 (
                     text,
                     f"{asha['wall'] / peer['wall']:.2f}× its time ({asha['wall']:.1f} s / "
-                    f"{peer['wall']:.1f} s); accuracy {gap:+.2f} pp; samples "
+                    f"{peer['wall']:.1f} s; without ASHA's refit, which Optuna does not do: "
+                    f"{(asha['wall'] - asha['refit_s']) / peer['wall']:.2f}×); accuracy "
+                    f"{gap:+.2f} pp; samples "
                     f"{asha['samples'] / 1e6:.1f} M vs {peer['samples'] / 1e6:.1f} M",
                     asha["wall"] < peer["wall"] and asha["acc"] >= peer["acc"] - tol,
                 )
@@ -991,7 +998,8 @@ def report(args, facts, grid_rows, adaptive_rows, info, skipped, checks):
             f" each. An epoch = {i['rows_per_epoch']:,} rows (the 13 train chunks; Optuna's are "
             "the same size). *Samples processed* = rows given to fit/partial_fit in the search; "
             "*+ refit* = the refit of the best candidate (taskdml: its budget × all train rows; "
-            "scikit-learn: n_iter_ × all rows; Optuna has none). *Worker busy*: Dask rows, "
+            "scikit-learn: n_iter_ × all rows; Optuna has none; *wall s* includes it, *of "
+            "which refit s* is the search's `refit_time_`). *Worker busy*: Dask rows, "
             "task-stream compute / (wall × workers); *italics*: CPU seconds of this process and "
             "loky's workers (the cluster's processes left out) / (wall × n_jobs).",
             "",
@@ -1056,6 +1064,12 @@ def parse_args(argv=None):
     parser.add_argument(
         "--cold-repeats", type=int, help=f"fresh processes per grid method (default {COLD_REPEATS})"
     )
+    parser.add_argument(
+        "--cold-methods",
+        nargs="+",
+        choices=list(GRID_METHODS),
+        help="grid methods with cold runs (default " + " ".join(COLD_METHODS) + ")",
+    )
     parser.add_argument("--no-cold", action="store_true", help="skip the cold grid runs")
     parser.add_argument(
         "--adaptive-repeats", type=int, default=1, help="runs per adaptive method (default 1)"
@@ -1078,7 +1092,7 @@ def parse_args(argv=None):
     quick = args.quick
     args.datasets = args.datasets or list(GRID_DATASETS)
     args.cold_datasets = ["digits"] if quick and "digits" in args.datasets else args.datasets
-    args.cold_methods = ["sk2", "taskdml"] if quick else None
+    args.cold_methods = args.cold_methods or (["sk2", "taskdml"] if quick else COLD_METHODS)
     args.sizes = args.sizes or ([60_000] if quick else SIZES)
     args.repeats = args.repeats or (1 if quick else REPEATS)
     args.cold_repeats = 0 if args.no_cold else (args.cold_repeats or (1 if quick else COLD_REPEATS))
@@ -1112,7 +1126,7 @@ def main(argv=None):
     cold = {}
     if methods and args.cold_repeats:
         cold_args = argparse.Namespace(**{**vars(args), "datasets": args.cold_datasets})
-        cold_methods = [m for m in methods if m in (args.cold_methods or methods)]
+        cold_methods = [m for m in methods if m in args.cold_methods]
         progress(f"cold grid searches: {len(cold_methods) * len(args.cold_datasets)} per repeat")
         cold = cold_runs(cold_args, cold_methods, load)
     cluster, client = start_cluster(args.workers)
