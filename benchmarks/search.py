@@ -132,7 +132,8 @@ def tree_cpu_s(exclude=frozenset()):
             continue
         with contextlib.suppress(psutil.Error):
             times = process.cpu_times()
-            total += times.user + times.system
+            # children_*: children that ended (a cold run's process) keep counting as ours
+            total += times.user + times.system + times.children_user + times.children_system
     return total
 
 
