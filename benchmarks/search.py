@@ -1002,7 +1002,10 @@ def report(args, facts, grid_rows, adaptive_rows, info, skipped, checks):
             "scikit-learn: n_iter_ × all rows; Optuna has none; *wall s* includes it, *of "
             "which refit s* is the search's `refit_time_`). *Worker busy*: Dask rows, "
             "task-stream compute / (wall × workers); *italics*: CPU seconds of this process and "
-            "loky's workers (the cluster's processes left out) / (wall × n_jobs).",
+            "loky's workers (the cluster's processes left out) / (wall × n_jobs). ASHA and "
+            "Optuna's pruners decide on the results that have arrived, and Optuna's two "
+            "threads interleave differently each run, so their trials and scores vary from "
+            "run to run; each search samples its own candidates (same distributions).",
             "",
             adaptive_table(adaptive_rows, size),
         ]
