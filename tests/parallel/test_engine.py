@@ -118,8 +118,9 @@ def test_sync_is_deterministic_and_equals_the_thread_path(client):
 
 
 def test_async_reaches_sync_accuracy(client):
-    """The parameter server converges to within 1 pp of sync's holdout accuracy, and sync to
-    within 1 pp of the serial partial_fit loop over the same chunks and epochs."""
+    """The parameter server at the default staleness (lock-step) converges to within 1 pp of
+    sync's holdout accuracy, unbounded to within 3 pp, and sync to within 1 pp of the serial
+    partial_fit loop over the same chunks and epochs."""
     from taskdml.datasets import train_test_split
 
     data = make_classification(
@@ -147,8 +148,10 @@ def test_async_reaches_sync_accuracy(client):
         classes=[0, 1],
     ).score(X_test, y_test)
     assert abs(scores["sync", None] - serial) <= 0.01, (scores, serial)
-    assert abs(scores["async", None] - scores["sync", None]) <= 0.01, scores
     assert abs(scores["async", 0] - scores["sync", None]) <= 0.01, scores
+    # Unbounded staleness depends on timing: measured 0.5-3 pp below sync on average over
+    # seeds (issue 9), more on a loaded machine; it must still learn the problem.
+    assert abs(scores["async", None] - scores["sync", None]) <= 0.03, scores
 
 
 def test_history_and_early_stopping(client):
