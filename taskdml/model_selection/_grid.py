@@ -233,6 +233,10 @@ class BaseSearchCV(SearchBase):
 
     def _results(self, candidates, n_splits, out, multimetric):
         """cv_results_ and the best candidate, from one result per candidate × fold."""
+        if not out:
+            raise ValueError(
+                "No fits were performed. Was the CV iterator empty? Were there no candidates?"
+            )
         for result in out:
             for message in result["warnings"]:
                 warnings.warn(message, UserWarning, stacklevel=4)

@@ -37,7 +37,6 @@ KNOWN_FAILURES = {
     "test_grid_search_precomputed_kernel": "a precomputed kernel as a list is accepted",
     "test_unsupported_sample_weight_scorer": "sample_weight does not reach the scorer",
     "test_search_cv_sample_weight_equivalence": "sample_weight does not reach the scorer",
-    "test_empty_cv_iterator_error": "an empty CV iterator raises StopIteration",
     "test_search_cv_verbose_3": "no per-fit lines with verbose=3",
     "test_search_html_repr": "the HTML repr shows the original estimator after refit",
     "test_multi_metric_search_forwards_metadata": _ROUTING,
