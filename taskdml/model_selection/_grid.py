@@ -134,6 +134,12 @@ class BaseSearchCV(SearchBase):
 
         scorers, multimetric = _check_scoring(self.estimator, self.scoring)
         _check_refit_for_multimetric(self.refit, scorers, multimetric)
+        pairwise = get_tags(self.estimator).input_tags.pairwise
+        if pairwise and not hasattr(X, "shape"):
+            raise ValueError(
+                "Precomputed kernels or affinity matrices have to be passed as arrays or sparse "
+                f"matrices, got a {type(X).__name__}; convert X with numpy.asarray(X)."
+            )
         X, y = indexable(X, y)
         params = dict(params)
         groups = params.pop("groups", None)
@@ -161,7 +167,7 @@ class BaseSearchCV(SearchBase):
                 shortcut_scoring=_names_only(self.scoring),
                 return_train_score=self.return_train_score,
                 error_score=self.error_score,
-                pairwise=get_tags(self.estimator).input_tags.pairwise,
+                pairwise=pairwise,
                 client=client,
                 n_jobs=self.n_jobs,
                 verbose=self.verbose,

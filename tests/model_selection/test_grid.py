@@ -497,3 +497,10 @@ def test_searches_back_to_back_on_one_cluster(client):
     ]
     expected = sk.GridSearchCV(LogisticRegression(max_iter=300), {"C": [0.1, 1.0]}, cv=3).fit(X, y)
     assert scores == [expected.best_score_] * 4
+
+
+def test_precomputed_kernel_as_a_list_is_refused():
+    """A precomputed kernel given as a list is refused before any fit, saying how to fix it."""
+    kernel, y = np.eye(6).tolist(), [0, 1] * 3
+    with pytest.raises(ValueError, match=r"sparse matrices, got a list; convert X with numpy"):
+        GridSearchCV(SVC(kernel="precomputed"), {"C": [1]}, cv=2).fit(kernel, y)

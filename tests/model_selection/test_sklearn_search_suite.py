@@ -34,7 +34,6 @@ NOT_APPLICABLE = {
 _CALLBACKS = "no set_callbacks"
 _ROUTING = "no metadata routing"
 KNOWN_FAILURES = {
-    "test_grid_search_precomputed_kernel": "a precomputed kernel as a list is accepted",
     "test_unsupported_sample_weight_scorer": "sample_weight does not reach the scorer",
     "test_search_cv_sample_weight_equivalence": "sample_weight does not reach the scorer",
     "test_search_cv_verbose_3": "no per-fit lines with verbose=3",
