@@ -333,6 +333,21 @@ class BaseSearchCV(SearchBase):
         metric = metrics[self.refit] if self.multimetric_ else metrics["score"]
         return score_chunked(self.best_estimator_, X, y, metric)
 
+    def _sk_visual_block_(self):
+        """The HTML repr's content: the refitted best estimator once there is one."""
+        from taskdml._sklearn_compat import _VisualBlock
+
+        if hasattr(self, "best_estimator_"):
+            key, estimator = "best_estimator_", self.best_estimator_
+        else:
+            key, estimator = "estimator", self.estimator
+        return _VisualBlock(
+            "parallel",
+            [estimator],
+            names=[f"{key}: {type(estimator).__name__}"],
+            name_details=[str(estimator)],
+        )
+
     @property
     def n_features_in_(self):
         """Number of features seen during fit (only with ``refit``)."""
