@@ -260,6 +260,8 @@ class BaseSearchCV(SearchBase):
                 )
                 result["test_scores"] = filled
                 result["train_scores"] = dict(filled) if isinstance(filled, dict) else filled
+        if self.verbose > 1:
+            _print_fits(candidates, n_splits, out, self.verbose, self.return_train_score)
         results = format_results(candidates, n_splits, out, self.return_train_score)
         fitted = {"cv_results_": results, "multimetric_": multimetric}
         refit_metric = self.refit if multimetric else "score"
@@ -393,7 +395,8 @@ class GridSearchCV(BaseSearchCV):
         As in scikit-learn (5-fold, stratified for classifiers). On chunked data an int (or a
         splitter) splits the chunk indices.
     verbose : int, default=0
-        Above 0, print the number of fits and of tasks.
+        Above 0, print the number of fits and of tasks; above 1, scikit-learn's line per fit
+        (``[CV k/n] END ...``, with the scores above 2), printed once the fits are done.
     pre_dispatch : int or str, default="2*n_jobs"
         Accepted for compatibility; Dask schedules the tasks.
     error_score : "raise" or float, default=np.nan
@@ -692,6 +695,36 @@ def _warn_or_raise_about_fit_failures(results, error_score):
         FitFailedWarning,
         stacklevel=5,
     )
+
+
+def _print_fits(candidates, n_splits, out, verbose, return_train_score):
+    """scikit-learn's per-fit ``[CV k/n] END ...`` lines, printed once all the fits are done."""
+    from joblib.logger import short_format_time
+
+    for index, result in enumerate(out):
+        params = candidates[index // n_splits]
+        message = ", ".join(f"{name}={params[name]}" for name in sorted(params))
+        message += ";" if message else ""
+        progress = ""
+        if verbose > 2:
+            progress = f" {index % n_splits + 1}/{n_splits}"
+            if verbose > 9:
+                progress += f"; {index // n_splits + 1}/{len(candidates)}"
+            test, train = result["test_scores"], result["train_scores"]
+            if isinstance(test, dict):
+                for name in sorted(test):
+                    message += f" {name}: ("
+                    if return_train_score:
+                        message += f"train={train[name]:.3f}, "
+                    message += f"test={test[name]:.3f})"
+            elif return_train_score:
+                message += f", score=(train={train:.3f}, test={test:.3f})"
+            else:
+                message += f", score={test:.3f}"
+        total = result["fit_time"] + result["score_time"]
+        message += f" total time={short_format_time(total)}"
+        line = f"[CV{progress}] END "
+        print(line + "." * (80 - len(line) - len(message)) + message)
 
 
 def format_results(candidates, n_splits, out, return_train_score):
