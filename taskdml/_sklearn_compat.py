@@ -33,7 +33,17 @@ __all__ = [
     "_safe_indexing",
     "_VisualBlock",
     "relink_birch_views",
+    "scorer_accepts_sample_weight",
 ]
+
+
+def scorer_accepts_sample_weight(scorer):
+    """Whether *scorer* (a scikit-learn scorer or a plain callable) takes ``sample_weight``."""
+    import inspect
+
+    if hasattr(scorer, "_accept_sample_weight"):
+        return scorer._accept_sample_weight()
+    return "sample_weight" in inspect.signature(scorer).parameters
 
 
 def relink_birch_views(estimator):

@@ -97,7 +97,8 @@ class BaseSearchCV(SearchBase):
         **params : dict
             ``groups`` goes to the CV splitter; the rest to the estimator's ``fit`` (a
             ``Pipeline``'s as ``step__param``), split with the rows where they have one entry
-            per sample. On chunked data only ``classes`` (every label of a classifier, found
+            per sample; ``sample_weight`` also to the scorers that take it (a warning names
+            those that do not). On chunked data only ``classes`` (every label of a classifier, found
             chunk-wise when omitted).
 
         Returns
@@ -153,7 +154,10 @@ class BaseSearchCV(SearchBase):
                 "cv.split and cv.get_n_splits return inconsistent results. Expected "
                 f"{n_splits} splits, got {len(splits)}"
             )
-        data = _grid_graph.SearchData(X, y, params, splits)
+        score_params = self._sample_weight_for_scorers(
+            scorers, multimetric, params.get("sample_weight")
+        )
+        data = _grid_graph.SearchData(X, y, params, splits, score_params)
         client = current_client()
         base = clone(self.estimator)
         with _grid_graph.place(data, client) as (node, token):
@@ -179,6 +183,30 @@ class BaseSearchCV(SearchBase):
 
             self._set_fitted(fitted, base, refit, scorers, multimetric, n_splits)
         return self
+
+    def _sample_weight_for_scorers(self, scorers, multimetric, sample_weight):
+        """``sample_weight`` for the scorers that take it, by metric, as scikit-learn passes it.
+
+        A scorer that does not take it gets a warning: its scores are unweighted.
+        """
+        from taskdml._sklearn_compat import scorer_accepts_sample_weight
+
+        if sample_weight is None:
+            return {}
+        named = scorers.items() if multimetric else [(None, scorers)]
+        accepting = {}
+        for name, scorer in named:
+            if scorer_accepts_sample_weight(scorer):
+                accepting[name] = {"sample_weight": sample_weight}
+                continue
+            shown = scorer if name is None else f"{name}={scorer}"
+            warnings.warn(
+                f"The scoring {shown} does not support sample_weight, which may lead to "
+                f"statistically incorrect results when fitting {self} with sample_weight. ",
+                UserWarning,
+                stacklevel=4,
+            )
+        return accepting
 
     def _fit_chunked(self, X, y, candidates, params):
         from taskdml.parallel._engine import current_client

@@ -43,12 +43,17 @@ PREFIX = "search"
 
 @dataclasses.dataclass(frozen=True)
 class SearchData:
-    """What the ``search-data`` key holds: the rows, the fit parameters and the folds."""
+    """What the ``search-data`` key holds: the rows, the fit parameters and the folds.
+
+    ``score_params`` are the scorers' parameters (``sample_weight``, routed metadata), by
+    metric name (``None`` for a single scorer).
+    """
 
     X: object
     y: object
     fit_params: dict
     splits: tuple
+    score_params: dict = dataclasses.field(default_factory=dict)
 
 
 def estimator_spec(value):

@@ -36,17 +36,23 @@ def split_fold(data, fold, pairwise):
     y_train = None if data.y is None else _safe_indexing(data.y, train)
     y_test = None if data.y is None else _safe_indexing(data.y, test)
     n_samples = data.X.shape[0] if hasattr(data.X, "shape") else len(data.X)
-    fit_params = {
-        name: _safe_indexing(value, train) if _sample_aligned(value, n_samples) else value
-        for name, value in data.fit_params.items()
-    }
+
+    def rows(params, indices):
+        return {
+            name: _safe_indexing(value, indices) if _sample_aligned(value, n_samples) else value
+            for name, value in params.items()
+        }
+
+    score_params = data.score_params.items()
     return {
         "X": X_train,
         "y": y_train,
         "X_test": X_test,
         "y_test": y_test,
         "X_score_train": X_train,
-        "fit_params": fit_params,
+        "fit_params": rows(data.fit_params, train),
+        "score_params_test": {metric: rows(params, test) for metric, params in score_params},
+        "score_params_train": {metric: rows(params, train) for metric, params in score_params},
         "steps": {},
         "fit_time": 0.0,
         "score_time": 0.0,
@@ -167,12 +173,24 @@ def score_fit(fitted, part, raw, template, scorers, score_train, error_score):
         result["train_scores"] = _fill(scorers, error_score) if score_train else None
         return result
     result["test_scores"] = _score(
-        estimator, X_test, rows["y_test"], scorers, error_score, result["warnings"]
+        estimator,
+        X_test,
+        rows["y_test"],
+        scorers,
+        rows["score_params_test"],
+        error_score,
+        result["warnings"],
     )
     result["score_time"] = part["score_time"] + time.perf_counter() - started
     if score_train:
         result["train_scores"] = _score(
-            estimator, X_train, rows["y"], scorers, error_score, result["warnings"]
+            estimator,
+            X_train,
+            rows["y"],
+            scorers,
+            rows["score_params_train"],
+            error_score,
+            result["warnings"],
         )
     return result
 
@@ -208,19 +226,24 @@ def _sample_aligned(value, n_samples):
         return False
 
 
-def _score(estimator, X, y, scorers, error_score, warned):
-    """scikit-learn's ``_score``: each scorer on its own, ``error_score`` where one raises."""
+def _score(estimator, X, y, scorers, params, error_score, warned):
+    """scikit-learn's ``_score``: each scorer on its own, ``error_score`` where one raises.
+
+    *params* holds each scorer's parameters by metric name (``None`` for a single scorer).
+    """
     if isinstance(scorers, dict):
         return {
-            name: _one_score(estimator, X, y, scorer, name, error_score, warned)
+            name: _one_score(
+                estimator, X, y, scorer, params.get(name, {}), name, error_score, warned
+            )
             for name, scorer in scorers.items()
         }
-    return _one_score(estimator, X, y, scorers, scorers, error_score, warned)
+    return _one_score(estimator, X, y, scorers, params.get(None, {}), scorers, error_score, warned)
 
 
-def _one_score(estimator, X, y, scorer, name, error_score, warned):
+def _one_score(estimator, X, y, scorer, params, name, error_score, warned):
     try:
-        score = scorer(estimator, X) if y is None else scorer(estimator, X, y)
+        score = scorer(estimator, X, **params) if y is None else scorer(estimator, X, y, **params)
     except Exception:
         if error_score == "raise":
             raise

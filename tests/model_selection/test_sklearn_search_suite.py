@@ -34,8 +34,6 @@ NOT_APPLICABLE = {
 _CALLBACKS = "no set_callbacks"
 _ROUTING = "no metadata routing"
 KNOWN_FAILURES = {
-    "test_unsupported_sample_weight_scorer": "sample_weight does not reach the scorer",
-    "test_search_cv_sample_weight_equivalence": "sample_weight does not reach the scorer",
     "test_multi_metric_search_forwards_metadata": _ROUTING,
     "test_score_rejects_params_with_no_routing_enabled[GridSearchCV-param_grid]": _ROUTING,
     "test_score_rejects_params_with_no_routing_enabled[RandomizedSearchCV-param_distributions]": (
