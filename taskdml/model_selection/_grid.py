@@ -26,7 +26,9 @@ import warnings
 from collections import Counter, defaultdict
 
 import numpy as np
+from sklearn import get_config
 from sklearn.base import clone
+from sklearn.utils.metadata_routing import MetadataRouter, MethodMapping, process_routing
 
 from taskdml._data import as_dask, is_chunked
 from taskdml.model_selection import _grid_chunked, _grid_graph
@@ -98,8 +100,11 @@ class BaseSearchCV(SearchBase):
             ``groups`` goes to the CV splitter; the rest to the estimator's ``fit`` (a
             ``Pipeline``'s as ``step__param``), split with the rows where they have one entry
             per sample; ``sample_weight`` also to the scorers that take it (a warning names
-            those that do not). On chunked data only ``classes`` (every label of a classifier, found
-            chunk-wise when omitted).
+            those that do not). With ``enable_metadata_routing=True``
+            (:func:`sklearn.set_config`), each goes where the estimator, the scorers and the
+            splitter request it instead (``set_fit_request``, ``set_score_request``,
+            ``set_split_request``); see :meth:`get_metadata_routing`. On chunked data only
+            ``classes`` (every label of a classifier, found chunk-wise when omitted).
 
         Returns
         -------
@@ -142,22 +147,30 @@ class BaseSearchCV(SearchBase):
                 f"matrices, got a {type(X).__name__}; convert X with numpy.asarray(X)."
             )
         X, y = indexable(X, y)
-        params = dict(params)
-        groups = params.pop("groups", None)
+        if _routing_enabled():
+            routed = process_routing(self, "fit", **params)
+            params, split_params = routed.estimator.fit, routed.splitter.split
+            score_params = {
+                metric: routed[_scorer_route(metric)].score
+                for metric in (scorers if multimetric else [None])
+            }
+        else:
+            params = dict(params)
+            split_params = {"groups": params.pop("groups", None)}
+            score_params = self._sample_weight_for_scorers(
+                scorers, multimetric, params.get("sample_weight")
+            )
         cv = check_cv(self.cv, y, classifier=is_classifier(self.estimator))
-        n_splits = cv.get_n_splits(X, y, groups)
+        n_splits = cv.get_n_splits(X, y, **split_params)
         splits = tuple(
-            (np.asarray(train), np.asarray(test)) for train, test in cv.split(X, y, groups)
+            (np.asarray(train), np.asarray(test)) for train, test in cv.split(X, y, **split_params)
         )
         if len(splits) != n_splits:
             raise ValueError(
                 "cv.split and cv.get_n_splits return inconsistent results. Expected "
                 f"{n_splits} splits, got {len(splits)}"
             )
-        score_params = self._sample_weight_for_scorers(
-            scorers, multimetric, params.get("sample_weight")
-        )
-        data = _grid_graph.SearchData(X, y, params, splits, score_params)
+        data = _grid_graph.SearchData(X, y, params, splits, score_params, get_config())
         client = current_client()
         base = clone(self.estimator)
         with _grid_graph.place(data, client) as (node, token):
@@ -317,7 +330,7 @@ class BaseSearchCV(SearchBase):
     # ------------------------------------------------------------------------------------
     # delegation to best_estimator_
 
-    def score(self, X, y=None):
+    def score(self, X, y=None, **params):
         """Score of the refitted best estimator on the given data.
 
         Uses ``scoring`` where given (``refit``'s metric when there are several), else
@@ -328,6 +341,9 @@ class BaseSearchCV(SearchBase):
         ----------
         X : array-like, dask array or xarray.Dataset of shape (n_samples, n_features)
         y : array-like of shape (n_samples,), optional
+        **params : dict
+            Metadata routed to the scorer (only with ``enable_metadata_routing=True``, see
+            :func:`sklearn.set_config`).
 
         Returns
         -------
@@ -338,6 +354,12 @@ class BaseSearchCV(SearchBase):
         if not self.refit:
             raise AttributeError(self._no_refit_message("score"))
         check_is_fitted(self)
+        if params and not _routing_enabled():
+            raise ValueError(
+                f"Passing extra keyword arguments to {type(self).__name__}.score is only "
+                "supported if enable_metadata_routing=True, which you can set using "
+                f"`sklearn.set_config`; got {sorted(params)}."
+            )
         if getattr(self, "_chunked", False) or is_chunked(X):
             return self._score_chunked(X, y)
         if self.scorer_ is None:
@@ -345,11 +367,40 @@ class BaseSearchCV(SearchBase):
                 "No score function explicitly defined, and the estimator doesn't "
                 f"provide one {self.best_estimator_}"
             )
+        if params:
+            metric = self.refit if isinstance(self.scorer_, dict) else None
+            params = process_routing(self, "score", **params)[_scorer_route(metric)].score
         if isinstance(self.scorer_, dict):
             scorer = self.scorer_[self.refit] if self.multimetric_ else self.scorer_
-            return scorer(self.best_estimator_, X, y)
-        score = self.scorer_(self.best_estimator_, X, y)
+            return scorer(self.best_estimator_, X, y, **params)
+        score = self.scorer_(self.best_estimator_, X, y, **params)
         return score[self.refit] if self.multimetric_ else score
+
+    def get_metadata_routing(self):
+        """Where this search routes metadata, with scikit-learn's metadata routing.
+
+        ``fit`` routes to the estimator's ``fit``, to the splitter's ``split`` and to each
+        scorer's ``score`` (one route per metric); ``score`` routes to the scorers.
+
+        Returns
+        -------
+        routing : sklearn.utils.metadata_routing.MetadataRouter
+        """
+        router = MetadataRouter(owner=self).add(
+            estimator=self.estimator,
+            method_mapping=MethodMapping().add(caller="fit", callee="fit"),
+        )
+        scorers, multimetric = _check_scoring(self.estimator, self.scoring)
+        for metric, scorer in scorers.items() if multimetric else [(None, scorers)]:
+            router.add(
+                **{_scorer_route(metric): scorer},
+                method_mapping=MethodMapping()
+                .add(caller="score", callee="score")
+                .add(caller="fit", callee="score"),
+            )
+        return router.add(
+            splitter=self.cv, method_mapping=MethodMapping().add(caller="fit", callee="split")
+        )
 
     def _score_chunked(self, X, y):
         import dask.array as da
@@ -615,6 +666,15 @@ refit_time_, multimetric_, classes_, n_features_in_
 
 # ----------------------------------------------------------------------------------------
 # Scoring and results, as scikit-learn does them.
+
+
+def _routing_enabled():
+    return get_config()["enable_metadata_routing"]
+
+
+def _scorer_route(metric):
+    """The name of a scorer's route in :meth:`BaseSearchCV.get_metadata_routing`."""
+    return "scorer" if metric is None else f"scorer_{metric}"
 
 
 def _names_only(scoring):

@@ -12,15 +12,40 @@ candidate that shares the failing step reports it, as scikit-learn does; with
 ``error_score="raise"`` the task raises instead and the search stops.
 
 Every estimator arriving as an argument is deep-copied before it is fitted: the threaded
-scheduler hands the same object to the tasks of every fold.
+scheduler hands the same object to the tasks of every fold. The tasks that fit or score run
+under scikit-learn's configuration of the search (``config`` of the data and of each part,
+see :func:`_in_search_config`): scikit-learn keeps it per thread, and the threads and workers
+that run the tasks do not have the caller's (metadata routing, ``transform_output``, ...).
 """
 
 import copy
+import functools
+import inspect
 import numbers
 import time
 import traceback
 
 import numpy as np
+
+
+def _in_search_config(carrier):
+    """Decorator: run the task under the scikit-learn config that its *carrier* argument holds."""
+
+    def decorate(task):
+        signature = inspect.signature(task)
+
+        @functools.wraps(task)
+        def run(*args, **kwargs):
+            from sklearn import config_context
+
+            holder = signature.bind(*args, **kwargs).arguments[carrier]
+            config = holder["config"] if isinstance(holder, dict) else holder.config
+            with config_context(**config):
+                return task(*args, **kwargs)
+
+        return run
+
+    return decorate
 
 
 def split_fold(data, fold, pairwise):
@@ -50,6 +75,7 @@ def split_fold(data, fold, pairwise):
         "X_test": X_test,
         "y_test": y_test,
         "X_score_train": X_train,
+        "config": data.config,
         "fit_params": rows(data.fit_params, train),
         "score_params_test": {metric: rows(params, test) for metric, params in score_params},
         "score_params_train": {metric: rows(params, train) for metric, params in score_params},
@@ -61,6 +87,7 @@ def split_fold(data, fold, pairwise):
     }
 
 
+@_in_search_config("part")
 def fit_transform_step(part, name, transformer, score_train, transform_test, raise_errors):
     """Fit pipeline step *name* on the part's training rows; return the next part.
 
@@ -107,6 +134,7 @@ def fit_transform_step(part, name, transformer, score_train, transform_test, rai
     return following
 
 
+@_in_search_config("part")
 def fit_final(part, name, estimator, raise_errors):
     """Fit the last step (*name*) or, with ``name=None``, the whole estimator.
 
@@ -137,6 +165,7 @@ def fit_final(part, name, estimator, raise_errors):
     }
 
 
+@_in_search_config("part")
 def score_fit(fitted, part, raw, template, scorers, score_train, error_score):
     """Score a fitted candidate on its fold: ``{"test_scores", "train_scores", ...}``.
 
@@ -195,6 +224,7 @@ def score_fit(fitted, part, raw, template, scorers, score_train, error_score):
     return result
 
 
+@_in_search_config("data")
 def refit(data, estimator):
     """Fit *estimator* on all the data; return it and the time the fit took."""
     estimator = copy.deepcopy(estimator)
