@@ -28,6 +28,7 @@ from collections import Counter, defaultdict
 import numpy as np
 from sklearn import get_config
 from sklearn.base import clone
+from sklearn.callback import CallbackSupportMixin, with_callbacks
 from sklearn.utils.metadata_routing import MetadataRouter, MethodMapping, process_routing
 
 from taskdml._data import as_dask, is_chunked
@@ -37,11 +38,17 @@ from taskdml.model_selection._base import SearchBase
 __all__ = ["GridSearchCV", "RandomizedSearchCV"]
 
 
-class BaseSearchCV(SearchBase):
+class BaseSearchCV(CallbackSupportMixin, SearchBase):
     """Shared machinery of :class:`GridSearchCV` and :class:`RandomizedSearchCV`.
 
     Subclasses set their search space in ``__init__`` and return the candidates from
     ``_candidates()``. The delegation to ``best_estimator_`` is :class:`SearchBase`'s.
+
+    Callbacks (``set_callbacks``, :mod:`sklearn.callback`) get scikit-learn's tasks — the fit,
+    the search, one evaluation per candidate × fold, the refit — but from this process: the
+    evaluations' hooks run once the fits are done, and callbacks are not propagated into
+    the candidates' fits, which run in Dask tasks. A search over chunked data does not call
+    them yet.
     """
 
     def __init__(
@@ -86,6 +93,7 @@ class BaseSearchCV(SearchBase):
     # ------------------------------------------------------------------------------------
     # fit
 
+    @with_callbacks
     def fit(self, X, y=None, **params):
         """Run fit with all sets of parameters, as Dask tasks.
 
@@ -147,6 +155,11 @@ class BaseSearchCV(SearchBase):
                 f"matrices, got a {type(X).__name__}; convert X with numpy.asarray(X)."
             )
         X, y = indexable(X, y)
+        sample_weight = params.get("sample_weight")
+        metadata = None if sample_weight is None else {"sample_weight": sample_weight}
+        root = self._init_callback_context(
+            max_subtasks=1 + (self.refit is not False)
+        ).call_on_fit_task_begin(estimator=self, X=X, y=y, metadata=metadata)
         if _routing_enabled():
             routed = process_routing(self, "fit", **params)
             params, split_params = routed.estimator.fit, routed.splitter.split
@@ -173,6 +186,11 @@ class BaseSearchCV(SearchBase):
         data = _grid_graph.SearchData(X, y, params, splits, score_params, get_config())
         client = current_client()
         base = clone(self.estimator)
+        search = root.subcontext(
+            task_name="search",
+            max_subtasks=len(candidates) * n_splits,
+            sequential_subtasks=False,
+        ).call_on_fit_task_begin(estimator=self)
         with _grid_graph.place(data, client) as (node, token):
             out, _ = _grid_graph.run(
                 base,
@@ -189,13 +207,44 @@ class BaseSearchCV(SearchBase):
                 n_jobs=self.n_jobs,
                 verbose=self.verbose,
             )
+            self._evaluation_hooks(search, X, y, params, splits, len(candidates))
+            search.call_on_fit_task_end(estimator=self)
             fitted = self._results(candidates, n_splits, out, multimetric)
 
             def refit(best):
-                return _grid_graph.refit(best, node, token, client, self.n_jobs)
+                task = root.subcontext(task_name="refit-with-best-params")
+                task.call_on_fit_task_begin(estimator=self, X=X, y=y, metadata=metadata)
+                result = _grid_graph.refit(best, node, token, client, self.n_jobs)
+                task.call_on_fit_task_end(estimator=self, X=X, y=y, metadata=metadata)
+                return result
 
             self._set_fitted(fitted, base, refit, scorers, multimetric, n_splits)
+        root.call_on_fit_task_end(estimator=self, X=X, y=y, metadata=metadata)
         return self
+
+    def _evaluation_hooks(self, search, X, y, params, splits, n_candidates):
+        """The callbacks' candidate × fold evaluations (after the fits), as scikit-learn's."""
+        if not getattr(self, "_skl_callbacks", None):
+            return
+        from taskdml._sklearn_compat import _safe_indexing
+
+        folds = []
+        for train, _ in splits:
+            weights = params.get("sample_weight")
+            folds.append(
+                {
+                    "X": _safe_indexing(X, train),
+                    "y": None if y is None else _safe_indexing(y, train),
+                    "metadata": None
+                    if weights is None
+                    else {"sample_weight": _safe_indexing(weights, train)},
+                }
+            )
+        for index in range(n_candidates * len(splits)):
+            evaluation = search.subcontext(task_name="candidate-split-evaluation", task_id=index)
+            fold = folds[index % len(splits)]
+            evaluation.call_on_fit_task_begin(estimator=self, **fold)
+            evaluation.call_on_fit_task_end(estimator=self, **fold)
 
     def _sample_weight_for_scorers(self, scorers, multimetric, sample_weight):
         """``sample_weight`` for the scorers that take it, by metric, as scikit-learn passes it.
