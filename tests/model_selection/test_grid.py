@@ -506,11 +506,14 @@ def test_precomputed_kernel_as_a_list_is_refused():
         GridSearchCV(SVC(kernel="precomputed"), {"C": [1]}, cv=2).fit(kernel, y)
 
 
-def test_metadata_routing_gives_scikit_learns_results(iris):
+@pytest.mark.parametrize("use_client", [False, True], ids=["threads", "cluster"])
+def test_metadata_routing_gives_scikit_learns_results(request, iris, use_client):
     """With metadata routing on, requested metadata reaches fit and scorer as in scikit-learn."""
     from sklearn import config_context
     from sklearn.metrics import accuracy_score, make_scorer
 
+    if use_client:
+        request.getfixturevalue("client")
     X, y = iris
     weights = np.random.RandomState(0).randint(1, 5, len(y))
     with config_context(enable_metadata_routing=True):
