@@ -13,6 +13,7 @@ from sklearn.neural_network._stochastic_optimizers import AdamOptimizer, SGDOpti
 from sklearn.preprocessing._data import _handle_zeros_in_scale, _is_constant_feature
 from sklearn.utils import _safe_indexing
 from sklearn.utils._openmp_helpers import _openmp_effective_n_threads
+from sklearn.utils._repr_html.estimator import _VisualBlock
 from sklearn.utils.multiclass import _check_partial_fit_first_call
 from sklearn.utils.validation import _check_sample_weight, _is_arraylike_not_scalar, _num_samples
 
@@ -30,8 +31,19 @@ __all__ = [
     "_num_samples",
     "_openmp_effective_n_threads",
     "_safe_indexing",
+    "_VisualBlock",
     "relink_birch_views",
+    "scorer_accepts_sample_weight",
 ]
+
+
+def scorer_accepts_sample_weight(scorer):
+    """Whether *scorer* (a scikit-learn scorer or a plain callable) takes ``sample_weight``."""
+    import inspect
+
+    if hasattr(scorer, "_accept_sample_weight"):
+        return scorer._accept_sample_weight()
+    return "sample_weight" in inspect.signature(scorer).parameters
 
 
 def relink_birch_views(estimator):

@@ -26,7 +26,10 @@ import warnings
 from collections import Counter, defaultdict
 
 import numpy as np
+from sklearn import get_config
 from sklearn.base import clone
+from sklearn.callback import CallbackSupportMixin, with_callbacks
+from sklearn.utils.metadata_routing import MetadataRouter, MethodMapping, process_routing
 
 from taskdml._data import as_dask, is_chunked
 from taskdml.model_selection import _grid_chunked, _grid_graph
@@ -35,11 +38,17 @@ from taskdml.model_selection._base import SearchBase
 __all__ = ["GridSearchCV", "RandomizedSearchCV"]
 
 
-class BaseSearchCV(SearchBase):
+class BaseSearchCV(CallbackSupportMixin, SearchBase):
     """Shared machinery of :class:`GridSearchCV` and :class:`RandomizedSearchCV`.
 
     Subclasses set their search space in ``__init__`` and return the candidates from
     ``_candidates()``. The delegation to ``best_estimator_`` is :class:`SearchBase`'s.
+
+    Callbacks (``set_callbacks``, :mod:`sklearn.callback`) get scikit-learn's tasks — the fit,
+    the search, one evaluation per candidate × fold, the refit — but from this process: the
+    evaluations' hooks run once the fits are done, and callbacks are not propagated into
+    the candidates' fits, which run in Dask tasks. A search over chunked data does not call
+    them yet.
     """
 
     def __init__(
@@ -84,6 +93,7 @@ class BaseSearchCV(SearchBase):
     # ------------------------------------------------------------------------------------
     # fit
 
+    @with_callbacks
     def fit(self, X, y=None, **params):
         """Run fit with all sets of parameters, as Dask tasks.
 
@@ -97,8 +107,12 @@ class BaseSearchCV(SearchBase):
         **params : dict
             ``groups`` goes to the CV splitter; the rest to the estimator's ``fit`` (a
             ``Pipeline``'s as ``step__param``), split with the rows where they have one entry
-            per sample. On chunked data only ``classes`` (every label of a classifier, found
-            chunk-wise when omitted).
+            per sample; ``sample_weight`` also to the scorers that take it (a warning names
+            those that do not). With ``enable_metadata_routing=True``
+            (:func:`sklearn.set_config`), each goes where the estimator, the scorers and the
+            splitter request it instead (``set_fit_request``, ``set_score_request``,
+            ``set_split_request``); see :meth:`get_metadata_routing`. On chunked data only
+            ``classes`` (every label of a classifier, found chunk-wise when omitted).
 
         Returns
         -------
@@ -134,22 +148,49 @@ class BaseSearchCV(SearchBase):
 
         scorers, multimetric = _check_scoring(self.estimator, self.scoring)
         _check_refit_for_multimetric(self.refit, scorers, multimetric)
+        pairwise = get_tags(self.estimator).input_tags.pairwise
+        if pairwise and not hasattr(X, "shape"):
+            raise ValueError(
+                "Precomputed kernels or affinity matrices have to be passed as arrays or sparse "
+                f"matrices, got a {type(X).__name__}; convert X with numpy.asarray(X)."
+            )
         X, y = indexable(X, y)
-        params = dict(params)
-        groups = params.pop("groups", None)
+        sample_weight = params.get("sample_weight")
+        metadata = None if sample_weight is None else {"sample_weight": sample_weight}
+        root = self._init_callback_context(
+            max_subtasks=1 + (self.refit is not False)
+        ).call_on_fit_task_begin(estimator=self, X=X, y=y, metadata=metadata)
+        if _routing_enabled():
+            routed = process_routing(self, "fit", **params)
+            params, split_params = routed.estimator.fit, routed.splitter.split
+            score_params = {
+                metric: routed[_scorer_route(metric)].score
+                for metric in (scorers if multimetric else [None])
+            }
+        else:
+            params = dict(params)
+            split_params = {"groups": params.pop("groups", None)}
+            score_params = self._sample_weight_for_scorers(
+                scorers, multimetric, params.get("sample_weight")
+            )
         cv = check_cv(self.cv, y, classifier=is_classifier(self.estimator))
-        n_splits = cv.get_n_splits(X, y, groups)
+        n_splits = cv.get_n_splits(X, y, **split_params)
         splits = tuple(
-            (np.asarray(train), np.asarray(test)) for train, test in cv.split(X, y, groups)
+            (np.asarray(train), np.asarray(test)) for train, test in cv.split(X, y, **split_params)
         )
         if len(splits) != n_splits:
             raise ValueError(
                 "cv.split and cv.get_n_splits return inconsistent results. Expected "
                 f"{n_splits} splits, got {len(splits)}"
             )
-        data = _grid_graph.SearchData(X, y, params, splits)
+        data = _grid_graph.SearchData(X, y, params, splits, score_params, get_config())
         client = current_client()
         base = clone(self.estimator)
+        search = root.subcontext(
+            task_name="search",
+            max_subtasks=len(candidates) * n_splits,
+            sequential_subtasks=False,
+        ).call_on_fit_task_begin(estimator=self)
         with _grid_graph.place(data, client) as (node, token):
             out, _ = _grid_graph.run(
                 base,
@@ -161,18 +202,73 @@ class BaseSearchCV(SearchBase):
                 shortcut_scoring=_names_only(self.scoring),
                 return_train_score=self.return_train_score,
                 error_score=self.error_score,
-                pairwise=get_tags(self.estimator).input_tags.pairwise,
+                pairwise=pairwise,
                 client=client,
                 n_jobs=self.n_jobs,
                 verbose=self.verbose,
             )
+            self._evaluation_hooks(search, X, y, params, splits, len(candidates))
+            search.call_on_fit_task_end(estimator=self)
             fitted = self._results(candidates, n_splits, out, multimetric)
 
             def refit(best):
-                return _grid_graph.refit(best, node, token, client, self.n_jobs)
+                task = root.subcontext(task_name="refit-with-best-params")
+                task.call_on_fit_task_begin(estimator=self, X=X, y=y, metadata=metadata)
+                result = _grid_graph.refit(best, node, token, client, self.n_jobs)
+                task.call_on_fit_task_end(estimator=self, X=X, y=y, metadata=metadata)
+                return result
 
             self._set_fitted(fitted, base, refit, scorers, multimetric, n_splits)
+        root.call_on_fit_task_end(estimator=self, X=X, y=y, metadata=metadata)
         return self
+
+    def _evaluation_hooks(self, search, X, y, params, splits, n_candidates):
+        """The callbacks' candidate × fold evaluations (after the fits), as scikit-learn's."""
+        if not getattr(self, "_skl_callbacks", None):
+            return
+        from taskdml._sklearn_compat import _safe_indexing
+
+        folds = []
+        for train, _ in splits:
+            weights = params.get("sample_weight")
+            folds.append(
+                {
+                    "X": _safe_indexing(X, train),
+                    "y": None if y is None else _safe_indexing(y, train),
+                    "metadata": None
+                    if weights is None
+                    else {"sample_weight": _safe_indexing(weights, train)},
+                }
+            )
+        for index in range(n_candidates * len(splits)):
+            evaluation = search.subcontext(task_name="candidate-split-evaluation", task_id=index)
+            fold = folds[index % len(splits)]
+            evaluation.call_on_fit_task_begin(estimator=self, **fold)
+            evaluation.call_on_fit_task_end(estimator=self, **fold)
+
+    def _sample_weight_for_scorers(self, scorers, multimetric, sample_weight):
+        """``sample_weight`` for the scorers that take it, by metric, as scikit-learn passes it.
+
+        A scorer that does not take it gets a warning: its scores are unweighted.
+        """
+        from taskdml._sklearn_compat import scorer_accepts_sample_weight
+
+        if sample_weight is None:
+            return {}
+        named = scorers.items() if multimetric else [(None, scorers)]
+        accepting = {}
+        for name, scorer in named:
+            if scorer_accepts_sample_weight(scorer):
+                accepting[name] = {"sample_weight": sample_weight}
+                continue
+            shown = scorer if name is None else f"{name}={scorer}"
+            warnings.warn(
+                f"The scoring {shown} does not support sample_weight, which may lead to "
+                f"statistically incorrect results when fitting {self} with sample_weight. ",
+                UserWarning,
+                stacklevel=4,
+            )
+        return accepting
 
     def _fit_chunked(self, X, y, candidates, params):
         from taskdml.parallel._engine import current_client
@@ -233,6 +329,10 @@ class BaseSearchCV(SearchBase):
 
     def _results(self, candidates, n_splits, out, multimetric):
         """cv_results_ and the best candidate, from one result per candidate × fold."""
+        if not out:
+            raise ValueError(
+                "No fits were performed. Was the CV iterator empty? Were there no candidates?"
+            )
         for result in out:
             for message in result["warnings"]:
                 warnings.warn(message, UserWarning, stacklevel=4)
@@ -250,6 +350,8 @@ class BaseSearchCV(SearchBase):
                 )
                 result["test_scores"] = filled
                 result["train_scores"] = dict(filled) if isinstance(filled, dict) else filled
+        if self.verbose > 1:
+            _print_fits(candidates, n_splits, out, self.verbose, self.return_train_score)
         results = format_results(candidates, n_splits, out, self.return_train_score)
         fitted = {"cv_results_": results, "multimetric_": multimetric}
         refit_metric = self.refit if multimetric else "score"
@@ -277,7 +379,7 @@ class BaseSearchCV(SearchBase):
     # ------------------------------------------------------------------------------------
     # delegation to best_estimator_
 
-    def score(self, X, y=None):
+    def score(self, X, y=None, **params):
         """Score of the refitted best estimator on the given data.
 
         Uses ``scoring`` where given (``refit``'s metric when there are several), else
@@ -288,6 +390,9 @@ class BaseSearchCV(SearchBase):
         ----------
         X : array-like, dask array or xarray.Dataset of shape (n_samples, n_features)
         y : array-like of shape (n_samples,), optional
+        **params : dict
+            Metadata routed to the scorer (only with ``enable_metadata_routing=True``, see
+            :func:`sklearn.set_config`).
 
         Returns
         -------
@@ -298,6 +403,12 @@ class BaseSearchCV(SearchBase):
         if not self.refit:
             raise AttributeError(self._no_refit_message("score"))
         check_is_fitted(self)
+        if params and not _routing_enabled():
+            raise ValueError(
+                f"Passing extra keyword arguments to {type(self).__name__}.score is only "
+                "supported if enable_metadata_routing=True, which you can set using "
+                f"`sklearn.set_config`; got {sorted(params)}."
+            )
         if getattr(self, "_chunked", False) or is_chunked(X):
             return self._score_chunked(X, y)
         if self.scorer_ is None:
@@ -305,11 +416,40 @@ class BaseSearchCV(SearchBase):
                 "No score function explicitly defined, and the estimator doesn't "
                 f"provide one {self.best_estimator_}"
             )
+        if params:
+            metric = self.refit if isinstance(self.scorer_, dict) else None
+            params = process_routing(self, "score", **params)[_scorer_route(metric)].score
         if isinstance(self.scorer_, dict):
             scorer = self.scorer_[self.refit] if self.multimetric_ else self.scorer_
-            return scorer(self.best_estimator_, X, y)
-        score = self.scorer_(self.best_estimator_, X, y)
+            return scorer(self.best_estimator_, X, y, **params)
+        score = self.scorer_(self.best_estimator_, X, y, **params)
         return score[self.refit] if self.multimetric_ else score
+
+    def get_metadata_routing(self):
+        """Where this search routes metadata, with scikit-learn's metadata routing.
+
+        ``fit`` routes to the estimator's ``fit``, to the splitter's ``split`` and to each
+        scorer's ``score`` (one route per metric); ``score`` routes to the scorers.
+
+        Returns
+        -------
+        routing : sklearn.utils.metadata_routing.MetadataRouter
+        """
+        router = MetadataRouter(owner=self).add(
+            estimator=self.estimator,
+            method_mapping=MethodMapping().add(caller="fit", callee="fit"),
+        )
+        scorers, multimetric = _check_scoring(self.estimator, self.scoring)
+        for metric, scorer in scorers.items() if multimetric else [(None, scorers)]:
+            router.add(
+                **{_scorer_route(metric): scorer},
+                method_mapping=MethodMapping()
+                .add(caller="score", callee="score")
+                .add(caller="fit", callee="score"),
+            )
+        return router.add(
+            splitter=self.cv, method_mapping=MethodMapping().add(caller="fit", callee="split")
+        )
 
     def _score_chunked(self, X, y):
         import dask.array as da
@@ -322,6 +462,21 @@ class BaseSearchCV(SearchBase):
         metrics = _grid_chunked.metric_names(self.estimator, self.scoring)
         metric = metrics[self.refit] if self.multimetric_ else metrics["score"]
         return score_chunked(self.best_estimator_, X, y, metric)
+
+    def _sk_visual_block_(self):
+        """The HTML repr's content: the refitted best estimator once there is one."""
+        from taskdml._sklearn_compat import _VisualBlock
+
+        if hasattr(self, "best_estimator_"):
+            key, estimator = "best_estimator_", self.best_estimator_
+        else:
+            key, estimator = "estimator", self.estimator
+        return _VisualBlock(
+            "parallel",
+            [estimator],
+            names=[f"{key}: {type(estimator).__name__}"],
+            name_details=[str(estimator)],
+        )
 
     @property
     def n_features_in_(self):
@@ -368,7 +523,8 @@ class GridSearchCV(BaseSearchCV):
         As in scikit-learn (5-fold, stratified for classifiers). On chunked data an int (or a
         splitter) splits the chunk indices.
     verbose : int, default=0
-        Above 0, print the number of fits and of tasks.
+        Above 0, print the number of fits and of tasks; above 1, scikit-learn's line per fit
+        (``[CV k/n] END ...``, with the scores above 2), printed once the fits are done.
     pre_dispatch : int or str, default="2*n_jobs"
         Accepted for compatibility; Dask schedules the tasks.
     error_score : "raise" or float, default=np.nan
@@ -561,6 +717,15 @@ refit_time_, multimetric_, classes_, n_features_in_
 # Scoring and results, as scikit-learn does them.
 
 
+def _routing_enabled():
+    return get_config()["enable_metadata_routing"]
+
+
+def _scorer_route(metric):
+    """The name of a scorer's route in :meth:`BaseSearchCV.get_metadata_routing`."""
+    return "scorer" if metric is None else f"scorer_{metric}"
+
+
 def _names_only(scoring):
     """Whether the scorers only call prediction methods (then they see transformed rows)."""
     if scoring is None or isinstance(scoring, str):
@@ -667,6 +832,36 @@ def _warn_or_raise_about_fit_failures(results, error_score):
         FitFailedWarning,
         stacklevel=5,
     )
+
+
+def _print_fits(candidates, n_splits, out, verbose, return_train_score):
+    """scikit-learn's per-fit ``[CV k/n] END ...`` lines, printed once all the fits are done."""
+    from joblib.logger import short_format_time
+
+    for index, result in enumerate(out):
+        params = candidates[index // n_splits]
+        message = ", ".join(f"{name}={params[name]}" for name in sorted(params))
+        message += ";" if message else ""
+        progress = ""
+        if verbose > 2:
+            progress = f" {index % n_splits + 1}/{n_splits}"
+            if verbose > 9:
+                progress += f"; {index // n_splits + 1}/{len(candidates)}"
+            test, train = result["test_scores"], result["train_scores"]
+            if isinstance(test, dict):
+                for name in sorted(test):
+                    message += f" {name}: ("
+                    if return_train_score:
+                        message += f"train={train[name]:.3f}, "
+                    message += f"test={test[name]:.3f})"
+            elif return_train_score:
+                message += f", score=(train={train:.3f}, test={test:.3f})"
+            else:
+                message += f", score={test:.3f}"
+        total = result["fit_time"] + result["score_time"]
+        message += f" total time={short_format_time(total)}"
+        line = f"[CV{progress}] END "
+        print(line + "." * (80 - len(line) - len(message)) + message)
 
 
 def format_results(candidates, n_splits, out, return_train_score):

@@ -43,12 +43,19 @@ PREFIX = "search"
 
 @dataclasses.dataclass(frozen=True)
 class SearchData:
-    """What the ``search-data`` key holds: the rows, the fit parameters and the folds."""
+    """What the ``search-data`` key holds: the rows, the fit parameters and the folds.
+
+    ``score_params`` are the scorers' parameters (``sample_weight``, routed metadata), by
+    metric name (``None`` for a single scorer). ``config`` is scikit-learn's configuration
+    where the search was fitted (:func:`sklearn.get_config`): the tasks run under it.
+    """
 
     X: object
     y: object
     fit_params: dict
     splits: tuple
+    score_params: dict = dataclasses.field(default_factory=dict)
+    config: dict = dataclasses.field(default_factory=dict)
 
 
 def estimator_spec(value):

@@ -12,15 +12,40 @@ candidate that shares the failing step reports it, as scikit-learn does; with
 ``error_score="raise"`` the task raises instead and the search stops.
 
 Every estimator arriving as an argument is deep-copied before it is fitted: the threaded
-scheduler hands the same object to the tasks of every fold.
+scheduler hands the same object to the tasks of every fold. The tasks that fit or score run
+under scikit-learn's configuration of the search (``config`` of the data and of each part,
+see :func:`_in_search_config`): scikit-learn keeps it per thread, and the threads and workers
+that run the tasks do not have the caller's (metadata routing, ``transform_output``, ...).
 """
 
 import copy
+import functools
+import inspect
 import numbers
 import time
 import traceback
 
 import numpy as np
+
+
+def _in_search_config(carrier):
+    """Decorator: run the task under the scikit-learn config that its *carrier* argument holds."""
+
+    def decorate(task):
+        signature = inspect.signature(task)
+
+        @functools.wraps(task)
+        def run(*args, **kwargs):
+            from sklearn import config_context
+
+            holder = signature.bind(*args, **kwargs).arguments[carrier]
+            config = holder["config"] if isinstance(holder, dict) else holder.config
+            with config_context(**config):
+                return task(*args, **kwargs)
+
+        return run
+
+    return decorate
 
 
 def split_fold(data, fold, pairwise):
@@ -36,17 +61,24 @@ def split_fold(data, fold, pairwise):
     y_train = None if data.y is None else _safe_indexing(data.y, train)
     y_test = None if data.y is None else _safe_indexing(data.y, test)
     n_samples = data.X.shape[0] if hasattr(data.X, "shape") else len(data.X)
-    fit_params = {
-        name: _safe_indexing(value, train) if _sample_aligned(value, n_samples) else value
-        for name, value in data.fit_params.items()
-    }
+
+    def rows(params, indices):
+        return {
+            name: _safe_indexing(value, indices) if _sample_aligned(value, n_samples) else value
+            for name, value in params.items()
+        }
+
+    score_params = data.score_params.items()
     return {
         "X": X_train,
         "y": y_train,
         "X_test": X_test,
         "y_test": y_test,
         "X_score_train": X_train,
-        "fit_params": fit_params,
+        "config": data.config,
+        "fit_params": rows(data.fit_params, train),
+        "score_params_test": {metric: rows(params, test) for metric, params in score_params},
+        "score_params_train": {metric: rows(params, train) for metric, params in score_params},
         "steps": {},
         "fit_time": 0.0,
         "score_time": 0.0,
@@ -55,6 +87,7 @@ def split_fold(data, fold, pairwise):
     }
 
 
+@_in_search_config("part")
 def fit_transform_step(part, name, transformer, score_train, transform_test, raise_errors):
     """Fit pipeline step *name* on the part's training rows; return the next part.
 
@@ -101,6 +134,7 @@ def fit_transform_step(part, name, transformer, score_train, transform_test, rai
     return following
 
 
+@_in_search_config("part")
 def fit_final(part, name, estimator, raise_errors):
     """Fit the last step (*name*) or, with ``name=None``, the whole estimator.
 
@@ -131,6 +165,7 @@ def fit_final(part, name, estimator, raise_errors):
     }
 
 
+@_in_search_config("part")
 def score_fit(fitted, part, raw, template, scorers, score_train, error_score):
     """Score a fitted candidate on its fold: ``{"test_scores", "train_scores", ...}``.
 
@@ -167,16 +202,29 @@ def score_fit(fitted, part, raw, template, scorers, score_train, error_score):
         result["train_scores"] = _fill(scorers, error_score) if score_train else None
         return result
     result["test_scores"] = _score(
-        estimator, X_test, rows["y_test"], scorers, error_score, result["warnings"]
+        estimator,
+        X_test,
+        rows["y_test"],
+        scorers,
+        rows["score_params_test"],
+        error_score,
+        result["warnings"],
     )
     result["score_time"] = part["score_time"] + time.perf_counter() - started
     if score_train:
         result["train_scores"] = _score(
-            estimator, X_train, rows["y"], scorers, error_score, result["warnings"]
+            estimator,
+            X_train,
+            rows["y"],
+            scorers,
+            rows["score_params_train"],
+            error_score,
+            result["warnings"],
         )
     return result
 
 
+@_in_search_config("data")
 def refit(data, estimator):
     """Fit *estimator* on all the data; return it and the time the fit took."""
     estimator = copy.deepcopy(estimator)
@@ -208,19 +256,24 @@ def _sample_aligned(value, n_samples):
         return False
 
 
-def _score(estimator, X, y, scorers, error_score, warned):
-    """scikit-learn's ``_score``: each scorer on its own, ``error_score`` where one raises."""
+def _score(estimator, X, y, scorers, params, error_score, warned):
+    """scikit-learn's ``_score``: each scorer on its own, ``error_score`` where one raises.
+
+    *params* holds each scorer's parameters by metric name (``None`` for a single scorer).
+    """
     if isinstance(scorers, dict):
         return {
-            name: _one_score(estimator, X, y, scorer, name, error_score, warned)
+            name: _one_score(
+                estimator, X, y, scorer, params.get(name, {}), name, error_score, warned
+            )
             for name, scorer in scorers.items()
         }
-    return _one_score(estimator, X, y, scorers, scorers, error_score, warned)
+    return _one_score(estimator, X, y, scorers, params.get(None, {}), scorers, error_score, warned)
 
 
-def _one_score(estimator, X, y, scorer, name, error_score, warned):
+def _one_score(estimator, X, y, scorer, params, name, error_score, warned):
     try:
-        score = scorer(estimator, X) if y is None else scorer(estimator, X, y)
+        score = scorer(estimator, X, **params) if y is None else scorer(estimator, X, y, **params)
     except Exception:
         if error_score == "raise":
             raise

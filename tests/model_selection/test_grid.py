@@ -497,3 +497,64 @@ def test_searches_back_to_back_on_one_cluster(client):
     ]
     expected = sk.GridSearchCV(LogisticRegression(max_iter=300), {"C": [0.1, 1.0]}, cv=3).fit(X, y)
     assert scores == [expected.best_score_] * 4
+
+
+def test_precomputed_kernel_as_a_list_is_refused():
+    """A precomputed kernel given as a list is refused before any fit, saying how to fix it."""
+    kernel, y = np.eye(6).tolist(), [0, 1] * 3
+    with pytest.raises(ValueError, match=r"sparse matrices, got a list; convert X with numpy"):
+        GridSearchCV(SVC(kernel="precomputed"), {"C": [1]}, cv=2).fit(kernel, y)
+
+
+@pytest.mark.parametrize("use_client", [False, True], ids=["threads", "cluster"])
+def test_metadata_routing_gives_scikit_learns_results(request, iris, use_client):
+    """With metadata routing on, requested metadata reaches fit and scorer as in scikit-learn."""
+    from sklearn import config_context
+    from sklearn.metrics import accuracy_score, make_scorer
+
+    if use_client:
+        request.getfixturevalue("client")
+    X, y = iris
+    weights = np.random.RandomState(0).randint(1, 5, len(y))
+    with config_context(enable_metadata_routing=True):
+        estimator = LogisticRegression(max_iter=500).set_fit_request(sample_weight=True)
+        scoring = make_scorer(accuracy_score).set_score_request(sample_weight=True)
+        searches = [
+            search(estimator, {"C": [0.01, 1]}, cv=3, scoring=scoring).fit(
+                X, y, sample_weight=weights
+            )
+            for search in (GridSearchCV, sk.GridSearchCV)
+        ]
+        ours, theirs = (search.score(X, y, sample_weight=weights) for search in searches)
+    assert_same_results(*searches)
+    assert ours == theirs
+
+
+def test_routed_metadata_reaches_every_scorer_split_with_the_test_rows(iris):
+    """Routed metadata reaches each scorer of a multi-metric search, cut to the fold's rows."""
+    from sklearn import config_context
+    from sklearn.tests.metadata_routing_common import ConsumingScorer, _Registry
+
+    X, y = iris
+    weights = np.random.RandomState(0).rand(len(y))
+    registry = _Registry()
+    with config_context(enable_metadata_routing=True):
+        scorer = ConsumingScorer(registry=registry).set_score_request(sample_weight="score_weights")
+        GridSearchCV(
+            LogisticRegression(max_iter=500),
+            {"C": [1]},
+            cv=3,
+            scoring={"consuming": scorer, "accuracy": "accuracy"},
+            refit="accuracy",
+        ).fit(X, y, score_weights=weights)
+    records = [
+        record
+        for consumer in {id(consumer): consumer for consumer in registry}.values()
+        for by_caller in consumer._records.values()
+        for calls in by_caller.values()
+        for record in calls
+    ]
+    assert len(records) == 3
+    for record in records:
+        assert len(record["sample_weight"]) == len(y) // 3
+        assert np.isin(record["sample_weight"], weights).all()
