@@ -9,21 +9,27 @@ client is never made the process-wide default: the runner activates it per step 
 
 **Warm workers.** A fresh worker imports scikit-learn (and taskdml, which imports it) on its
 first task: about a second and 280 MiB per worker, paid on the critical path of the first
-step that needs it. :func:`warm` registers a worker plugin that imports a list of modules in
-a background thread of every worker (and of workers that join later), so the imports overlap
-whatever runs meanwhile: the client preparing the run, the data loading. The runner warms
-the clusters it starts itself with :func:`pipeline_modules` (the modules of every callable
-and estimator the pipeline names, and the basics of :data:`WARM_MODULES`); a cluster reached
-by address or a client passed in is left as it is (call :func:`warm` on it yourself). The
-plugin travels by value, so that unpickling it on a worker does not import taskdml: that
-import is the cost being hidden.
+step that needs it. :func:`warm` registers a worker plugin that imports a list of modules on
+every worker (and on workers that join later) as soon as it is registered, while the client
+goes on: the imports overlap whatever the client does meanwhile (preparing the run, loading
+data). The runner warms the clusters it starts itself with :func:`pipeline_modules` (the
+modules of every callable and estimator the pipeline names, and the basics of
+:data:`WARM_MODULES`); a cluster reached by address or a client passed in is left as it is
+(call :func:`warm` on it yourself).
+
+The imports run on the worker's event loop, just after the plugin's registration has been
+answered, not in a thread of their own: a worker unpickles tasks and data on its event loop,
+and two threads importing one package at once (taskdml's modules import each other) can see
+it half-initialised and fail ("cannot import name ... from partially initialized module").
+Messages that arrive meanwhile wait for the imports, which their tasks need anyway. The plugin
+travels by value, so that unpickling it does not import taskdml: that is the cost hidden.
 """
 
+import asyncio
 import contextlib
 import importlib
 import logging
 import os
-import threading
 import time
 
 from taskdml._pipeline import resolve_callable, thaw
@@ -44,6 +50,8 @@ WARM_MODULES = ("taskdml", "sklearn.base", "sklearn.utils", "sklearn.metrics")
 """What every run's workers need whatever the pipeline names: taskdml's task functions (which
 import scikit-learn's base, utilities and metrics)."""
 WARM_PLUGIN = "taskdml-warm"
+WARM_DELAY = 0.05
+"""Seconds between the plugin's setup and its imports: its registration is answered first."""
 
 
 def default_workers():
@@ -223,11 +231,13 @@ def warm(client, modules, *, wait=False):
     """Import *modules* on every worker of *client*'s cluster, in a background thread.
 
     Registers a worker plugin (``distributed.WorkerPlugin``) named ``taskdml-warm``: each
-    worker, and each worker that joins later, starts a daemon thread that imports the modules
-    in order, so a task that needs them later finds them imported, or waits only for what is
-    left of the import. The call returns at once unless *wait*. A module that fails to import
-    is skipped and reported (the task that needs it will raise the real error). Calling it
-    again replaces the list.
+    worker, and each worker that joins later, imports the modules in order on its event loop
+    just after answering the registration (see the module docstring for why not in a thread),
+    so a task that arrives later finds them imported, or waits only for what is left of the
+    import. The call returns at once unless *wait*. A module that fails to import is skipped
+    and reported (the task that needs it will raise the real error). Calling it again replaces
+    the list. On a cluster whose workers are busy, the worker's event loop is held for the
+    import (distributed may log that it was unresponsive).
 
     Parameters
     ----------
@@ -301,9 +311,8 @@ def _warm_plugin(modules):
             self.modules = modules
 
         def setup(self, worker):
-            self.seconds, self.errors = None, {}
-            self.thread = threading.Thread(target=self.run, name=WARM_PLUGIN, daemon=True)
-            self.thread.start()
+            self.seconds, self.errors, self.done = None, {}, asyncio.Event()
+            asyncio.get_running_loop().call_later(WARM_DELAY, self.run)
 
         def run(self):
             started = time.perf_counter()
@@ -313,13 +322,12 @@ def _warm_plugin(modules):
                 except Exception as error:  # the task that needs it raises the real error
                     self.errors[module] = f"{type(error).__name__}: {error}"
             self.seconds = time.perf_counter() - started
+            self.done.set()
 
     return WarmImports(modules)
 
 
 async def _warmed(dask_worker):
-    import asyncio
-
     plugin = dask_worker.plugins[WARM_PLUGIN]
-    await asyncio.to_thread(plugin.thread.join)
+    await plugin.done.wait()
     return {"seconds": plugin.seconds, "errors": dict(plugin.errors)}
