@@ -266,7 +266,11 @@ def run_pipeline(
     status = "failed"
     try:
         with clusters.connect(
-            pipeline.cluster, scheduler=scheduler, n_workers=n_workers, client=client
+            pipeline.cluster,
+            scheduler=scheduler,
+            n_workers=n_workers,
+            client=client,
+            warm_modules=clusters.pipeline_modules(pipeline),
         ) as active:
             info = clusters.describe(active)
             if directory is not None:

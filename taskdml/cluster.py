@@ -6,11 +6,31 @@ single-threaded worker process per core. Everything taskdml starts itself binds 
 a cluster class named in ``spec`` is the user's choice and binds where it is told. The
 client is never made the process-wide default: the runner activates it per step with
 ``Client.as_current``, so embedding taskdml in a program with its own client is safe.
+
+**Warm workers.** A fresh worker imports scikit-learn (and taskdml, which imports it) on its
+first task: about a second and 280 MiB per worker, paid on the critical path of the first
+step that needs it. :func:`warm` registers a worker plugin that imports a list of modules on
+every worker (and on workers that join later) as soon as it is registered, while the client
+goes on: the imports overlap whatever the client does meanwhile (preparing the run, loading
+data). The runner warms the clusters it starts itself with :func:`pipeline_modules` (the
+modules of every callable and estimator the pipeline names, and the basics of
+:data:`WARM_MODULES`); a cluster reached by address or a client passed in is left as it is
+(call :func:`warm` on it yourself).
+
+The imports run on the worker's event loop, just after the plugin's registration has been
+answered, not in a thread of their own: a worker unpickles tasks and data on its event loop,
+and two threads importing one package at once (taskdml's modules import each other) can see
+it half-initialised and fail ("cannot import name ... from partially initialized module").
+Messages that arrive meanwhile wait for the imports, which their tasks need anyway. The plugin
+travels by value, so that unpickling it does not import taskdml: that is the cost hidden.
 """
 
+import asyncio
 import contextlib
+import importlib
 import logging
 import os
+import time
 
 from taskdml._pipeline import resolve_callable, thaw
 from taskdml.exceptions import ClusterUnavailable
@@ -26,6 +46,12 @@ CLUSTER_CLASSES = (
     "dask_gateway",
 )
 CONNECT_TIMEOUT = "10s"
+WARM_MODULES = ("taskdml", "sklearn.base", "sklearn.utils", "sklearn.metrics")
+"""What every run's workers need whatever the pipeline names: taskdml's task functions (which
+import scikit-learn's base, utilities and metrics)."""
+WARM_PLUGIN = "taskdml-warm"
+WARM_DELAY = 0.05
+"""Seconds between the plugin's setup and its imports: its registration is answered first."""
 
 
 def default_workers():
@@ -42,7 +68,7 @@ def default_workers():
 
 
 @contextlib.contextmanager
-def connect(cluster=None, *, scheduler=None, n_workers=None, client=None):
+def connect(cluster=None, *, scheduler=None, n_workers=None, client=None, warm_modules=()):
     """Yield a ``distributed.Client`` for a run, and close what this call started.
 
     Parameters
@@ -55,6 +81,9 @@ def connect(cluster=None, *, scheduler=None, n_workers=None, client=None):
         Worker count of an embedded LocalCluster; overrides ``cluster.n_workers``.
     client : distributed.Client, optional
         Use this client as it is and leave it open.
+    warm_modules : sequence of str, optional
+        Modules the workers of a cluster started here import in the background from their
+        start (:func:`warm`); not used for a cluster reached by address or *client*.
 
     Yields
     ------
@@ -77,7 +106,12 @@ def connect(cluster=None, *, scheduler=None, n_workers=None, client=None):
             yield stack.enter_context(_client(address, f"the scheduler at {address}"))
             return
         deployment = stack.enter_context(_start(cluster, n_workers))
-        yield stack.enter_context(_client(deployment, f"the cluster {type(deployment).__name__}"))
+        started = stack.enter_context(
+            _client(deployment, f"the cluster {type(deployment).__name__}")
+        )
+        if warm_modules:
+            warm(started, warm_modules)
+        yield started
 
 
 def _start(cluster, n_workers):
@@ -191,3 +225,109 @@ def _bokeh_mounted(dask_scheduler):
 
 def _kwargs(kwargs):
     return ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
+
+
+def warm(client, modules, *, wait=False):
+    """Import *modules* on every worker of *client*'s cluster, in a background thread.
+
+    Registers a worker plugin (``distributed.WorkerPlugin``) named ``taskdml-warm``: each
+    worker, and each worker that joins later, imports the modules in order on its event loop
+    just after answering the registration (see the module docstring for why not in a thread),
+    so a task that arrives later finds them imported, or waits only for what is left of the
+    import. The call returns at once unless *wait*. A module that fails to import is skipped
+    and reported (the task that needs it will raise the real error). Calling it again replaces
+    the list. On a cluster whose workers are busy, the worker's event loop is held for the
+    import (distributed may log that it was unresponsive).
+
+    Parameters
+    ----------
+    client : distributed.Client
+    modules : sequence of str
+        Module names, e.g. ``["sklearn.linear_model", "taskdml"]``
+        (:func:`pipeline_modules` lists those of a pipeline).
+    wait : bool, default False
+        Wait until every current worker has imported them.
+
+    Returns
+    -------
+    dict or None
+        With *wait*: ``{worker address: {"seconds": s, "errors": {module: message}}}``.
+
+    Examples
+    --------
+    >>> from distributed import Client, LocalCluster
+    >>> from taskdml.cluster import warm
+    >>> with LocalCluster(n_workers=1, host="127.0.0.1", dashboard_address=None) as cluster:
+    ...     with Client(cluster) as client:
+    ...         report = warm(client, ["sklearn.linear_model"], wait=True)
+    ...         [entry["errors"] for entry in report.values()]
+    [{}]
+    """
+    client.register_plugin(_warm_plugin(tuple(modules)), name=WARM_PLUGIN)
+    if wait:
+        return client.run(_warmed)
+    return None
+
+
+def pipeline_modules(pipeline):
+    """The modules a pipeline's workers need: its callables' and estimators', then the basics.
+
+    Parameters
+    ----------
+    pipeline : Pipeline
+
+    Returns
+    -------
+    list of str
+        The module of every ``call``, ``fit`` and ``search`` target, in step order, then
+        :data:`WARM_MODULES`; without repeats.
+
+    Examples
+    --------
+    >>> from taskdml import Pipeline, Step
+    >>> pipe = Pipeline("iris", [
+    ...     Step("data", call="taskdml.datasets:load_sklearn", with_={"name": "iris"}),
+    ...     Step("model", fit="sklearn.naive_bayes:GaussianNB", inputs={"data": "data"}),
+    ... ])
+    >>> pipeline_modules(pipe)[:2]
+    ['taskdml.datasets', 'sklearn.naive_bayes']
+    """
+    named = [
+        step.target.partition(":")[0]
+        for step in pipeline.ordered_steps()
+        if step.kind != "evaluate"
+    ]
+    return list(dict.fromkeys(named + list(WARM_MODULES)))
+
+
+def _warm_plugin(modules):
+    """A plugin instance of a class built here, so that it is pickled by value (see above)."""
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    class WarmImports(WorkerPlugin):
+        name = WARM_PLUGIN
+
+        def __init__(self, modules):
+            self.modules = modules
+
+        def setup(self, worker):
+            self.seconds, self.errors, self.done = None, {}, asyncio.Event()
+            asyncio.get_running_loop().call_later(WARM_DELAY, self.run)
+
+        def run(self):
+            started = time.perf_counter()
+            for module in self.modules:
+                try:
+                    importlib.import_module(module)
+                except Exception as error:  # the task that needs it raises the real error
+                    self.errors[module] = f"{type(error).__name__}: {error}"
+            self.seconds = time.perf_counter() - started
+            self.done.set()
+
+    return WarmImports(modules)
+
+
+async def _warmed(dask_worker):
+    plugin = dask_worker.plugins[WARM_PLUGIN]
+    await plugin.done.wait()
+    return {"seconds": plugin.seconds, "errors": dict(plugin.errors)}

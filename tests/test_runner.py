@@ -431,3 +431,25 @@ def test_graph_builders_run_in_the_client_and_plain_callables_on_workers(client)
     np.testing.assert_array_equal(built["array"].compute(), np.arange(10))
     worker_pids = set(client.run(os.getpid).values())
     assert run.outputs["task"]["pid"].result() in worker_pids
+
+
+def test_the_embedded_cluster_warms_what_the_pipeline_names(tmp_path):
+    """run_pipeline's own cluster imports, on its worker, the modules of every callable and
+    estimator the pipeline names (and the basics), from the plugin it registered at start."""
+    from taskdml.cluster import pipeline_modules
+
+    target = tmp_path / "warm.json"
+    pipeline = Pipeline(
+        "warmed",
+        [
+            Step("probe", call="pipeline_functions:warm_imports", with_={"path": str(target)}),
+            Step("data", call="taskdml.datasets:load_sklearn", with_={"name": "iris"}),
+            Step("spread", fit="sklearn.semi_supervised:LabelSpreading", inputs={"data": "data"}),
+        ],
+        imports=ALLOW,
+        cluster={"n_workers": 1, "threads_per_worker": 1, "dashboard_address": "127.0.0.1:0"},
+    )
+    run_pipeline(pipeline, record=False)
+    imported = json.loads(target.read_text())
+    assert list(imported) == pipeline_modules(pipeline)
+    assert "sklearn.semi_supervised" in imported and all(imported.values()), imported

@@ -139,3 +139,30 @@ def all_failed_message(search, trials):
         f"candidate. The errors:\n{listing}\nFix the estimator or the parameter space; with "
         "error_score='raise' the first error is raised with its traceback."
     )
+
+
+MODEL_HISTORY_FIELDS = (
+    "model_id",
+    "params",
+    "partial_fit_calls",
+    "partial_fit_time",
+    "score",
+    "score_time",
+    "elapsed_wall_time",
+)
+"""The fields of dask-ml's ``model_history_`` records (Hyperband's add ``bracket``)."""
+
+
+def model_history(history, model_ids, with_bracket):
+    """dask-ml's ``model_history_``: ``{model_id: [record per score, in order]}``.
+
+    Every trial that started has a key (a failed step's record has a NaN score); the records
+    hold :data:`MODEL_HISTORY_FIELDS` (and ``bracket``), read from the ``history_`` events.
+    """
+    fields = MODEL_HISTORY_FIELDS + (("bracket",) if with_bracket else ())
+    records = {}
+    for event in history:
+        records.setdefault(model_ids[event["trial"]], []).append(
+            {field: event[field] for field in fields}
+        )
+    return records

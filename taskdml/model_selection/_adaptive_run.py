@@ -12,7 +12,9 @@
   in this process, one step at a time (small in-memory data, no client).
 - :class:`Driver` keeps the slots full: whenever a result arrives it tells the policy, starts
   the jobs the policy hands out until the slots are full again, and releases the state of
-  every trial the policy has finished with.
+  every trial the policy has finished with — except, when the refit will continue the best
+  trial (``keep_best``), the best trial finished so far, ranked as the search's best is: its
+  state is released when a better one finishes, or with the search.
 
 The task functions are pure and module-level: state in, a new state out.
 """
@@ -554,8 +556,11 @@ class Driver:
         tol=0.0,
         raise_errors=False,
         started=None,
+        keep_best=False,
     ):
         self.policy, self.backend = policy, backend
+        self.keep_best = keep_best
+        self.kept = None  # the best trial finished so far: its states outlive its finish
         self.trials = {trial.id: trial for trial in trials}
         self.parallel, self.patience, self.tol = parallel, patience, tol
         self.raise_errors = raise_errors
@@ -581,6 +586,7 @@ class Driver:
     def release_all(self):
         """Drop every future this driver holds (the search ended, or was interrupted)."""
         self.in_flight.clear()
+        self.kept = None
         for trial in self.trials.values():
             trial.states = None
 
@@ -648,13 +654,31 @@ class Driver:
         now = self.clock()
         for trial_id in trial_ids:
             trial = self.trials[trial_id]
-            trial.states, trial.ended = None, now  # drops the futures: the cluster forgets them
             if trial.status == "plateau":
                 trial.status = f"stopped at rung {trial.rung} (plateau)"
             elif trial.rung == len(trial.budgets) - 1:
                 trial.status = "completed"
             else:
                 trial.status = f"stopped at rung {trial.rung}"
+            if self.keep_best and self._better(trial, self.kept):
+                if self.kept is not None:
+                    self.kept.states = None
+                self.kept = trial  # kept for the refit to continue from
+            else:
+                trial.states = None  # drops the futures: the cluster forgets them
+            trial.ended = now
+
+    @staticmethod
+    def _better(trial, other):
+        """Whether *trial* outranks *other* (``None``: nothing), as the search's best does."""
+        if other is None:
+            return True
+
+        def key(t):
+            score = t.scores[t.rung]
+            return (t.budget, score if math.isfinite(score) else -math.inf, -t.id)
+
+        return key(trial) > key(other)
 
     def _event(self, trial, job, score, now):
         return {

@@ -553,6 +553,11 @@ def _tiny():
             r"the budget sets .* \(max_iter\); remove it",
         ),
         (
+            ASHASearchCV(SGDClassifier(), _SMALL, refit="again"),
+            r"refit must be True \(continue the best trial\), 'continue', 'full' \(retrain "
+            r"from scratch\) or False, got 'again'",
+        ),
+        (
             ASHASearchCV(SGDClassifier(), _SMALL, error_score="ignore"),
             r"error_score must be 'raise' or a number",
         ),
@@ -618,3 +623,125 @@ def test_patience_stops_a_plateau():
         "stopped at rung 0",
         "stopped at rung 0",
     ]
+
+
+# --------------------------------------------------------------------------------------------
+# The refit, and dask-ml's records.
+
+
+@pytest.mark.parametrize(
+    "refit, method, epochs_over_all",
+    [(True, "continued", 1), ("continue", "continued", 1), ("full", "full", 9)],
+)
+def test_refit_continues_the_best_trial_or_starts_over(refit, method, epochs_over_all):
+    """metadata_ says how the refit ran. Continued: the best trial's state (9 epochs on the
+    training chunks) plus one epoch on every chunk, as SGD's sample counter t_ shows; full: 9
+    epochs on every chunk from scratch. Either scores within 2 points of the other."""
+    X, y = sk_make_classification(3_000, 10, n_informative=4, random_state=0)
+    X_test, y_test = X[2_000:], y[2_000:]
+    searches = {
+        name: SuccessiveHalvingSearchCV(
+            SGDClassifier(random_state=0),
+            ALPHAS,
+            n_trials=9,
+            max_epochs=9,
+            random_state=0,
+            refit=value,
+        ).fit(X[:2_000], y[:2_000])
+        for name, value in (("ours", refit), ("other", "full" if method == "continued" else True))
+    }
+    search = searches["ours"]
+    assert search.metadata_["refit"] == method
+    assert search.metadata_["refit_epochs"] == epochs_over_all
+    assert search.n_iter_ == 9 and search.refit_time_ > 0
+    n_train = 1_600  # 10 chunks of 200 rows, 2 held out for validation
+    seen = 9 * n_train + 2_000 if method == "continued" else 9 * 2_000
+    assert search.best_estimator_.t_ == seen + 1
+    ours, other = (s.best_estimator_.score(X_test, y_test) for s in searches.values())
+    assert abs(ours - other) <= 0.02, (ours, other)
+
+
+def test_refit_without_partial_fit_is_full_and_no_refit_says_so():
+    """An estimator with only fit has no state to continue: the refit is full; refit=False
+    records None."""
+    search = ASHASearchCV(
+        LogisticRegression(), {"C": [0.1, 1.0, 10.0]}, n_trials=3, max_epochs=3, random_state=0
+    ).fit(*_tiny())
+    assert (search.metadata_["refit"], search.metadata_["refit_epochs"]) == ("full", None)
+    search = ASHASearchCV(
+        SGDClassifier(random_state=0), _SMALL, n_trials=3, max_epochs=3, refit=False, random_state=0
+    ).fit(*_tiny())
+    assert (search.metadata_["refit"], search.metadata_["refit_epochs"]) == (None, 0)
+
+
+DASK_ML_RECORD = {
+    "model_id",
+    "params",
+    "partial_fit_calls",
+    "partial_fit_time",
+    "score",
+    "score_time",
+    "elapsed_wall_time",
+}
+
+
+@pytest.mark.parametrize(
+    "make_search, with_bracket",
+    [
+        (
+            lambda: HyperbandSearchCV(
+                SGDClassifier(random_state=0),
+                {"alpha": loguniform(1e-6, 1e-1)},
+                max_iter=9,
+                random_state=1,
+            ),
+            True,
+        ),
+        (
+            lambda: ASHASearchCV(
+                SGDClassifier(random_state=0), ALPHAS, n_trials=6, max_epochs=9, random_state=0
+            ),
+            False,
+        ),
+    ],
+    ids=["hyperband", "asha"],
+)
+def test_model_history_has_dask_mls_structure(client, make_search, with_bracket):
+    """model_history_ is dask-ml's: {model_id: [record per score]} with dask-ml's fields (and
+    bracket for Hyperband); its records are history_'s, grouped; cv_results_ has model_id and
+    partial_fit_calls, so dask-ml's idiom model_history_[cv_results_["model_id"][best_index_]]
+    reads the best trial's curve."""
+    search = make_search().fit(_data())
+    history = search.model_history_
+    expected_keys = DASK_ML_RECORD | ({"bracket"} if with_bracket else set())
+    assert sorted(map(str, history)) == sorted(map(str, search.cv_results_["model_id"]))
+    assert len(history) == search.n_trials_
+    for model_id, records in history.items():
+        for record in records:
+            assert set(record) == expected_keys
+            assert record["model_id"] == model_id
+            assert record["partial_fit_time"] >= 0 and np.isnan(record["score_time"])
+        calls = [record["partial_fit_calls"] for record in records]
+        assert calls == sorted(calls)
+        walls = [record["elapsed_wall_time"] for record in records]
+        assert walls == sorted(walls)
+    if with_bracket:
+        assert all(str(model_id).startswith("bracket=") for model_id in history)
+        first = search.trials_.iloc[0]
+        assert history[f"bracket={first['bracket']}-0"][0]["params"] == first["params"]
+    else:
+        assert sorted(history) == list(range(6))
+    best = history[search.cv_results_["model_id"][search.best_index_]]
+    assert best[-1]["partial_fit_calls"] == search.n_iter_
+    assert best[-1]["score"] == pytest.approx(search.best_score_)
+    np.testing.assert_array_equal(
+        search.cv_results_["partial_fit_calls"], search.cv_results_["budget"]
+    )
+
+    def order(record):
+        return str(record["model_id"]), record["elapsed_wall_time"]
+
+    grouped = [{key: event[key] for key in expected_keys} for event in search.history_]
+    assert sorted(grouped, key=order) == sorted(
+        (record for records in history.values() for record in records), key=order
+    )
