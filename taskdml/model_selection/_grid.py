@@ -151,7 +151,7 @@ class BaseSearchCV(SearchBase):
         client = current_client()
         base = clone(self.estimator)
         with _grid_graph.place(data, client) as (node, token):
-            out, _ = _grid_graph.run(
+            out, schedule = _grid_graph.run(
                 base,
                 candidates,
                 data,
@@ -167,6 +167,7 @@ class BaseSearchCV(SearchBase):
                 verbose=self.verbose,
             )
             fitted = self._results(candidates, n_splits, out, multimetric)
+            fitted["_schedule"] = schedule
 
             def refit(best):
                 return _grid_graph.refit(best, node, token, client, self.n_jobs)
