@@ -290,11 +290,11 @@ def build(jobs, data_node, data_token, *, scorers, return_train_score, error_sco
 def place(data, client):
     """Context manager yielding ``(node, token)``: *data* as one graph key, scattered once.
 
-    With a client the data is scattered under the ``search-data`` key and released on exit;
-    without one it is a literal in the local graph. The token carries a fresh nonce: keys stay
-    shared inside one search (prefixes fitted once per fold), but a search started right
-    after another on the same data must not reuse keys the scheduler is still releasing
-    (that cancelled the new search's tasks).
+    With a client the data is scattered to every worker under the ``search-data`` key and
+    released on exit; without one it is a literal in the local graph. The token carries a
+    fresh nonce: keys stay shared inside one search (prefixes fitted once per fold), but a
+    search started right after another on the same data must not reuse keys the scheduler
+    is still releasing (that cancelled the new search's tasks).
     """
     token = tokenize(
         data.X, data.y, data.fit_params, data.splits, uuid.uuid4().hex, ensure_deterministic=False
@@ -309,7 +309,11 @@ class _Placed:
     def __enter__(self):
         if self.client is None:
             return dask.delayed(self.data, name=self.key, traverse=False), self.token
-        self.future = self.client.scatter({self.key: self.data}, hash=False)[self.key]
+        # To every worker: each task reads the whole key, and a first wave that found it on
+        # one worker only ran there, one fit after the other, while the others fetched it.
+        self.future = self.client.scatter({self.key: self.data}, hash=False, broadcast=True)[
+            self.key
+        ]
         return self.future, self.token
 
     def __exit__(self, *exc):
