@@ -192,7 +192,7 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
             sequential_subtasks=False,
         ).call_on_fit_task_begin(estimator=self)
         with _grid_graph.place(data, client) as (node, token):
-            out, _ = _grid_graph.run(
+            out, schedule = _grid_graph.run(
                 base,
                 candidates,
                 data,
@@ -210,6 +210,7 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
             self._evaluation_hooks(search, X, y, params, splits, len(candidates))
             search.call_on_fit_task_end(estimator=self)
             fitted = self._results(candidates, n_splits, out, multimetric)
+            fitted["_schedule"] = schedule
 
             def refit(best):
                 task = root.subcontext(task_name="refit-with-best-params")

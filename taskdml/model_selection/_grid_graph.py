@@ -1,6 +1,17 @@
 """The graph of a search over in-memory data: every candidate × fold as Dask tasks.
 
-Layout of the graph (keys from :func:`taskdml._keys.key_name`, default prefix ``search``):
+Work units are sized to the work (:func:`run`). A fit of a few milliseconds costs less than
+the Dask task that runs it (about 3 ms here), so by default a first wave of one fit per
+worker thread is timed (``search-probe`` tasks) and the other fits run in ``search-batch``
+tasks of about :data:`TASK_SECONDS` each, a run of consecutive candidates on one fold, keyed
+``(name, fold, first candidate, stop)``. A batch calls the same task functions in the same
+order (:func:`~._grid_tasks.run_batch`), so its results are those of the graph below, and it
+shares a fold's split and its candidates' common pipeline prefixes as the graph does. The
+dask config ``taskdml.search.fits-per-task`` fixes the batch size (an int) or asks for the
+graph below (``"steps"``); ``taskdml.search.task-seconds`` sets the target.
+
+Layout of the one-task-per-step graph (keys from :func:`taskdml._keys.key_name`, default
+prefix ``search``):
 
 ``search-data``
     One key holding ``X``, ``y``, the fit parameters and the folds' indices; scattered once
@@ -29,6 +40,7 @@ fitted steps and the raw test rows.
 """
 
 import dataclasses
+import numbers
 import os
 import uuid
 
@@ -134,10 +146,28 @@ def _is_passthrough(step):
     return step is None or (isinstance(step, str) and step == "passthrough")
 
 
-def build(
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One candidate on one fold, as stages keyed like the graph's tasks.
+
+    ``prefix`` holds ``(key, step name, step, score_train, transform_test)`` per pipeline step
+    fitted before the last (:func:`~._grid_tasks.fit_transform_step`'s arguments); then the
+    last step (or the whole estimator, ``final_name=None``) is fitted under ``fit_key`` and
+    scored under ``score_key``, on the reassembled ``template`` pipeline where a scorer might
+    look inside it.
+    """
+
+    prefix: tuple
+    final_name: object
+    final: object
+    fit_key: tuple
+    score_key: tuple
+    template: object
+
+
+def plan(
     estimator,
     candidates,
-    data_node,
     data_token,
     n_folds,
     fit_param_names,
@@ -146,27 +176,18 @@ def build(
     shortcut_scoring,
     return_train_score,
     error_score,
-    pairwise,
 ):
-    """The score tasks of every candidate × fold, and counts of the tasks by phase.
+    """``jobs[c][f]``: the :class:`Job` of candidate ``c`` on fold ``f``.
 
-    Returns ``(nodes, counts)``: ``nodes[c][f]`` is the ``Delayed`` whose value is the result
-    of candidate ``c`` on fold ``f`` (see :func:`~._grid_tasks.score_fit`).
+    Keys are the graph's: candidates that agree on a pipeline prefix get the same prefix
+    keys on a fold, identical candidates the same fit and score keys.
     """
     from sklearn.base import clone
 
     raise_errors = error_score == "raise"
-    split_name = key_name(PREFIX, data_token, phase="split")
-    splits = [
-        dask.delayed(_grid_tasks.split_fold, pure=True)(
-            data_node, fold, pairwise, dask_key_name=(split_name, fold)
-        )
-        for fold in range(n_folds)
-    ]
-    built = {}
-    counts = {"split": n_folds, "transform": 0, "fit": 0, "score": 0}
     scorer_token = tokenize(scorers, ensure_deterministic=False)
-    nodes = []
+    split_name = key_name(PREFIX, data_token, phase="split")
+    jobs = []
     for params in candidates:
         candidate = clone(estimator).set_params(**clone(params, safe=False))
         stages = pipeline_stages(candidate, fit_param_names)
@@ -176,77 +197,111 @@ def build(
             prefix, (final_name, final) = stages
             template = None if shortcut_scoring else candidate
         transform_test = template is None and stages is not None
-        row = []
-        for fold in range(n_folds):
-            node, token = splits[fold], (data_token,)
-            for name, step in prefix:
-                if _is_passthrough(step):
-                    continue
-                token = (
-                    token,
+        # A key's name chains the name before it: tokenized once per candidate, not per fold.
+        name_so_far, steps = split_name, []
+        for name, step in prefix:
+            if _is_passthrough(step):
+                continue
+            name_so_far = key_name(
+                PREFIX,
+                name_so_far,
+                name,
+                estimator_spec(step),
+                return_train_score,
+                transform_test,
+                raise_errors,
+                phase="transform",
+            )
+            steps.append(
+                (name_so_far, name, step, return_train_score and transform_test, transform_test)
+            )
+        token = (name_so_far, final_name, estimator_spec(final), raise_errors)
+        fit_name = key_name(PREFIX, token, phase="fit")
+        score_name = key_name(
+            PREFIX,
+            token,
+            scorer_token,
+            estimator_spec(template),
+            return_train_score,
+            repr(error_score),
+            phase="score",
+        )
+        row = [
+            Job(
+                prefix=tuple(((key, fold), *rest) for key, *rest in steps),
+                final_name=final_name,
+                final=final,
+                fit_key=(fit_name, fold),
+                score_key=(score_name, fold),
+                template=template,
+            )
+            for fold in range(n_folds)
+        ]
+        jobs.append(row)
+    return jobs
+
+
+def build(jobs, data_node, data_token, *, scorers, return_train_score, error_score, pairwise):
+    """One task per step of each :class:`Job` in *jobs* (``{(c, f): job}``), shared by key.
+
+    Returns ``(nodes, counts)``: ``nodes[(c, f)]`` is the ``Delayed`` whose value is the
+    result of candidate ``c`` on fold ``f`` (see :func:`~._grid_tasks.score_fit`).
+    """
+    raise_errors = error_score == "raise"
+    split_name = key_name(PREFIX, data_token, phase="split")
+    splits = {}
+    built = {}
+    counts = {"split": 0, "transform": 0, "fit": 0, "score": 0}
+    nodes = {}
+    for (candidate, fold), job in jobs.items():
+        if fold not in splits:
+            splits[fold] = dask.delayed(_grid_tasks.split_fold, pure=True)(
+                data_node, fold, pairwise, dask_key_name=(split_name, fold)
+            )
+            counts["split"] += 1
+        node = splits[fold]
+        for key, name, step, score_train, transform_test in job.prefix:
+            if key not in built:
+                built[key] = dask.delayed(_grid_tasks.fit_transform_step, pure=True)(
+                    node,
                     name,
-                    estimator_spec(step),
-                    return_train_score,
+                    step,
+                    score_train,
                     transform_test,
                     raise_errors,
+                    dask_key_name=key,
                 )
-                key = (key_name(PREFIX, token, phase="transform"), fold)
-                if key not in built:
-                    built[key] = dask.delayed(_grid_tasks.fit_transform_step, pure=True)(
-                        node,
-                        name,
-                        step,
-                        return_train_score and transform_test,
-                        transform_test,
-                        raise_errors,
-                        dask_key_name=key,
-                    )
-                    counts["transform"] += 1
-                node = built[key]
-            token = (token, final_name, estimator_spec(final), raise_errors)
-            fit_key = (key_name(PREFIX, token, phase="fit"), fold)
-            if fit_key not in built:
-                built[fit_key] = dask.delayed(_grid_tasks.fit_final, pure=True)(
-                    node, final_name, final, raise_errors, dask_key_name=fit_key
-                )
-                counts["fit"] += 1
-            score_key = (
-                key_name(
-                    PREFIX,
-                    token,
-                    scorer_token,
-                    estimator_spec(template),
-                    return_train_score,
-                    repr(error_score),
-                    phase="score",
-                ),
-                fold,
+                counts["transform"] += 1
+            node = built[key]
+        if job.fit_key not in built:
+            built[job.fit_key] = dask.delayed(_grid_tasks.fit_final, pure=True)(
+                node, job.final_name, job.final, raise_errors, dask_key_name=job.fit_key
             )
-            if score_key not in built:
-                built[score_key] = dask.delayed(_grid_tasks.score_fit, pure=True)(
-                    built[fit_key],
-                    node,
-                    splits[fold] if template is not None else None,
-                    template,
-                    scorers,
-                    return_train_score,
-                    error_score,
-                    dask_key_name=score_key,
-                )
-                counts["score"] += 1
-            row.append(built[score_key])
-        nodes.append(row)
+            counts["fit"] += 1
+        if job.score_key not in built:
+            built[job.score_key] = dask.delayed(_grid_tasks.score_fit, pure=True)(
+                built[job.fit_key],
+                node,
+                splits[fold] if job.template is not None else None,
+                job.template,
+                scorers,
+                return_train_score,
+                error_score,
+                dask_key_name=job.score_key,
+            )
+            counts["score"] += 1
+        nodes[candidate, fold] = built[job.score_key]
     return nodes, counts
 
 
 def place(data, client):
     """Context manager yielding ``(node, token)``: *data* as one graph key, scattered once.
 
-    With a client the data is scattered under the ``search-data`` key and released on exit;
-    without one it is a literal in the local graph. The token carries a fresh nonce: keys stay
-    shared inside one search (prefixes fitted once per fold), but a search started right
-    after another on the same data must not reuse keys the scheduler is still releasing
-    (that cancelled the new search's tasks).
+    With a client the data is scattered to every worker under the ``search-data`` key and
+    released on exit; without one it is a literal in the local graph. The token carries a
+    fresh nonce: keys stay shared inside one search (prefixes fitted once per fold), but a
+    search started right after another on the same data must not reuse keys the scheduler
+    is still releasing (that cancelled the new search's tasks).
     """
     token = tokenize(
         data.X, data.y, data.fit_params, data.splits, uuid.uuid4().hex, ensure_deterministic=False
@@ -261,7 +316,11 @@ class _Placed:
     def __enter__(self):
         if self.client is None:
             return dask.delayed(self.data, name=self.key, traverse=False), self.token
-        self.future = self.client.scatter({self.key: self.data}, hash=False)[self.key]
+        # To every worker: each task reads the whole key, and a first wave that found it on
+        # one worker only ran there, one fit after the other, while the others fetched it.
+        self.future = self.client.scatter({self.key: self.data}, hash=False, broadcast=True)[
+            self.key
+        ]
         return self.future, self.token
 
     def __exit__(self, *exc):
@@ -286,15 +345,20 @@ def run(
     n_jobs,
     verbose,
 ):
-    """Build the graph over *data* (a placed :class:`SearchData`), compute it.
+    """Plan every candidate × fold over *data* (a placed :class:`SearchData`), run it.
 
-    Returns ``(results, counts)``: one result dict per candidate × fold, candidate-major.
+    With the dask config ``taskdml.search.fits-per-task`` at ``"auto"`` (the default) a first
+    wave of one fit per worker thread is timed, then the rest run in batches of
+    :func:`fits_per_task` fits; an int fixes the batch size; ``"steps"`` runs one task per
+    pipeline step, fit and scoring, with shared prefixes fitted once per fold.
+
+    Returns ``(results, schedule)``: one result dict per candidate × fold, candidate-major,
+    and what was decided (:func:`_schedule`).
     """
-    n_folds = len(data.splits)
-    nodes, counts = build(
+    n_folds, n_candidates = len(data.splits), len(candidates)
+    jobs = plan(
         estimator,
         candidates,
-        data_node,
         data_token,
         n_folds,
         list(data.fit_params),
@@ -302,18 +366,174 @@ def run(
         shortcut_scoring=shortcut_scoring,
         return_train_score=return_train_score,
         error_score=error_score,
+    )
+    common = dict(
+        scorers=scorers,
+        return_train_score=return_train_score,
+        error_score=error_score,
         pairwise=pairwise,
     )
+    setting = dask.config.get("taskdml.search.fits-per-task", "auto")
+    target = float(dask.config.get("taskdml.search.task-seconds", TASK_SECONDS))
+    order = [(c, f) for f in range(n_folds) for c in range(n_candidates)]
+    schedule = _schedule(setting, target, len(order))
+    if setting == "steps":
+        nodes, counts = build(
+            {job: jobs[job[0]][job[1]] for job in order}, data_node, data_token, **common
+        )
+        schedule.update(counts, tasks=sum(counts.values()))
+        _announce(verbose, n_folds, n_candidates, schedule)
+        flat = [nodes[c, f] for c in range(n_candidates) for f in range(n_folds)]
+        unique = list({node.key: node for node in flat}.values())
+        by_key = dict(zip((node.key for node in unique), compute(unique, client, n_jobs)))
+        return [by_key[node.key] for node in flat], schedule
+    results = {}
+    if setting == "auto":
+        n_threads = _n_threads(client, n_jobs)
+        probes = probe_jobs(n_candidates, n_folds, n_threads)
+        measured = run_batches(
+            [[job] for job in probes],
+            jobs,
+            data_node,
+            data_token,
+            client,
+            n_jobs,
+            phase="probe",
+            **common,
+        )
+        for job, outcome in zip(probes, measured):
+            results[job] = outcome["results"][0]
+        seconds = max((outcome["seconds"] for outcome in measured), default=0.0)
+        rest = [job for job in order if job not in results]
+        size = fits_per_task(seconds, target, len(rest), n_threads)
+        schedule.update(probed=len(probes), seconds_per_fit=seconds, tasks=len(probes))
+    else:
+        rest, size = order, _check_size(setting)
+    batches = group(rest, size)
+    schedule.update(fits_per_task=size, tasks=schedule["tasks"] + len(batches))
+    _announce(verbose, n_folds, n_candidates, schedule)
+    done = run_batches(batches, jobs, data_node, data_token, client, n_jobs, **common)
+    for batch, outcome in zip(batches, done):
+        results.update(zip(batch, outcome["results"]))
+    return [results[c, f] for c in range(n_candidates) for f in range(n_folds)], schedule
+
+
+TASK_SECONDS = 0.1
+"""Default of the dask config ``taskdml.search.task-seconds``: the work a batch aims at.
+
+A Dask task costs about 3 ms of scheduler and worker time here (research/baselines.md, §2);
+at 100 ms that is a few percent, and a batch is still short enough to balance the workers.
+"""
+
+
+def fits_per_task(seconds_per_fit, target, n_fits, n_threads):
+    """How many fits one batch holds: about *target* seconds of them (rounded, so a batch runs
+    between half and one and a half times *target*), one at least, and no more than would
+    leave a worker thread without a batch."""
+    by_time = max(1, round(target / seconds_per_fit)) if seconds_per_fit > 0 else n_fits
+    by_threads = max(1, -(-n_fits // max(1, n_threads)))
+    return max(1, min(by_time, by_threads))
+
+
+def probe_jobs(n_candidates, n_folds, n_threads):
+    """The first wave, one ``(candidate, fold)`` per worker thread: candidates spread over the
+    list (their costs differ), on different folds."""
+    if not n_candidates * n_folds:  # an empty CV: no fits, reported by the caller
+        return []
+    n_probes = max(1, min(n_threads, n_candidates * n_folds))
+    return sorted(
+        {(i * n_candidates // n_probes, i % n_folds) for i in range(n_probes)},
+        key=lambda job: (job[1], job[0]),
+    )
+
+
+def group(order, size):
+    """Batches of at most *size* ``(candidate, fold)`` jobs, each on one fold and a run of
+    consecutive candidates (so that they share the fold's split and their common prefixes),
+    evenly sized within a run."""
+    runs = []
+    for job in order:
+        if runs and runs[-1][-1][1] == job[1] and runs[-1][-1][0] + 1 == job[0]:
+            runs[-1].append(job)
+        else:
+            runs.append([job])
+    batches = []
+    for run_ in runs:
+        n_batches = -(-len(run_) // size)
+        bounds = [len(run_) * i // n_batches for i in range(n_batches + 1)]
+        batches.extend(run_[a:b] for a, b in zip(bounds, bounds[1:]))
+    return batches
+
+
+def run_batches(batches, jobs, data_node, data_token, client, n_jobs, *, phase="batch", **common):
+    """Run each batch as one ``search-<phase>`` task keyed ``(name, fold, first, stop)``:
+    its fold and its candidates ``first`` to ``stop - 1``, as the dashboard shows them."""
+    name = key_name(PREFIX, data_token, phase=phase)
+    arguments = [
+        (
+            (name, batch[0][1], batch[0][0], batch[-1][0] + 1),
+            [(fold, jobs[candidate][fold]) for candidate, fold in batch],
+        )
+        for batch in batches
+    ]
+    extra = (common["pairwise"], common["scorers"], common["return_train_score"])
+    if client is not None:
+        futures = [
+            client.submit(
+                _grid_tasks.run_batch,
+                data_node,
+                work,
+                *extra,
+                common["error_score"],
+                key=key,
+                pure=False,
+            )
+            for key, work in arguments
+        ]
+        return client.gather(futures)
+    nodes = [
+        dask.delayed(_grid_tasks.run_batch, pure=True)(
+            data_node, work, *extra, common["error_score"], dask_key_name=key
+        )
+        for key, work in arguments
+    ]
+    return compute(nodes, None, n_jobs)
+
+
+def _schedule(setting, target, n_fits):
+    """The record of how a search's fits were cut into tasks (the search's ``_schedule``)."""
+    return {
+        "setting": setting,
+        "target_seconds": target,
+        "fits": n_fits,
+        "probed": 0,
+        "seconds_per_fit": None,
+        "fits_per_task": 1,
+        "tasks": 0,
+    }
+
+
+def _check_size(setting):
+    if isinstance(setting, numbers.Integral) and not isinstance(setting, bool) and setting >= 1:
+        return int(setting)
+    raise ValueError(
+        "the dask config 'taskdml.search.fits-per-task' must be 'auto', 'steps' or an int >= 1, "
+        f"got {setting!r}; e.g. dask.config.set({{'taskdml.search.fits-per-task': 'auto'}})."
+    )
+
+
+def _n_threads(client, n_jobs):
+    if client is not None:
+        return sum(client.nthreads().values())
+    return _threads(n_jobs) or os.cpu_count() or 1
+
+
+def _announce(verbose, n_folds, n_candidates, schedule):
     if verbose > 0:
         print(
-            f"Fitting {n_folds} folds for each of {len(candidates)} candidates, totalling "
-            f"{n_folds * len(candidates)} fits: {counts['transform']} pipeline-step fits, "
-            f"{counts['fit']} final fits and {counts['score']} scorings as Dask tasks"
+            f"Fitting {n_folds} folds for each of {n_candidates} candidates, totalling "
+            f"{n_folds * n_candidates} fits in {schedule['tasks']} Dask tasks"
         )
-    flat = [node for row in nodes for node in row]
-    unique = list({node.key: node for node in flat}.values())
-    by_key = dict(zip((node.key for node in unique), compute(unique, client, n_jobs)))
-    return [by_key[node.key] for node in flat], counts
 
 
 def refit(estimator, data_node, data_token, client, n_jobs):

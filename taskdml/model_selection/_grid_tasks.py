@@ -11,6 +11,11 @@ scores it. A fit that raises is recorded in the part (``error``) and passed alon
 candidate that shares the failing step reports it, as scikit-learn does; with
 ``error_score="raise"`` the task raises instead and the search stops.
 
+:func:`run_batch` runs several candidate × fold fits in one task: the same functions, called
+in the same order on the same rows, so its results are those of the one-task-per-step graph.
+Inside a batch a fold is split once and a pipeline prefix that several of its candidates
+share is fitted once (the batch's cache is keyed like the graph).
+
 Every estimator arriving as an argument is deep-copied before it is fitted: the threaded
 scheduler hands the same object to the tasks of every fold. The tasks that fit or score run
 under scikit-learn's configuration of the search (``config`` of the data and of each part,
@@ -222,6 +227,36 @@ def score_fit(fitted, part, raw, template, scorers, score_train, error_score):
             result["warnings"],
         )
     return result
+
+
+def run_batch(data, jobs, pairwise, scorers, return_train_score, error_score):
+    """Fit and score *jobs* (``(fold, job)`` pairs, a job's stages from the graph's plan).
+
+    Returns ``{"results": [one score_fit result per job], "seconds": wall time}``; each
+    result's fit and score times are those of its own fit, as in the one-task-per-step graph.
+    """
+    started = time.perf_counter()
+    raise_errors = error_score == "raise"
+    splits, parts, scored = {}, {}, {}
+    results = []
+    for fold, job in jobs:
+        if fold not in splits:
+            splits[fold] = split_fold(data, fold, pairwise)
+        part = splits[fold]
+        for key, name, step, score_train, transform_test in job.prefix:
+            if key not in parts:
+                parts[key] = fit_transform_step(
+                    part, name, step, score_train, transform_test, raise_errors
+                )
+            part = parts[key]
+        if job.score_key not in scored:
+            fitted = fit_final(part, job.final_name, job.final, raise_errors)
+            raw = splits[fold] if job.template is not None else None
+            scored[job.score_key] = score_fit(
+                fitted, part, raw, job.template, scorers, return_train_score, error_score
+            )
+        results.append(scored[job.score_key])
+    return {"results": results, "seconds": time.perf_counter() - started}
 
 
 @_in_search_config("data")

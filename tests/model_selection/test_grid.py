@@ -25,6 +25,9 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from taskdml.exceptions import DataError
 from taskdml.model_selection._grid import GridSearchCV, RandomizedSearchCV
 
+STEPS = {"taskdml.search.fits-per-task": "steps"}
+"""The dask config that runs a search as one task per pipeline step, fit and scoring."""
+
 DIGITS_GRID = {"pca__n_components": [16, 32], "sgd__alpha": np.logspace(-6, -1, 6)}
 
 
@@ -100,10 +103,11 @@ class CountTasks(Callback):
 def test_digits_grid_equals_scikit_learn_and_shares_the_scaler_on_the_cluster(
     client, digits, sklearn_digits
 ):
-    """Digits on two workers: scikit-learn's cv_results_, and each prefix fitted once per fold."""
+    """Digits on two workers, a task per step: scikit-learn's cv_results_, and each prefix
+    fitted once per fold."""
     from distributed import get_task_stream
 
-    with get_task_stream(client) as stream:
+    with get_task_stream(client) as stream, dask.config.set(STEPS):
         search = GridSearchCV(digits_pipeline(), DIGITS_GRID, cv=5).fit(*digits)
     assert_same_results(search, sklearn_digits)
     ran = Counter(key_split(task["key"]) for task in stream.data)
@@ -122,10 +126,11 @@ def test_digits_grid_equals_scikit_learn_and_shares_the_scaler_on_the_cluster(
 
 
 def test_local_scheduler_puts_the_data_in_once_and_runs_identical_work_once(iris):
-    """Without a client: one data key, the scaler once per fold, duplicate candidates once."""
+    """Without a client, a task per step: one data key, the scaler once per fold, duplicate
+    candidates once."""
     grid = {"pca__n_components": [2, 3], "logreg__C": [0.5, 1.0, 1.0]}
     counter = CountTasks()
-    with counter:
+    with counter, dask.config.set(STEPS):
         search = GridSearchCV(iris_pipeline(), grid, cv=4, refit=False).fit(*iris)
     assert counter.graph_prefixes["search-data"] == 1
     assert counter.ran["search-transform"] == 4 + 2 * 4
@@ -558,3 +563,105 @@ def test_routed_metadata_reaches_every_scorer_split_with_the_test_rows(iris):
     for record in records:
         assert len(record["sample_weight"]) == len(y) // 3
         assert np.isin(record["sample_weight"], weights).all()
+
+
+# --------------------------------------------------------------------------------------------
+# Work units: small fits batched into tasks sized by the first fits' measured time.
+
+
+def split_scores(search):
+    return {key: value for key, value in search.cv_results_.items() if key.startswith("split")}
+
+
+@pytest.mark.parametrize("use_client", [False, True], ids=["threads", "cluster"])
+@pytest.mark.parametrize("fits_per_task", ["auto", 1, 5])
+def test_batches_give_the_results_of_one_task_per_step(request, iris, use_client, fits_per_task):
+    """Batched fits give bit for bit the scores of the one-task-per-step graph, and
+    scikit-learn's cv_results_ and best_params_."""
+    if use_client:
+        request.getfixturevalue("client")
+    grid = {"pca__n_components": [2, 3], "logreg__C": [0.1, 1.0, 1.0]}
+    options = dict(cv=4, return_train_score=True)
+    with dask.config.set(STEPS):
+        steps = GridSearchCV(iris_pipeline(), grid, **options).fit(*iris)
+    with dask.config.set({"taskdml.search.fits-per-task": fits_per_task}):
+        batched = GridSearchCV(iris_pipeline(), grid, **options).fit(*iris)
+    for key, expected in split_scores(steps).items():
+        np.testing.assert_array_equal(batched.cv_results_[key], expected, err_msg=key)
+    assert batched.best_params_ == steps.best_params_
+    assert_same_results(batched, sk.GridSearchCV(iris_pipeline(), grid, **options).fit(*iris))
+    assert np.all(batched.cv_results_["mean_fit_time"] > 0)
+    schedule = batched._schedule
+    assert schedule["fits"] == 24 and schedule["setting"] == fits_per_task
+    if fits_per_task != "auto":
+        assert schedule["fits_per_task"] == fits_per_task and schedule["probed"] == 0
+
+
+@pytest.mark.parametrize(
+    "target, size", [(1e-9, 1), (0.1, None), (1e9, 11)], ids=["one-fit", "default", "huge"]
+)
+def test_batch_size_follows_the_measured_fit_time(client, iris, target, size):
+    """A first fit per worker is timed; the batch size is the target over that time (capped so
+    every worker gets a batch); each batch is one task named by its fold and candidates."""
+    from distributed import get_task_stream
+
+    from taskdml.model_selection._grid_graph import fits_per_task
+
+    grid = {"pca__n_components": [2, 3], "logreg__C": [0.01, 0.1, 1.0]}
+    with get_task_stream(client) as stream:
+        with dask.config.set({"taskdml.search.task-seconds": target}):
+            search = GridSearchCV(iris_pipeline(), grid, cv=4).fit(*iris)
+    schedule = search._schedule
+    assert schedule["probed"] == 2 and schedule["seconds_per_fit"] > 0
+    expected = fits_per_task(schedule["seconds_per_fit"], target, 24 - 2, 2)
+    assert schedule["fits_per_task"] == expected == (size or expected)
+    keys = defaultdict(list)
+    for task in stream.data:
+        keys[key_split(task["key"])].append(task["key"])
+    assert len(keys["search-probe"]) == 2 and not keys["search-fit"]
+    assert len(keys["search-batch"]) == schedule["tasks"] - 2
+    covered = Counter()
+    for _, fold, first, stop in keys["search-probe"] + keys["search-batch"]:
+        assert 1 <= stop - first <= expected
+        covered.update((candidate, fold) for candidate in range(first, stop))
+    assert sorted(covered) == [(c, f) for c in range(6) for f in range(4)]
+    assert set(covered.values()) == {1}
+
+
+@pytest.mark.parametrize(
+    "seconds, n_fits, n_threads, expected",
+    [
+        (0.005, 46, 2, 20),  # 100 ms of 5 ms fits
+        (0.04, 58, 2, 2),  # 80 ms, rounded
+        (0.074, 58, 2, 1),  # one fit is most of the target already
+        (2.0, 58, 2, 1),
+        (0.001, 10, 4, 3),  # 100 fits would fit, but four threads want a batch each
+        (0.0, 10, 1, 10),
+    ],
+)
+def test_fits_per_task(seconds, n_fits, n_threads, expected):
+    """The batch size: target over the measured time, rounded, at least one, a batch per thread."""
+    from taskdml.model_selection._grid_graph import fits_per_task
+
+    assert fits_per_task(seconds, 0.1, n_fits, n_threads) == expected
+
+
+def test_batches_are_runs_of_candidates_on_one_fold():
+    """Batches never cross a fold or a probed fit, and are evenly sized within a run."""
+    from taskdml.model_selection._grid_graph import group
+
+    order = [(c, f) for f in range(2) for c in range(7) if (c, f) not in {(0, 0), (3, 1)}]
+    assert group(order, 4) == [
+        [(1, 0), (2, 0), (3, 0)],
+        [(4, 0), (5, 0), (6, 0)],
+        [(0, 1), (1, 1), (2, 1)],
+        [(4, 1), (5, 1), (6, 1)],
+    ]
+
+
+@pytest.mark.parametrize("setting", [0, "fast", True])
+def test_fits_per_task_config_is_checked(iris, setting):
+    """A fits-per-task that is not 'auto', 'steps' or a positive int is refused with the fix."""
+    with dask.config.set({"taskdml.search.fits-per-task": setting}):
+        with pytest.raises(ValueError, match="must be 'auto', 'steps' or an int >= 1, got"):
+            GridSearchCV(iris_pipeline(), {"logreg__C": [1.0]}, cv=2).fit(*iris)
