@@ -1,6 +1,7 @@
 """The direct all-reduce: its schedule, its results against the actor's and the threads',
 its failures (a replica that raises, a worker that dies), and the fall-back to the actor."""
 
+import contextlib
 import os
 import warnings
 
@@ -48,17 +49,18 @@ def _step_order(tag):
 @pytest.fixture(scope="module")
 def six_threads():
     """Three worker processes with two threads each: room for up to six replicas."""
+    with _client(n_workers=3, threads_per_worker=2) as client:
+        yield client
+
+
+@contextlib.contextmanager
+def _client(**cluster_options):
+    """A client of a new LocalCluster of worker processes on loopback, closed on exit."""
     from distributed import Client, LocalCluster
 
+    options = dict(processes=True, host="127.0.0.1", dashboard_address=None, memory_limit="2GiB")
     with (
-        LocalCluster(
-            n_workers=3,
-            threads_per_worker=2,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address=None,
-            memory_limit="2GiB",
-        ) as cluster,
+        LocalCluster(**options, **cluster_options) as cluster,
         Client(cluster, set_as_default=False) as client,
     ):
         yield client
@@ -177,20 +179,10 @@ def test_a_dying_worker_fails_the_training_promptly_naming_its_replica(six_threa
 def test_blocked_handler_falls_back_to_the_actor_with_a_warning():
     """A cluster whose workers block the collective's handler trains through the actor and
     says why; the model is the one the direct collective would give."""
-    from distributed import Client, LocalCluster
-
     X, y = _data(n_samples=2_000, chunk_size=250)
     with (
         dask.config.set({"distributed.worker.blocked-handlers": ["taskdml_collective"]}),
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address=None,
-            memory_limit="2GiB",
-        ) as cluster,
-        Client(cluster, set_as_default=False) as client,
+        _client(n_workers=2, threads_per_worker=1) as client,
         pytest.warns(RuntimeWarning, match="falls back to the all-reduce actor.*blocked"),
     ):
         fallback = train(
