@@ -28,14 +28,17 @@ from taskdml.parallel._merge_registry import restart_from
 
 
 class _Rounds:
-    """Rounds of an all-reduce: replicas contribute, the merge is computed once per round."""
+    """Rounds of an all-reduce: replicas contribute, the merge is computed once per round.
+
+    What is ready to be taken (a round's merge under ``("reduce", round_id)``, rank 0's
+    broadcast value under ``("broadcast", tag)``) stays in ``ready`` until every replica took
+    it."""
 
     def __init__(self, n_replicas, rule):
         self.n_replicas, self.rule = n_replicas, rule
         self.pending = {}
-        self.results = {}
+        self.ready = {}
         self.served = {}
-        self.shared, self.shared_served = {}, {}
         self.failed = None
 
     def contribute(self, round_id, rank, replica, rows, info):
@@ -43,7 +46,7 @@ class _Rounds:
         entries[rank] = (replica, rows, info)
         if len(entries) == self.n_replicas:
             ranked = [entries[rank] for rank in sorted(self.pending.pop(round_id))]
-            self.results[round_id] = (
+            self.ready["reduce", round_id] = (
                 merge_ranked([(r, n) for r, n, _ in ranked], self.rule),
                 [i for _, _, i in ranked],
             )
@@ -53,22 +56,16 @@ class _Rounds:
     def share(self, tag, rank, value):
         """Rank 0 leaves *value* under *tag*; whether it did."""
         if rank == 0:
-            self.shared[tag] = value
+            self.ready["broadcast", tag] = value
         return rank == 0
 
-    def take_shared(self, tag):
-        value = self.shared[tag]
-        self.shared_served[tag] = self.shared_served.get(tag, 0) + 1
-        if self.shared_served[tag] == self.n_replicas:
-            del self.shared[tag], self.shared_served[tag]
+    def take(self, key):
+        """What is ready under *key*; it goes once every replica took it."""
+        value = self.ready[key]
+        self.served[key] = self.served.get(key, 0) + 1
+        if self.served[key] == self.n_replicas:
+            del self.ready[key], self.served[key]
         return value
-
-    def take(self, round_id):
-        result = self.results[round_id]
-        self.served[round_id] = self.served.get(round_id, 0) + 1
-        if self.served[round_id] == self.n_replicas:
-            del self.results[round_id], self.served[round_id]
-        return result
 
 
 def merge_ranked(ranked, rule):
@@ -155,16 +152,16 @@ class AllReduceActor(_ActorCollective):
         async with self._lock():
             if self.rounds.contribute(round_id, rank, replica, rows, info):
                 self.condition.notify_all()
-            await self._wait(lambda: round_id in self.rounds.results)
-            return self.rounds.take(round_id)
+            await self._wait(lambda: ("reduce", round_id) in self.rounds.ready)
+            return self.rounds.take(("reduce", round_id))
 
     async def broadcast(self, tag, rank, value=None):
         """Rank 0's *value* under *tag*, returned to every replica."""
         async with self._lock():
             if self.rounds.share(tag, rank, value):
                 self.condition.notify_all()
-            await self._wait(lambda: tag in self.rounds.shared)
-            return self.rounds.take_shared(tag)
+            await self._wait(lambda: ("broadcast", tag) in self.rounds.ready)
+            return self.rounds.take(("broadcast", tag))
 
 
 class AllReduceLocal(_LocalCollective):
@@ -180,15 +177,15 @@ class AllReduceLocal(_LocalCollective):
         with self.condition:
             if self.rounds.contribute(round_id, rank, replica, rows, info):
                 self.condition.notify_all()
-            self._wait(lambda: round_id in self.rounds.results)
-            return self.rounds.take(round_id)
+            self._wait(lambda: ("reduce", round_id) in self.rounds.ready)
+            return self.rounds.take(("reduce", round_id))
 
     def broadcast(self, tag, rank, value=None):
         with self.condition:
             if self.rounds.share(tag, rank, value):
                 self.condition.notify_all()
-            self._wait(lambda: tag in self.rounds.shared)
-            return self.rounds.take_shared(tag)
+            self._wait(lambda: ("broadcast", tag) in self.rounds.ready)
+            return self.rounds.take(("broadcast", tag))
 
 
 class _ServerState:

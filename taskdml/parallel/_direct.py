@@ -115,7 +115,7 @@ class DirectAllReduce:
         self._box = _mailbox((self.training, rank))
         self._sends = []
         self.timings = dict.fromkeys(TIMINGS, 0.0)
-        self.round_s = []
+        self.round_times_s = []
 
     def reduce(self, round_id, rank, replica, rows, info=None):
         """Contribute *replica* (which saw *rows* rows) and *info*; return the merge of every
@@ -139,7 +139,7 @@ class DirectAllReduce:
         merged = merge_ranked(ranked, self.rule)
         done = time.perf_counter()
         self.timings["merge_s"] += done - merging
-        self.round_s.append(done - began)
+        self.round_times_s.append(done - began)
         return merged, [held[r][2] for r in range(len(self.addresses))]
 
     def broadcast(self, tag, rank, value=None):
@@ -160,6 +160,7 @@ class DirectAllReduce:
     def abort(self, message):
         """Tell every other replica that this one failed (they raise at once)."""
         self._box.fail(message)
+        self._sends = []  # earlier sends no longer matter (one may be why this replica fails)
         for peer in range(len(self.addresses)):
             if peer != self._rank:
                 self._send(peer, "abort", abort=message)
@@ -174,7 +175,7 @@ class DirectAllReduce:
             self._flush(self.timeout)
         finally:
             _drop_mailbox((self.training, self._rank))
-        return {**self.timings, "round_times_s": self.round_s}
+        return {**self.timings, "round_times_s": self.round_times_s}
 
     # -- messages ---------------------------------------------------------------------------
 
@@ -187,6 +188,7 @@ class DirectAllReduce:
             "sent": time.time(),
             **content,
         }
+        self._check_sends()  # a failed earlier send raises here; finished ones are dropped
         loop = self._worker.loop.asyncio_loop
         coroutine = _write(self._worker, self.addresses[peer], message)
         self._sends.append((peer, asyncio.run_coroutine_threadsafe(coroutine, loop)))

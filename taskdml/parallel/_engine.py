@@ -8,10 +8,11 @@ trial — calls :func:`train`. Strategies:
     placement, so results depend only on the seed and ``R``. Each replica is one
     long-running task pinned to the worker that already holds most of its chunks (the
     others are copied there once and stay). The replicas start from one shared
-    initialisation (:func:`~taskdml.parallel.prepare_start`); every round each
-    ``partial_fit``\\s ``sync_every`` blocks and they all-reduce through an actor with
-    :func:`~taskdml.parallel.merge_replicas`, worker to worker: the client and the
-    scheduler are not in the loop, so no worker waits for them between rounds. With
+    initialisation (:func:`~taskdml.parallel.prepare_start`, computed by replica 0 and
+    broadcast); every round each ``partial_fit``\\s ``sync_every`` blocks and they
+    all-reduce with :func:`~taskdml.parallel.merge_replicas`, sending their models straight
+    to each other's workers (:mod:`taskdml.parallel._direct`; an actor where workers cannot
+    receive them): the client and the scheduler are not in the loop. With
     ``sync_every="auto"`` (the default) the replicas choose the period themselves from the
     measured seconds per block and per round, the same on every replica, so that
     coordination stays under 5 % of the wall time (:mod:`taskdml.parallel._period`); the
@@ -586,8 +587,9 @@ def _with_rounds(plan, owned):
 def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas, clock):
     """Sync or async replicas, as pinned long-running tasks or as local threads.
 
-    The replicas coordinate through one *collective*: an all-reduce (sync) or a parameter
-    server (async), here a Dask actor on the first replica's worker. The result's
+    The replicas coordinate through one *collective*: an all-reduce (sync: direct messages
+    between their workers, or an actor) or a parameter server (async: a Dask actor on the
+    first replica's worker). The result's
     ``setup_s`` counts from the call's start to the replicas' submission; *clock* (a
     :class:`_Clock`) gets the pieces of the fixed cost.
     """
@@ -652,13 +654,7 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
     with _taking_turns(client, n_replicas):
         clock.lap("lock_s")
         tasks = _submit_together(
-            client,
-            [
-                (replica, rank, start_args, owned[rank], collective, plan)
-                for rank in range(n_replicas)
-            ],
-            [placement[rank] for rank in range(n_replicas)],
-            name,
+            client, replica, start_args, owned, collective, plan, addresses, name
         )
         setup_s, submitted = clock.since_start(), time.time()
         clock.lap("submit_s")
@@ -670,16 +666,15 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
     return result
 
 
-def _submit_together(client, replicas, workers, name):
-    """Submit one task per replica, ``(function, rank, start_args, chunks, collective,
-    plan)`` of *replicas*, each pinned to its worker in *workers*, in one message to the
-    scheduler: the client batches its messages (one every 10 ms), so one ``submit`` per
-    replica could start the last replica 10 ms after the first, and the others would wait
-    for it."""
+def _submit_together(client, function, start_args, owned, collective, plan, workers, name):
+    """Submit replica ``rank``'s task (*function* on its chunks ``owned[rank]``) pinned to
+    ``workers[rank]``, all in one message to the scheduler: the client batches its messages
+    (one every 10 ms), so one ``submit`` per replica could start the last replica 10 ms
+    after the first, and the others would wait for it."""
     import dask
 
     tasks = []
-    for (function, rank, start_args, chunks, collective, plan), worker in zip(replicas, workers):
+    for rank, (chunks, worker) in enumerate(zip(owned, workers)):
         with dask.annotate(workers=[worker], allow_other_workers=False):
             task = dask.delayed(_replica_task_entry, pure=False)(
                 function,
@@ -744,12 +739,12 @@ COLLECTIVES = ("auto", "direct", "actor")
 # Workers known to receive direct collective messages, per client (the plugin that installs
 # the handler is registered once per client; workers that join later get it too).
 _DIRECT_READY = weakref.WeakKeyDictionary()  # client -> {worker address: reason or None}
-_DIRECT_LOCK = threading.Lock()
+_PER_CLIENT_LOCK = threading.Lock()  # for the per-client caches below and _TURNS
 
 
 def _direct_unavailable(client, addresses):
     """Why replicas on *addresses* cannot all-reduce directly, or ``None`` if they can."""
-    with _DIRECT_LOCK:
+    with _PER_CLIENT_LOCK:
         known = _DIRECT_READY.get(client)
         if known is None or any(address not in known for address in addresses):
             if known is None:
@@ -778,7 +773,7 @@ def _taking_turns(client, n_replicas):
 
     if n_replicas == 1:
         return contextlib.nullcontext()
-    with _DIRECT_LOCK:  # one lock object per client: registered with the scheduler once
+    with _PER_CLIENT_LOCK:  # one lock object per client: registered with the scheduler once
         if client not in _TURNS:
             _TURNS[client] = Lock(
                 "taskdml-replicated-training", scheduler_rpc=client.scheduler, loop=client.loop
@@ -792,7 +787,7 @@ _TURNS = weakref.WeakKeyDictionary()  # client -> its distributed.Lock for _taki
 def _result(strategy, outcomes, collective, plan, n_replicas):
     if strategy == "sync":
         state, history, _ = outcomes[0]
-        stats = [outcome[2] for outcome in outcomes]
+        stats = [_outcome_stats(strategy, outcome) for outcome in outcomes]
         facts = {
             "replicas": n_replicas,
             "collective": _collective_kind(collective),

@@ -91,32 +91,28 @@ def test_direct_actor_and_threads_train_identical_models(six_threads, name):
     X, y = _data()
     needs_y = name == "SGDClassifier"
     kwargs = {"classes": [0, 1]} if needs_y else {}
-    for n_replicas in range(1, 6):
-        models = {}
-        for collective in ("direct", "actor"):
-            with dask.config.set({"taskdml.collective": collective}):
-                result = train(
-                    make(),
-                    X,
-                    y if needs_y else None,
-                    epochs=2,
-                    n_replicas=n_replicas,
-                    random_state=0,
-                    client=six_threads,
-                    **kwargs,
-                )
-            assert result.stats["collective"] == collective
-            models[collective] = result.estimator
-        models["threads"] = train(
+
+    def fit(n_replicas, client):  # an integer period: "auto" would depend on timings
+        return train(
             make(),
             X,
             y if needs_y else None,
             epochs=2,
+            sync_every=1,
             n_replicas=n_replicas,
             random_state=0,
-            client=False,
+            client=client,
             **kwargs,
-        ).estimator
+        )
+
+    for n_replicas in range(1, 6):
+        models = {}
+        for collective in ("direct", "actor"):
+            with dask.config.set({"taskdml.collective": collective}):
+                result = fit(n_replicas, six_threads)
+            assert result.stats["collective"] == collective
+            models[collective] = result.estimator
+        models["threads"] = fit(n_replicas, False).estimator
         for attribute in attributes:
             reference = getattr(models["threads"], attribute)
             for collective in ("direct", "actor"):
