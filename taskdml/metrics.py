@@ -55,6 +55,7 @@ __all__ = [
     "evaluate",
     "evaluate_graph",
     "score_chunked",
+    "score_in_memory",
 ]
 
 _DEFAULT_PREFIX = "evaluate"
@@ -936,6 +937,52 @@ def score_chunked(model, X, y, metric):
     """
     data = xr.Dataset({"X": (("sample", "feature"), X), "y": (("sample",), y)})
     return evaluate(model, data, [metric])[metric]
+
+
+def score_in_memory(model, chunks, metric, *, split_every=8):
+    """One metric of a fitted model on in-memory chunks, computed as :func:`evaluate_graph`
+    computes it: a statistic per chunk, combined *split_every* at a time, then the score.
+
+    The scoring of an adaptive search's fused steps, inside one task, where the chunks
+    already are; the value is the chunked scoring's, bit for bit.
+
+    Parameters
+    ----------
+    model : estimator
+        Fitted.
+    chunks : sequence of (X, y)
+        NumPy arrays, in row order.
+    metric : str
+        A name from :func:`available_metrics`.
+    split_every : int, default=8
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.linear_model import LinearRegression
+    >>> from taskdml.metrics import score_in_memory
+    >>> X = np.arange(20.0).reshape(10, 2)
+    >>> model = LinearRegression().fit(X, X @ [1.0, 2.0])
+    >>> round(score_in_memory(model, [(X[:4], X[:4] @ [1.0, 2.0]), (X[4:], X[4:] @ [1.0, 2.0])],
+    ...                       "r2"), 6)
+    1.0
+    """
+    metrics = _resolve_metrics([metric])
+    starts = np.cumsum([0] + [len(y) for _, y in chunks])
+    parts = [
+        _chunk_statistics(model, [], X, y, metrics, chunk, int(starts[chunk]))
+        for chunk, (X, y) in enumerate(chunks)
+    ]
+    while len(parts) > 1:
+        parts = [
+            _combine_statistics(parts[i : i + split_every], metrics)
+            for i in range(0, len(parts), split_every)
+        ]
+    return _score(parts[0], metrics)[metric]
 
 
 def _is_future(value):

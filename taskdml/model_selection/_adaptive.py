@@ -16,11 +16,25 @@ other name, a callable, or an estimator's own ``score`` runs in one task on the 
 chunks gathered there (validation is small). ``scoring=None`` means ``estimator.score``:
 accuracy for classifiers and R² for regressors, computed chunk-wise.
 
-**Scheduling** (see ``_adaptive_policy`` for the rung logic). The driver keeps two steps in
-flight per worker thread (a step of a ``cv=k`` search counts k): a step is a chain of small
-tasks that hops between the workers holding its chunks, and the second step keeps the thread
-busy while the first one's state hops. It drives them with ``distributed.as_completed``: when
-a step's score arrives the policy decides, and the freed slot is filled at once.
+**Scheduling** (see ``_adaptive_policy`` for the rung logic). A *step* trains one trial from
+the budget it has to the next rung's, for every fold, and scores it. On a cluster it runs in
+one of three ways, recorded per step as ``mode`` in ``history_`` (and in ``trials_["steps"]``):
+
+- ``"fused"`` (the default): one task over every training chunk, on a worker that holds them
+  all. When a copy of the training data fits in a quarter of every worker's memory limit, each
+  worker receives every chunk once, at the start of the search; a step is then one task
+  (all its epochs, the same ``partial_fit`` calls in the same order as a chain) and one scoring
+  task on the same worker, so a step's overhead is two tasks whatever its length.
+- ``"chain"``: when the data is too large to copy to every worker, a chain of
+  ``partial_fit`` tasks, one per chunk, that follows the data (the state is small, the chunks
+  stay where they are).
+- ``"replicated"``: data-parallel with the engine, see below.
+
+(``"subsample"``: a fit-only estimator's refit at its budget; ``"local"``: without a client.)
+The driver keeps two steps in flight per worker thread (a step of a ``cv=k`` search counts
+k), each fused step going to the worker with the fewest in flight, so a thread never waits
+for the next step's dispatch. It drives them with ``distributed.as_completed``: when a step's
+score arrives the policy decides, and the freed slot is filled at once.
 
 - :class:`ASHASearchCV` has no barrier at all. Rungs sit at ``min_epochs * reduction_factor**k``
   (and ``max_epochs``). A trial that reports at rung k is promoted the moment it is in the top
@@ -33,32 +47,33 @@ a step's score arrives the policy decides, and the freed slot is filled at once.
   trade-offs between trials and epochs) all at once, taking jobs from the brackets in turn.
 
 **Hybrid parallelism.** With ``parallel={"strategy": "sync", "sync_every": k}`` (or
-``"async"``) a step may train data-parallel with the engine
-(:func:`taskdml.train`). How workers are divided depends on how many trials
-are *runnable* (in flight, promotable, or not started), counted in fold chains:
-
-- while there are more than half as many runnable chains as workers, every step is one
-  sequential chain: task parallelism, one trial per worker thread, no synchronisation;
-- when fewer remain (the late rungs, the last survivors), a step trains with one replica per
-  worker. The engine makes replicated trainings on one cluster take turns (a distributed
-  lock), so two such steps never split the workers between them: each gets the whole
-  cluster for its turn (``n_workers // runnable`` replicas each would leave the rest idle
-  while the other waits). The engine's task waits for its turn outside the worker's thread
-  pool, so waiting holds no thread, and single-replica steps keep running meanwhile.
+``"async"``) a step may train data-parallel with the engine (:func:`taskdml.train`), one
+replica per worker, each on the chunks its worker holds. The driver replicates a step when it
+is long and the cluster would otherwise idle: its estimated work (epochs times the seconds
+per epoch measured on the steps so far) is at least 0.25 s, and the work left of the steps in
+flight plus the steps waiting, spread over the other worker threads, would run out before
+half of it is done. In practice: the late rungs, the last survivors, a long step launched
+when few trials remain. Early rungs, with many trials runnable, stay task-parallel (one trial
+per thread, no synchronisation). The engine makes replicated trainings on one cluster take
+turns (a distributed lock), so a replicated step gets every worker for its turn; its task
+waits for its turn outside the worker's thread pool, so waiting holds no thread, and other
+steps keep running meanwhile. ``history_`` records ``mode`` and ``replicas`` for every step.
 
 The refit uses every worker too when ``parallel`` is set. Replicated steps are deterministic
 for a seed and a number of workers with ``sync`` and an integer ``sync_every``; not with
-``"auto"`` (the engine's default, which chooses the period from timings) nor with ``async``.
+``"auto"`` (the engine's default, which chooses the period from timings) nor with ``async``;
+and which steps replicate depends on timings. Fused and chained steps give identical results.
 
 **Results.** ``cv_results_`` is scikit-learn's (one row per trial: ``params``, ``param_*``,
 ``mean_test_score`` at the budget reached, ``rank_test_score``, and ``budget``, ``rung``,
 ``state``). Trials are ranked by the budget they reached, then by score: a score after one
 epoch is not comparable with one after 27, and the best trial is the best of those that went
 furthest. ``trials_`` is a DataFrame with one row per trial (parameters, budget, scores per
-rung, state: ``"completed"``, ``"stopped at rung r"`` or ``"failed"`` with its error) and
-``history_`` lists every result as it arrived (trial, rung, epochs, score, seconds since the
-search started). A failing trial is recorded and the search goes on; it fails only if every
-trial does (or at once with ``error_score="raise"``).
+rung, state: ``"completed"``, ``"stopped at rung r"`` or ``"failed"`` with its error, and
+``steps``: how each of its steps ran) and ``history_`` lists every result as it arrived
+(trial, rung, epochs, score, seconds since the search started, and how the step ran:
+``mode`` and ``replicas``). A failing trial is recorded and the search goes on; it fails only
+if every trial does (or at once with ``error_score="raise"``).
 
 **Vocabulary.** Each search's own parameters are those of the library it stands in for:
 :class:`ASHASearchCV` and :class:`SuccessiveHalvingSearchCV` speak scikit-learn's language
@@ -169,8 +184,10 @@ every chunk it trained (``refit_time_``: its seconds).
 - ``refit=False``: no ``best_estimator_``; ``metadata_["refit"]`` is ``None``.
 
 **Keys.** The search's keys are named by :func:`taskdml._keys.key_name` with phases
-``trial-fit`` (tuple keys ``(name, trial, fold, epoch, position)``), ``trial-train`` (an
-engine step), ``trial-subsample``, ``trial-score``, ``trial-result`` and ``classes``; the
+``trial-data`` (the chunks held on each worker: ``(name, worker index)``), ``trial-step`` (a
+fused step: ``(name, trial, fold, first epoch, last epoch)``), ``trial-fit`` (a chain's link:
+``(name, trial, fold, epoch, position)``), ``trial-train`` (a replicated step),
+``trial-subsample``, ``trial-score``, ``trial-result`` and ``classes``; the
 prefix is the pipeline step, or ``asha``, ``halving``, ``hyperband`` outside one. Trial
 parameters are never in a prefix. Chunk-wise scoring runs :mod:`taskdml.metrics`' graph
 (``evaluate-*`` keys, or the step's name).

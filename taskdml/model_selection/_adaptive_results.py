@@ -18,6 +18,7 @@ RESERVED = {
     "state",
     "error",
     "fit_time",
+    "steps",
     "time",
 }
 
@@ -121,9 +122,17 @@ def trial_records_frame(trials, with_bracket):
         )
         for k in range(n_rungs):
             row[f"score_rung_{k}"] = t.scores.get(k, np.nan)
-        row.update(state=t.status, error=t.error, fit_time=t.fit_time, time=t.ended)
+        row.update(
+            state=t.status, error=t.error, fit_time=t.fit_time, steps=_steps(t), time=t.ended
+        )
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _steps(trial):
+    return ", ".join(
+        f"{mode} x{replicas}" if replicas > 1 else mode for mode, replicas in trial.steps
+    )
 
 
 def all_failed_message(search, trials):

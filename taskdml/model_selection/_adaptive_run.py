@@ -4,10 +4,12 @@
   or computed chunks in this process, and the folds (chunk indices to train on and to score
   on). Nothing is concatenated on the client.
 - A *step* trains one trial from the budget it has to the next rung's, for every fold, and
-  scores it. :class:`ClusterBackend` submits it as futures: a chain of ``partial_fit`` tasks,
-  one per chunk, that follows the data (the state is small, the chunks stay where they are),
-  or one task that runs the data-parallel engine with replicas, or subsample-and-fit tasks;
-  then the scoring; then one small task with the trial's score. The driver only ever waits for
+  scores it. :class:`ClusterBackend` submits it as futures, in the step's *mode*: one task
+  over every chunk on a worker that holds a copy of them all (``fused``, when a copy fits on
+  every worker), a chain of ``partial_fit`` tasks, one per chunk, that follows the data
+  (``chain``), one task that runs the data-parallel engine with replicas (``replicated``), or
+  subsample-and-fit tasks (``subsample``); then the scoring; then one small task with the
+  trial's score. The driver only ever waits for
   that last future, through ``distributed.as_completed``. :class:`LocalBackend` does the same
   in this process, one step at a time (small in-memory data, no client).
 - :class:`Driver` keeps the slots full: whenever a result arrives it tells the policy, starts
@@ -19,6 +21,7 @@
 The task functions are pure and module-level: state in, a new state out.
 """
 
+import copy
 import dataclasses
 import math
 import time
@@ -27,7 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 from taskdml import _keys
-from taskdml.parallel._tasks import epoch_order, fit_concatenated, partial_fit_chunk
+from taskdml.parallel._tasks import epoch_order, fit_chunk, fit_concatenated, partial_fit_chunk
 
 # --------------------------------------------------------------------------------------------
 # Task functions.
@@ -63,6 +66,44 @@ def engine_step(estimator, dataset, epochs, options, seed, classes):
             client=client,
             **options,
         ).estimator
+
+
+def hold_chunks(parts, supervised):
+    """Every chunk of the training data, in one object on this worker (a task).
+
+    *parts* are the chunks' arrays, flat (``X0, y0, X1, y1, ...``; only X's when
+    unsupervised). The list returned keeps them here for the search's fused steps: the chunks
+    move to each worker once, whatever the scheduler later does with its extra replicas.
+    """
+    step = 2 if supervised else 1
+    return [
+        ChunkXY(parts[i], parts[i + 1] if supervised else None) for i in range(0, len(parts), step)
+    ]
+
+
+def train_held(estimator, held, order, fit_kwargs):
+    """A copy of *estimator* after ``partial_fit`` on the held chunks *order* (a fused step).
+
+    The same calls, in the same order, as the chain of :func:`partial_fit_chunk` tasks it
+    replaces, so the state is the same.
+    """
+    estimator = copy.deepcopy(estimator)
+    for c in order:
+        fit_chunk(estimator, *held[c], (), fit_kwargs)
+    return estimator
+
+
+def score_held(metric, scorer, estimator, held, valid):
+    """A fused step's score on the held validation chunks *valid* (a task).
+
+    *metric* (a :mod:`taskdml.metrics` name) is computed chunk by chunk as the chunked
+    scoring computes it; without one, *scorer* runs on the chunks concatenated.
+    """
+    if metric is not None:
+        from taskdml.metrics import score_in_memory
+
+        return score_in_memory(estimator, [held[i] for i in valid], metric)
+    return score_parts(scorer, estimator, [held[i].X for i in valid], [held[i].y for i in valid])
 
 
 def score_parts(scorer, estimator, X_parts, y_parts):
@@ -227,10 +268,16 @@ class Job:
     stop: int
     replicas: int = 1
     launched: float = 0.0
+    mode: str = None  # set by the backend that launches it (its ``mode``)
 
 
 # --------------------------------------------------------------------------------------------
 # Backends.
+
+
+HELD_MEMORY_SHARE = 0.25
+"""The largest share of a worker's memory limit that a copy of the training data may take
+for the steps to be fused (every chunk held on every worker); above it steps are chains."""
 
 
 class ClusterBackend:
@@ -246,7 +293,9 @@ class ClusterBackend:
         self.names = {
             phase: _keys.key_name(plan.prefix, plan.token, phase=phase)
             for phase in (
+                "trial-data",
                 "trial-fit",
+                "trial-step",
                 "trial-train",
                 "trial-subsample",
                 "trial-score",
@@ -261,6 +310,43 @@ class ClusterBackend:
         ]
         nthreads = client.nthreads()
         self.n_workers, self.n_threads = len(nthreads), sum(nthreads.values())
+        self.held = self._hold() if plan.partial_fit and self._fits_everywhere() else {}
+        self.load = dict.fromkeys(self.held, 0)  # fused tasks in flight per worker
+
+    def _fits_everywhere(self):
+        """Whether a copy of the training data fits in every worker's memory share."""
+        itemsizes = [np.dtype(dtype).itemsize for dtype in self.plan.dtypes if dtype is not None]
+        rows = sum(self.layout.rows)
+        size = rows * self.layout.n_features * itemsizes[0] + rows * sum(itemsizes[1:])
+        limits = [
+            info.get("memory_limit") or math.inf
+            for info in self.client.scheduler_info(n_workers=-1)["workers"].values()
+        ]
+        return bool(limits) and size <= HELD_MEMORY_SHARE * min(limits)
+
+    def _hold(self):
+        """``{worker: future}``: every chunk on every worker, for the fused steps."""
+        parts = [part for chunk in self.chunks for part in chunk if part is not None]
+        return {
+            worker: self.client.submit(
+                hold_chunks,
+                parts,
+                self.layout.supervised,
+                key=(self.names["trial-data"], i),
+                workers=[worker],
+                allow_other_workers=True,
+                priority=10_000,
+            )
+            for i, worker in enumerate(sorted(self.client.nthreads()))
+        }
+
+    def mode(self, job):
+        """How *job*'s step trains: ``subsample``, ``replicated``, ``fused`` or ``chain``."""
+        if not self.plan.partial_fit:
+            return "subsample"
+        if job.replicas > 1:
+            return "replicated"
+        return "fused" if self.held else "chain"
 
     def _arrays(self, indices):
         """Dask arrays over the persisted chunks *indices* (no data moves)."""
@@ -299,7 +385,8 @@ class ClusterBackend:
 
     def launch(self, job):
         """Submit one step of every fold and its scoring; the handle is the score's future."""
-        states, scores = self._step(job, range(self.layout.n_folds), score=True)
+        job.mode = self.mode(job)
+        states, scores, workers = self._step(job, range(self.layout.n_folds), score=True)
         result = self.client.submit(
             collect,
             scores,
@@ -307,73 +394,129 @@ class ClusterBackend:
             key=(self.names["trial-result"], job.trial.id, job.stop),
             priority=job.rung + 1000,
         )
-        self.handles[result] = states
+        self.handles[result] = states, workers
         self.pending.add(result)
         return result
 
     def _step(self, job, folds, score):
-        trial, submit, priority = job.trial, self.client.submit, job.rung
-        states, scores = [], []
+        """``(states, scores, workers)``: futures of every fold's step and score, and the
+        workers the fused ones were given (their load is counted until the step's outcome)."""
+        trial, priority = job.trial, job.rung
+        states, scores, workers = [], [], []
         for fold in folds:
             train = (
                 list(range(len(self.chunks))) if fold == "all" else self.layout.folds[fold].train
             )
             state = trial.states[fold] if trial.states else trial.estimator
-            if not self.plan.partial_fit:
-                fraction = job.stop / self.plan.max_budget
-                parts = [
-                    submit(
-                        subsample_chunk,
-                        *self.chunks[c],
-                        fraction,
-                        self.plan.seed,
-                        c,
-                        key=(self.names["trial-subsample"], job.stop, c),
-                        priority=priority,
-                    )
-                    for c in train
-                ]
-                state = submit(
-                    fit_concatenated,
-                    trial.estimator,
-                    parts,
-                    key=(self.names["trial-fit"], trial.id, fold, job.stop, 0),
-                    priority=priority,
-                )
-            elif job.replicas > 1:
-                options = dict(
-                    self.plan.parallel, n_replicas=job.replicas, shuffle=self.plan.shuffle
-                )
-                state = submit(
-                    engine_step,
-                    state,
-                    self._published(fold, train),
-                    job.stop - job.start,
-                    options,
-                    [self.plan.seed, trial.id + 1, _fold_number(fold) + 1, job.start],
-                    self.layout.classes,
-                    key=(self.names["trial-train"], trial.id, fold, job.start),
-                    priority=priority,
-                )
+            if job.mode == "fused":
+                worker = min(self.load, key=self.load.get)
+                self.load[worker] += 1
+                workers.append(worker)
+                state = self._fused(state, worker, train, fold, job)
+                if score:
+                    scores.append(self._score_held(state, worker, fold, job))
             else:
-                for epoch in range(job.start, job.stop):
-                    order = epoch_order(
-                        train, _order_seed(self.plan.seed, trial, fold, epoch), self.plan.shuffle
-                    )
-                    for position, c in enumerate(order):
-                        state = submit(
-                            partial_fit_chunk,
-                            state,
-                            *self.chunks[c],
-                            (),
-                            self.plan.fit_kwargs,
-                            key=(self.names["trial-fit"], trial.id, fold, epoch, position),
-                            priority=priority,
-                        )
+                step = {"subsample": self._subsample, "replicated": self._replicated}
+                state = step.get(job.mode, self._chain)(state, train, fold, job)
+                if score:
+                    scores.append(self._score(state, fold, job, priority + 1000))
             states.append(state)
-            if score:
-                scores.append(self._score(state, fold, job, priority + 1000))
-        return states, scores
+        return states, scores, workers
+
+    def _subsample(self, state, train, fold, job):
+        """A fit-only estimator refitted on the chunks' nested subsample at the job's budget."""
+        fraction = job.stop / self.plan.max_budget
+        parts = [
+            self.client.submit(
+                subsample_chunk,
+                *self.chunks[c],
+                fraction,
+                self.plan.seed,
+                c,
+                key=(self.names["trial-subsample"], job.stop, c),
+                priority=job.rung,
+            )
+            for c in train
+        ]
+        return self.client.submit(
+            fit_concatenated,
+            job.trial.estimator,
+            parts,
+            key=(self.names["trial-fit"], job.trial.id, fold, job.stop, 0),
+            priority=job.rung,
+        )
+
+    def _replicated(self, state, train, fold, job):
+        """One task that trains the step with the engine, a replica per worker."""
+        options = dict(self.plan.parallel, n_replicas=job.replicas, shuffle=self.plan.shuffle)
+        return self.client.submit(
+            engine_step,
+            state,
+            self._published(fold, train),
+            job.stop - job.start,
+            options,
+            [self.plan.seed, job.trial.id + 1, _fold_number(fold) + 1, job.start],
+            self.layout.classes,
+            key=(self.names["trial-train"], job.trial.id, fold, job.start),
+            priority=job.rung,
+        )
+
+    def _fused(self, state, worker, train, fold, job):
+        """One task over the chunks held on *worker*: every epoch of the step."""
+        return self.client.submit(
+            train_held,
+            state,
+            self.held[worker],
+            self._order(train, job.trial, fold, job),
+            self.plan.fit_kwargs,
+            key=(self.names["trial-step"], job.trial.id, fold, job.start, job.stop),
+            workers=[worker],
+            allow_other_workers=True,
+            priority=job.rung,
+        )
+
+    def _chain(self, state, train, fold, job):
+        """A ``partial_fit`` task per chunk and epoch, each where its chunk is."""
+        for epoch in range(job.start, job.stop):
+            order = epoch_order(
+                train, _order_seed(self.plan.seed, job.trial, fold, epoch), self.plan.shuffle
+            )
+            for position, c in enumerate(order):
+                state = self.client.submit(
+                    partial_fit_chunk,
+                    state,
+                    *self.chunks[c],
+                    (),
+                    self.plan.fit_kwargs,
+                    key=(self.names["trial-fit"], job.trial.id, fold, epoch, position),
+                    priority=job.rung,
+                )
+        return state
+
+    def _score_held(self, state, worker, fold, job):
+        """A fused step's score, on the validation chunks held where it trained."""
+        return self.client.submit(
+            score_held,
+            self.plan.metric,
+            self.plan.scorer,
+            state,
+            self.held[worker],
+            self.layout.folds[fold].valid,
+            key=(self.names["trial-score"], job.trial.id, fold, job.stop),
+            workers=[worker],
+            allow_other_workers=True,
+            priority=job.rung + 1000,
+        )
+
+    def _order(self, train, trial, fold, job):
+        """The chunks a step visits, every epoch's seeded order in turn (see the chain)."""
+        return [
+            c
+            for epoch in range(job.start, job.stop)
+            for c in epoch_order(
+                train, _order_seed(self.plan.seed, trial, fold, epoch), self.plan.shuffle
+            )
+        ]
 
     def _score(self, state, fold, job, priority):
         if self.plan.metric is not None:
@@ -398,12 +541,15 @@ class ClusterBackend:
 
     def outcome(self, handle):
         """``(states, result)`` of a finished step; raises the step's error."""
-        states = self.handles.pop(handle)
+        states, workers = self.handles.pop(handle)
+        for worker in workers:
+            self.load[worker] -= 1
         return states, handle.result()
 
     def train_all(self, job):
         """Train one state on every chunk to the job's budget (the refit); the estimator."""
-        (state,), _ = self._step(job, ["all"], score=False)
+        job.mode = self.mode(job)
+        (state,), _, _ = self._step(job, ["all"], score=False)
         return state.result()
 
     def close(self):
@@ -414,7 +560,7 @@ class ClusterBackend:
                 self.client.unpublish_dataset(name)
             except KeyError:
                 pass
-        self.datasets, self.validation, self.chunks = [], [], []
+        self.datasets, self.validation, self.chunks, self.held = [], [], [], {}
 
 
 class LocalBackend:
@@ -428,7 +574,11 @@ class LocalBackend:
         self.plan = plan
         self.done = []
 
+    def mode(self, job):
+        return "subsample" if not self.plan.partial_fit else "local"
+
     def launch(self, job):
+        job.mode = self.mode(job)
         try:
             states, scores = self._step(job, range(self.layout.n_folds), score=True)
             handle = _Done(states, collect(scores), None)
@@ -520,6 +670,7 @@ class Trial:
     scores: dict = dataclasses.field(default_factory=dict)
     fold_scores: list = None
     curve: list = dataclasses.field(default_factory=list)
+    steps: list = dataclasses.field(default_factory=list)  # (mode, replicas) per step
     status: str = "pending"
     error: str = None
     fit_time: float = 0.0
@@ -537,12 +688,16 @@ after every chunk, with two the other chain's link runs meanwhile (measured: 10 
 one chain on two workers, 6 for two, 5 for four)."""
 
 
+REPLICATED_MIN_SECONDS = 0.25
+"""The shortest step (estimated) that may train replicated."""
+
+
 class Driver:
     """Keep every slot busy; feed results to the policy; release finished trials at once.
 
     The capacity counts concurrent fold chains (a step of a cv=k search runs k chains):
-    :data:`STEPS_PER_THREAD` per worker thread. A step's replicas come from *n_workers* and the
-    number of trials that could run now (see the search module's docstring).
+    :data:`STEPS_PER_THREAD` per worker thread. With *parallel*, :meth:`_replicate` decides
+    which steps train with a replica per worker (see the search module's docstring).
     """
 
     def __init__(
@@ -567,6 +722,7 @@ class Driver:
         self.n_folds = backend.layout.n_folds
         self.capacity = max(1, STEPS_PER_THREAD * backend.n_threads)
         self.in_flight = {}
+        self.epoch_seconds = []  # per single-replica step: seconds per epoch and fold
         self.history = []
         self.started = time.perf_counter() if started is None else started
 
@@ -602,21 +758,46 @@ class Driver:
         target = trial.budgets[rung]
         stop = min(target, trial.budget + self.patience) if self.patience else target
         replicas = 1
-        if self.parallel:
-            runnable = len(self.in_flight) + self.policy.n_waiting() + 1
-            if self.backend.n_workers // (runnable * self.n_folds) >= 2:
-                # Replicated trainings take turns on the cluster (the engine's lock), so a
-                # replicated step gets every worker for its turn rather than a share of them.
-                replicas = self.backend.n_workers
+        if self.parallel and self._replicate(trial, stop - trial.budget):
+            # Replicated trainings take turns on the cluster (the engine's lock), so a
+            # replicated step gets every worker for its turn rather than a share of them.
+            replicas = self.backend.n_workers
         trial.status = "running"
         job = Job(trial, rung, trial.budget, stop, replicas, self.clock())
         self.in_flight[self.backend.launch(job)] = job
+
+    def _replicate(self, trial, epochs):
+        """Whether a step of *epochs* trains replicated: it is long, and the rest of the work
+        runnable now would leave the other worker threads idle for most of it.
+
+        In seconds of one thread, from :attr:`epoch_seconds`: the step's own work against the
+        work left of the steps in flight plus the steps waiting (each counted at the first
+        rung's budget, a lower bound), spread over the other threads. Replicated when the
+        others would run out before half of the step is done, and the step takes at least
+        :data:`REPLICATED_MIN_SECONDS` (the engine's fixed cost is ~20 ms a call).
+        """
+        if self.backend.n_workers < 2 or not self.epoch_seconds:
+            return False
+        per_epoch = float(np.median(self.epoch_seconds)) * self.n_folds
+        own = epochs * per_epoch
+        if own < REPLICATED_MIN_SECONDS:
+            return False
+        now = self.clock()
+        other = sum(
+            max(0.0, (job.stop - job.start) * per_epoch - (now - job.launched)) * job.replicas
+            for job in self.in_flight.values()
+        )
+        other += self.policy.n_waiting() * trial.budgets[0] * per_epoch
+        return other / max(1, self.backend.n_threads - 1) < own / 2
 
     def _complete(self, handle):
         job = self.in_flight.pop(handle)
         trial = job.trial
         now = self.clock()
         trial.fit_time += now - job.launched
+        trial.steps.append((job.mode, job.replicas))
+        if job.replicas == 1 and job.stop > job.start:
+            self.epoch_seconds.append((now - job.launched) / (job.stop - job.start) / self.n_folds)
         try:
             states, result = self.backend.outcome(handle)
         except Exception as error:
@@ -687,6 +868,7 @@ class Driver:
             "rung": job.rung,
             "budget": job.stop,
             "score": score,
+            "mode": job.mode,
             "replicas": job.replicas,
             "started": job.launched,
             "time": now,
