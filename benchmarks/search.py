@@ -630,16 +630,27 @@ def run_taskdml(data, kind, args):
         )
     search.fit(data["X"], data["y"], classes=CLASSES)
     epochs = float(search.trials_["budget"].sum())
+    replicated = replicated_epochs(search.history_)
     return {
         "model": search.best_estimator_,
         "val": search.best_score_,
         "params": search.best_params_,
         "samples": epochs * data["rows_per_epoch"],
-        "refit": float(search.n_iter_) * data["n_train"],
+        "refit": float(search.metadata_["refit_epochs"]) * data["n_train"],
         "refit_s": search.refit_time_,
         "n_trials": int(search.n_trials_),
-        "detail": f"{epochs:.0f} epochs",
+        "detail": f"{epochs:.0f} epochs, {replicated / epochs:.0%} data-parallel",
     }
+
+
+def replicated_epochs(history):
+    """Epochs trained by replicated (data-parallel) steps, from a search's ``history_``."""
+    reached, replicated = {}, 0
+    for event in history:
+        if event["mode"] == "replicated":
+            replicated += event["budget"] - reached.get(event["trial"], 0)
+        reached[event["trial"]] = event["budget"]
+    return replicated
 
 
 def run_optuna(data, pruner_kind, n_trials, args):
@@ -998,14 +1009,17 @@ def report(args, facts, grid_rows, adaptive_rows, info, skipped, checks):
             f"{'one run' if args.adaptive_repeats == 1 else f'median of {args.adaptive_repeats}'}"
             f" each. An epoch = {i['rows_per_epoch']:,} rows (the 13 train chunks; Optuna's are "
             "the same size). *Samples processed* = rows given to fit/partial_fit in the search; "
-            "*+ refit* = the refit of the best candidate (taskdml: its budget × all train rows; "
+            "*+ refit* = the refit of the best candidate (taskdml: `metadata_['refit_epochs']` "
+            "× all train rows, one epoch when continued; "
             "scikit-learn: n_iter_ × all rows; Optuna has none; *wall s* includes it, *of "
             "which refit s* is the search's `refit_time_`). *Worker busy*: Dask rows, "
             "task-stream compute / (wall × workers); *italics*: CPU seconds of this process and "
             "loky's workers (the cluster's processes left out) / (wall × n_jobs). ASHA and "
             "Optuna's pruners decide on the results that have arrived, and Optuna's two "
             "threads interleave differently each run, so their trials and scores vary from "
-            "run to run; each search samples its own candidates (same distributions).",
+            "run to run; each search samples its own candidates (same distributions). "
+            "*data-parallel* (taskdml): the share of the epochs trained by replicated steps "
+            "(`history_['mode']`); the others ran as one fused task per step.",
             "",
             adaptive_table(adaptive_rows, size),
         ]

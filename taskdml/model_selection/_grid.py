@@ -32,7 +32,7 @@ from sklearn.callback import CallbackSupportMixin, with_callbacks
 from sklearn.utils.metadata_routing import MetadataRouter, MethodMapping, process_routing
 
 from taskdml._data import as_dask, is_chunked
-from taskdml.model_selection import _grid_chunked, _grid_graph
+from taskdml.model_selection import _grid_chunked, _grid_graph, _grid_tasks
 from taskdml.model_selection._base import SearchBase
 
 __all__ = ["GridSearchCV", "RandomizedSearchCV"]
@@ -45,10 +45,14 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
     ``_candidates()``. The delegation to ``best_estimator_`` is :class:`SearchBase`'s.
 
     Callbacks (``set_callbacks``, :mod:`sklearn.callback`) get scikit-learn's tasks — the fit,
-    the search, one evaluation per candidate × fold, the refit — but from this process: the
-    evaluations' hooks run once the fits are done, and callbacks are not propagated into
-    the candidates' fits, which run in Dask tasks. A search over chunked data does not call
-    them yet.
+    the search, one evaluation per candidate × fold, the refit — and auto-propagated ones are
+    propagated into every fit, as scikit-learn does: each evaluation and the refit call their
+    hooks in the Dask task that fits, around the whole estimator's fit (with callbacks set,
+    pipeline prefixes are not shared between candidates, so that every fit reports). Hooks
+    called on a worker reach the callbacks in this process through scikit-learn's own
+    transport (a local socket: the workers must run on this machine), which pickles the
+    search by reference: a scorer or estimator defined in a script's ``__main__`` cannot
+    travel back (define it in a module). A search over chunked data does not call them yet.
     """
 
     def __init__(
@@ -191,6 +195,18 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
             max_subtasks=len(candidates) * n_splits,
             sequential_subtasks=False,
         ).call_on_fit_task_begin(estimator=self)
+        callbacks = bool(getattr(self, "_skl_callbacks", None))
+        hooks = (  # made before any task runs, as scikit-learn does
+            [
+                _grid_tasks.Hooks(
+                    search.subcontext(task_name="candidate-split-evaluation", task_id=index),
+                    self,
+                )
+                for index in range(len(candidates) * n_splits)
+            ]
+            if callbacks
+            else None
+        )
         with _grid_graph.place(data, client) as (node, token):
             out, schedule = _grid_graph.run(
                 base,
@@ -206,46 +222,20 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
                 client=client,
                 n_jobs=self.n_jobs,
                 verbose=self.verbose,
+                hooks=hooks,
             )
-            self._evaluation_hooks(search, X, y, params, splits, len(candidates))
             search.call_on_fit_task_end(estimator=self)
             fitted = self._results(candidates, n_splits, out, multimetric)
             fitted["_schedule"] = schedule
 
             def refit(best):
                 task = root.subcontext(task_name="refit-with-best-params")
-                task.call_on_fit_task_begin(estimator=self, X=X, y=y, metadata=metadata)
-                result = _grid_graph.refit(best, node, token, client, self.n_jobs)
-                task.call_on_fit_task_end(estimator=self, X=X, y=y, metadata=metadata)
-                return result
+                hooks = _grid_tasks.Hooks(task, self) if callbacks else None
+                return _grid_graph.refit(best, node, token, client, self.n_jobs, hooks)
 
             self._set_fitted(fitted, base, refit, scorers, multimetric, n_splits)
         root.call_on_fit_task_end(estimator=self, X=X, y=y, metadata=metadata)
         return self
-
-    def _evaluation_hooks(self, search, X, y, params, splits, n_candidates):
-        """The callbacks' candidate × fold evaluations (after the fits), as scikit-learn's."""
-        if not getattr(self, "_skl_callbacks", None):
-            return
-        from taskdml._sklearn_compat import _safe_indexing
-
-        folds = []
-        for train, _ in splits:
-            weights = params.get("sample_weight")
-            folds.append(
-                {
-                    "X": _safe_indexing(X, train),
-                    "y": None if y is None else _safe_indexing(y, train),
-                    "metadata": None
-                    if weights is None
-                    else {"sample_weight": _safe_indexing(weights, train)},
-                }
-            )
-        for index in range(n_candidates * len(splits)):
-            evaluation = search.subcontext(task_name="candidate-split-evaluation", task_id=index)
-            fold = folds[index % len(splits)]
-            evaluation.call_on_fit_task_begin(estimator=self, **fold)
-            evaluation.call_on_fit_task_end(estimator=self, **fold)
 
     def _sample_weight_for_scorers(self, scorers, multimetric, sample_weight):
         """``sample_weight`` for the scorers that take it, by metric, as scikit-learn passes it.

@@ -163,6 +163,7 @@ class Job:
     fit_key: tuple
     score_key: tuple
     template: object
+    hooks: object = None  # the fit's scikit-learn callbacks (_grid_tasks.Hooks), if any
 
 
 def plan(
@@ -176,11 +177,15 @@ def plan(
     shortcut_scoring,
     return_train_score,
     error_score,
+    hooks=None,
 ):
     """``jobs[c][f]``: the :class:`Job` of candidate ``c`` on fold ``f``.
 
     Keys are the graph's: candidates that agree on a pipeline prefix get the same prefix
-    keys on a fold, identical candidates the same fit and score keys.
+    keys on a fold, identical candidates the same fit and score keys. With *hooks* (the
+    :class:`~._grid_tasks.Hooks` of every candidate × fold, candidate-major) every fit is the
+    whole estimator's under its own hooks, as in scikit-learn's ``_fit_and_score``: nothing
+    is shared, so that every fit calls its callbacks.
     """
     from sklearn.base import clone
 
@@ -188,9 +193,9 @@ def plan(
     scorer_token = tokenize(scorers, ensure_deterministic=False)
     split_name = key_name(PREFIX, data_token, phase="split")
     jobs = []
-    for params in candidates:
+    for index, params in enumerate(candidates):
         candidate = clone(estimator).set_params(**clone(params, safe=False))
-        stages = pipeline_stages(candidate, fit_param_names)
+        stages = None if hooks else pipeline_stages(candidate, fit_param_names)
         if stages is None:
             prefix, (final_name, final), template = [], (None, candidate), None
         else:
@@ -215,7 +220,7 @@ def plan(
             steps.append(
                 (name_so_far, name, step, return_train_score and transform_test, transform_test)
             )
-        token = (name_so_far, final_name, estimator_spec(final), raise_errors)
+        token = (name_so_far, final_name, estimator_spec(final), raise_errors, hooks and index)
         fit_name = key_name(PREFIX, token, phase="fit")
         score_name = key_name(
             PREFIX,
@@ -234,6 +239,7 @@ def plan(
                 fit_key=(fit_name, fold),
                 score_key=(score_name, fold),
                 template=template,
+                hooks=hooks[index * n_folds + fold] if hooks else None,
             )
             for fold in range(n_folds)
         ]
@@ -275,7 +281,12 @@ def build(jobs, data_node, data_token, *, scorers, return_train_score, error_sco
             node = built[key]
         if job.fit_key not in built:
             built[job.fit_key] = dask.delayed(_grid_tasks.fit_final, pure=True)(
-                node, job.final_name, job.final, raise_errors, dask_key_name=job.fit_key
+                node,
+                job.final_name,
+                job.final,
+                raise_errors,
+                job.hooks,
+                dask_key_name=job.fit_key,
             )
             counts["fit"] += 1
         if job.score_key not in built:
@@ -344,8 +355,11 @@ def run(
     client,
     n_jobs,
     verbose,
+    hooks=None,
 ):
     """Plan every candidate × fold over *data* (a placed :class:`SearchData`), run it.
+
+    *hooks*: the scikit-learn callbacks of every candidate × fold fit (see :func:`plan`).
 
     With the dask config ``taskdml.search.fits-per-task`` at ``"auto"`` (the default) a first
     wave of one fit per worker thread is timed, then the rest run in batches of
@@ -366,6 +380,7 @@ def run(
         shortcut_scoring=shortcut_scoring,
         return_train_score=return_train_score,
         error_score=error_score,
+        hooks=hooks,
     )
     common = dict(
         scorers=scorers,
@@ -536,11 +551,15 @@ def _announce(verbose, n_folds, n_candidates, schedule):
         )
 
 
-def refit(estimator, data_node, data_token, client, n_jobs):
-    """Fit *estimator* on all the placed data in one ``search-refit`` task: (fitted, seconds)."""
-    task = dask.delayed(_grid_tasks.refit, pure=True)(
+def refit(estimator, data_node, data_token, client, n_jobs, hooks=None):
+    """Fit *estimator* on all the placed data in one ``search-refit`` task: (fitted, seconds).
+
+    *hooks*: the refit's scikit-learn callbacks (:class:`~._grid_tasks.Hooks`), if any.
+    """
+    task = dask.delayed(_grid_tasks.refit, pure=hooks is None)(
         data_node,
         estimator,
+        hooks,
         dask_key_name=key_name(PREFIX, data_token, estimator_spec(estimator), phase="refit"),
     )
     (result,) = compute([task], client, n_jobs)

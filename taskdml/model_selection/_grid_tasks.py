@@ -23,7 +23,9 @@ see :func:`_in_search_config`): scikit-learn keeps it per thread, and the thread
 that run the tasks do not have the caller's (metadata routing, ``transform_output``, ...).
 """
 
+import contextlib
 import copy
+import dataclasses
 import functools
 import inspect
 import numbers
@@ -139,9 +141,40 @@ def fit_transform_step(part, name, transformer, score_train, transform_test, rai
     return following
 
 
+@dataclasses.dataclass(frozen=True)
+class Hooks:
+    """The scikit-learn callbacks of one fit: its task's context and the search calling them.
+
+    The fit runs inside :meth:`around`, as in scikit-learn's ``_fit_and_score`` and refit: the
+    context's ``on_fit_task_begin`` and ``on_fit_task_end`` are called with the search as the
+    estimator, and auto-propagated callbacks are propagated into the fitted estimator.
+    Callbacks that keep their record in the search's process send it there themselves
+    (scikit-learn's ``sklearn.callback`` transport), so this works in a worker process too.
+    """
+
+    context: object
+    caller: object
+
+    @contextlib.contextmanager
+    def around(self, estimator, X, y, fit_params):
+        weights = fit_params.get("sample_weight")
+        hooks = dict(X=X, y=y, metadata=None if weights is None else {"sample_weight": weights})
+        try:
+            with self.context.propagate_callback_context(estimator):
+                self.context.call_on_fit_task_begin(estimator=self.caller, **hooks)
+                yield
+        finally:
+            self.context.call_on_fit_task_end(estimator=self.caller, **hooks)
+
+
+def _around(hooks, estimator, X, y, fit_params):
+    return contextlib.nullcontext() if hooks is None else hooks.around(estimator, X, y, fit_params)
+
+
 @_in_search_config("part")
-def fit_final(part, name, estimator, raise_errors):
-    """Fit the last step (*name*) or, with ``name=None``, the whole estimator.
+def fit_final(part, name, estimator, raise_errors, hooks=None):
+    """Fit the last step (*name*) or, with ``name=None``, the whole estimator (within its
+    *hooks*, if any).
 
     Returns ``{"estimator", "fit_time", "error"}``; the fit time includes the steps before.
     """
@@ -151,10 +184,11 @@ def fit_final(part, name, estimator, raise_errors):
     params = part["fit_params"] if name is None else step_params(part["fit_params"], name)
     started = time.perf_counter()
     try:
-        if part["y"] is None:
-            estimator.fit(part["X"], **params)
-        else:
-            estimator.fit(part["X"], part["y"], **params)
+        with _around(hooks, estimator, part["X"], part["y"], params):
+            if part["y"] is None:
+                estimator.fit(part["X"], **params)
+            else:
+                estimator.fit(part["X"], part["y"], **params)
     except Exception:
         if raise_errors:
             raise
@@ -250,7 +284,7 @@ def run_batch(data, jobs, pairwise, scorers, return_train_score, error_score):
                 )
             part = parts[key]
         if job.score_key not in scored:
-            fitted = fit_final(part, job.final_name, job.final, raise_errors)
+            fitted = fit_final(part, job.final_name, job.final, raise_errors, job.hooks)
             raw = splits[fold] if job.template is not None else None
             scored[job.score_key] = score_fit(
                 fitted, part, raw, job.template, scorers, return_train_score, error_score
@@ -260,14 +294,16 @@ def run_batch(data, jobs, pairwise, scorers, return_train_score, error_score):
 
 
 @_in_search_config("data")
-def refit(data, estimator):
-    """Fit *estimator* on all the data; return it and the time the fit took."""
+def refit(data, estimator, hooks=None):
+    """Fit *estimator* on all the data (within its *hooks*, if any); return it and the time
+    the fit took."""
     estimator = copy.deepcopy(estimator)
     started = time.perf_counter()
-    if data.y is None:
-        estimator.fit(data.X, **data.fit_params)
-    else:
-        estimator.fit(data.X, data.y, **data.fit_params)
+    with _around(hooks, estimator, data.X, data.y, data.fit_params):
+        if data.y is None:
+            estimator.fit(data.X, **data.fit_params)
+        else:
+            estimator.fit(data.X, data.y, **data.fit_params)
     return estimator, time.perf_counter() - started
 
 

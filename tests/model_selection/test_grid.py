@@ -665,3 +665,34 @@ def test_fits_per_task_config_is_checked(iris, setting):
     with dask.config.set({"taskdml.search.fits-per-task": setting}):
         with pytest.raises(ValueError, match="must be 'auto', 'steps' or an int >= 1, got"):
             GridSearchCV(iris_pipeline(), {"logreg__C": [1.0]}, cv=2).fit(*iris)
+
+
+def constant_score(estimator, X, y):
+    """A scorer for estimators without predict; importable, so callbacks can send it back."""
+    return 0.5
+
+
+@pytest.mark.parametrize("fits_per_task", ["steps", "auto"])
+def test_callbacks_propagate_into_fits_on_worker_processes(client, fits_per_task):
+    """scikit-learn's callbacks on a real cluster: the hooks of every evaluation and of the
+    refit are called in the worker processes' tasks and reach this process, and auto-propagated
+    callbacks also get every inner fit's (scikit-learn's own counts, as in its test_search)."""
+    from sklearn.callback.tests._utils import (
+        MaxIterEstimator,
+        RecordingAutoPropagatedCallback,
+        RecordingCallback,
+    )
+
+    X, y = make_classification(random_state=0)
+    callbacks = [RecordingCallback(), RecordingAutoPropagatedCallback()]
+    with dask.config.set({"taskdml.search.fits-per-task": fits_per_task}):
+        search = GridSearchCV(
+            MaxIterEstimator(), {"max_iter": [1, 2, 3]}, cv=2, scoring=constant_score
+        )
+        search.set_callbacks(*callbacks).fit(X, y)
+    own = 1 + 1 + 1 + 3 * 2  # the fit, the search, the refit, every candidate x fold
+    inner = (1 + 2 + 3) * 2 + search.best_estimator_.n_iter_
+    for callback, expected in zip(callbacks, (own, own + inner)):
+        assert callback.count_hooks("setup") == 1
+        assert callback.count_hooks("on_fit_task_begin") == expected
+        assert callback.count_hooks("on_fit_task_end") == expected

@@ -35,15 +35,7 @@ NOT_APPLICABLE = {
 
 # What taskdml does not do yet, by test (all its parameters) or test[parameters]; each fix
 # removes its lines.
-KNOWN_FAILURES = {
-    **{
-        f"test_search_callbacks_propagation[search{index}-{refit}]": (
-            "callbacks are not propagated into the candidates' fits (Dask tasks)"
-        )
-        for index in (0, 1)
-        for refit in (True, False)
-    },
-}
+KNOWN_FAILURES = {}
 
 
 @pytest.fixture(autouse=True)
