@@ -449,7 +449,9 @@ def taskdml_imports():
     """Import, in a process of the cluster, what the taskdml configurations need."""
     import sklearn.linear_model  # noqa: F401
 
-    import taskdml.parallel  # noqa: F401
+    # taskdml.parallel imports its names on first use: name the engine and the rules
+    import taskdml.parallel._engine  # noqa: F401
+    import taskdml.parallel._merge  # noqa: F401
 
 
 def worker_imports():

@@ -4,6 +4,10 @@ Three ways in: ``taskdml run PIPELINE.yaml`` (the CLI over pipeline files),
 :func:`load_pipeline` / :func:`run_pipeline` (the same from Python), and the scikit-learn
 estimators (:class:`DataParallel`) that drop into existing code.
 
+The public names are imported on first use (PEP 562): a Dask worker that unpickles one task
+function imports that function's module and what it needs, not dask.array, xarray and the
+pipeline runner along with the whole package.
+
 Examples
 --------
 >>> import taskdml
@@ -11,41 +15,45 @@ Examples
 >>> run = taskdml.run_pipeline(pipeline)  # doctest: +SKIP
 """
 
-from taskdml._pipeline import Pipeline, Step
-from taskdml._runner import Run, run_pipeline
-from taskdml._schema import schema
-from taskdml._versions import versions
-from taskdml.exceptions import (
-    ClusterUnavailable,
-    DataError,
-    PipelineError,
-    RunNotFound,
-    StepFailed,
-    TaskdmlError,
-)
-from taskdml.metrics import available_metrics, evaluate
-from taskdml.model_selection import (
-    ASHASearchCV,
-    GridSearchCV,
-    HyperbandSearchCV,
-    RandomizedSearchCV,
-    SuccessiveHalvingSearchCV,
-)
-from taskdml.parallel import (
-    DataParallel,
-    MergeRule,
-    SequentialFallbackWarning,
-    TrainResult,
-    get_merge_rule,
-    register_merge,
-    register_unmergeable,
-    train,
-    unmergeable_reason,
-)
-from taskdml.spec import dump_pipeline, load_pipeline, loads_pipeline
-from taskdml.steps.call import builds_graph
+import importlib
 
 __version__ = "0.1.0"  # the one place the version is written; pyproject.toml reads it
+
+# public name -> the module that defines it
+_LAZY = {
+    "ASHASearchCV": "taskdml.model_selection",
+    "GridSearchCV": "taskdml.model_selection",
+    "HyperbandSearchCV": "taskdml.model_selection",
+    "RandomizedSearchCV": "taskdml.model_selection",
+    "SuccessiveHalvingSearchCV": "taskdml.model_selection",
+    "ClusterUnavailable": "taskdml.exceptions",
+    "DataError": "taskdml.exceptions",
+    "PipelineError": "taskdml.exceptions",
+    "RunNotFound": "taskdml.exceptions",
+    "StepFailed": "taskdml.exceptions",
+    "TaskdmlError": "taskdml.exceptions",
+    "DataParallel": "taskdml.parallel",
+    "MergeRule": "taskdml.parallel",
+    "SequentialFallbackWarning": "taskdml.parallel",
+    "TrainResult": "taskdml.parallel",
+    "get_merge_rule": "taskdml.parallel",
+    "register_merge": "taskdml.parallel",
+    "register_unmergeable": "taskdml.parallel",
+    "train": "taskdml.parallel",
+    "unmergeable_reason": "taskdml.parallel",
+    "Pipeline": "taskdml._pipeline",
+    "Step": "taskdml._pipeline",
+    "Run": "taskdml._runner",
+    "run_pipeline": "taskdml._runner",
+    "schema": "taskdml._schema",
+    "versions": "taskdml._versions",
+    "available_metrics": "taskdml.metrics",
+    "evaluate": "taskdml.metrics",
+    "dump_pipeline": "taskdml.spec",
+    "load_pipeline": "taskdml.spec",
+    "loads_pipeline": "taskdml.spec",
+    "builds_graph": "taskdml.steps.call",
+}
 
 __all__ = [
     "ASHASearchCV",
@@ -82,3 +90,15 @@ __all__ = [
     "unmergeable_reason",
     "versions",
 ]
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -1,12 +1,21 @@
-"""Hyperparameter search over (data-parallel) trials: grid, random, halving, Hyperband, ASHA."""
+"""Hyperparameter search over (data-parallel) trials: grid, random, halving, Hyperband, ASHA.
 
-from taskdml.model_selection._adaptive import (
-    ASHASearchCV,
-    HyperbandSearchCV,
-    SuccessiveHalvingSearchCV,
-)
-from taskdml.model_selection._grid import GridSearchCV, RandomizedSearchCV
-from taskdml.model_selection._report import plot_trials, trials_frame
+The names are imported on first use (PEP 562), so a worker that unpickles a task function
+from ``_grid_tasks`` or ``_adaptive_run`` imports only that module, not the estimators.
+"""
+
+import importlib
+
+# public name -> the module that defines it
+_LAZY = {
+    "ASHASearchCV": "taskdml.model_selection._adaptive",
+    "HyperbandSearchCV": "taskdml.model_selection._adaptive",
+    "SuccessiveHalvingSearchCV": "taskdml.model_selection._adaptive",
+    "GridSearchCV": "taskdml.model_selection._grid",
+    "RandomizedSearchCV": "taskdml.model_selection._grid",
+    "plot_trials": "taskdml.model_selection._report",
+    "trials_frame": "taskdml.model_selection._report",
+}
 
 __all__ = [
     "ASHASearchCV",
@@ -17,3 +26,15 @@ __all__ = [
     "plot_trials",
     "trials_frame",
 ]
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -1,27 +1,35 @@
 """The data-parallel engine: :func:`train`, the :class:`DataParallel` meta-estimator, and the
 merge rules that turn replicas back into one estimator.
 
-Importing the package registers the built-in merge rules, so a worker that unpickles any
-engine function knows them too. The implementation lives in private modules: ``_engine``
-(strategies and the driver of a training), ``_replica`` and ``_collective`` (what replicas
-do and how they all-reduce), ``_merge`` and ``_merge_*`` (the rules per estimator family),
-``_estimator`` (:class:`DataParallel`), ``_tasks`` (the task functions shared with the
-searches) and ``_chunks`` (the inspection of every chunk before training).
+The built-in merge rules are registered before the first lookup or registration (the
+registry, ``_merge_registry``, imports ``_merge`` itself), so a worker that unpickles any
+engine function knows them too. The names below are imported on first use (PEP 562), so
+such a worker imports only the modules its task needs. The implementation lives in private
+modules: ``_engine`` (strategies and the driver of a training), ``_replica`` and
+``_collective`` (what replicas do and how they all-reduce), ``_merge`` and ``_merge_*`` (the
+rules per estimator family), ``_estimator`` (:class:`DataParallel`), ``_tasks`` (the task
+functions shared with the searches) and ``_chunks`` (the inspection of every chunk before
+training).
 """
 
-from taskdml.parallel._engine import SequentialFallbackWarning, TrainResult, train
-from taskdml.parallel._estimator import DataParallel
-from taskdml.parallel._merge import (
-    MergeRule,
-    get_merge_rule,
-    merge_replicas,
-    prepare_start,
-    register_merge,
-    register_mlp_merge,
-    register_unmergeable,
-    round_start,
-    unmergeable_reason,
-)
+import importlib
+
+# public name -> the module that defines it
+_LAZY = {
+    "SequentialFallbackWarning": "taskdml.parallel._engine",
+    "TrainResult": "taskdml.parallel._engine",
+    "train": "taskdml.parallel._engine",
+    "DataParallel": "taskdml.parallel._estimator",
+    "MergeRule": "taskdml.parallel._merge",
+    "get_merge_rule": "taskdml.parallel._merge",
+    "merge_replicas": "taskdml.parallel._merge",
+    "prepare_start": "taskdml.parallel._merge",
+    "register_merge": "taskdml.parallel._merge",
+    "register_mlp_merge": "taskdml.parallel._merge",
+    "register_unmergeable": "taskdml.parallel._merge",
+    "round_start": "taskdml.parallel._merge",
+    "unmergeable_reason": "taskdml.parallel._merge",
+}
 
 __all__ = [
     "DataParallel",
@@ -38,3 +46,15 @@ __all__ = [
     "train",
     "unmergeable_reason",
 ]
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

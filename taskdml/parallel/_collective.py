@@ -23,8 +23,7 @@ import copy
 import threading
 import time
 
-from taskdml.parallel._merge import merge_replicas
-from taskdml.parallel._merge_registry import restart_from
+from taskdml.parallel._merge_registry import merge_replicas, restart_from
 
 
 class _Rounds:

@@ -58,8 +58,13 @@ from taskdml import _data, _keys
 from taskdml._sklearn_compat import relink_birch_views
 from taskdml.parallel import _blocks, _chunks, _collective, _direct, _period, _replica, _tasks
 from taskdml.parallel._chunks import Chunk
-from taskdml.parallel._merge import get_merge_rule, prepare_start, unmergeable_reason
-from taskdml.parallel._merge_registry import min_batch_rows, without_round_start
+from taskdml.parallel._merge_registry import (
+    get_merge_rule,
+    min_batch_rows,
+    prepare_start,
+    unmergeable_reason,
+    without_round_start,
+)
 
 STRATEGIES = ("sync", "async", "sequential")
 """The training strategies, for every entry point (the engine, DataParallel, the searches)."""

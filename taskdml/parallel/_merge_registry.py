@@ -13,10 +13,16 @@ the rule lists in ``MergeRule.start_state`` (attribute ``_taskdml_round_start``)
 broadcasts that estimator, each worker ``partial_fit``\\s its copy (which leaves the snapshot
 alone), and the next merge reads it back with :func:`round_start`. No snapshot means the round
 started from an unfitted estimator.
+
+The built-in rules live in :mod:`taskdml.parallel._merge`, which registers them when it is
+imported. Every registration and lookup here imports it first, so the rules are known in any
+process that merges, a worker that has unpickled only a replica's task function included, and
+a user's rule registered for a built-in class is not overwritten by them later.
 """
 
 import copy
 import dataclasses
+import importlib
 from collections.abc import Callable
 
 import numpy as np
@@ -27,6 +33,13 @@ _START_ATTR = "_taskdml_round_start"
 
 _RULES = {}
 _UNMERGEABLE = {}
+
+
+def _load_builtin_rules():
+    # Imported on every call, not guarded by a flag: while another thread imports _merge,
+    # importlib's module lock makes this call wait for its rules; the importing thread itself
+    # (registering them) gets the half-imported module back.
+    importlib.import_module("taskdml.parallel._merge")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +158,7 @@ def register_merge(
             f"register_merge expects an estimator class, got {estimator_class!r}; "
             f"pass type(estimator) to register the class of an instance."
         )
+    _load_builtin_rules()
     rule = MergeRule(
         fn=merge_fn,
         exact=bool(exact),
@@ -186,12 +200,14 @@ def register_unmergeable(estimator_class, reason):
     """
     if not isinstance(estimator_class, type):
         raise TypeError(f"register_unmergeable expects a class, got {estimator_class!r}.")
+    _load_builtin_rules()
     _RULES.pop(estimator_class, None)
     _UNMERGEABLE[estimator_class] = str(reason)
 
 
 def _lookup(cls):
     """The first rule or unmergeable reason along ``cls``'s MRO, as ``(rule, reason)``."""
+    _load_builtin_rules()
     for klass in cls.__mro__:
         if klass in _RULES:
             return _RULES[klass], None

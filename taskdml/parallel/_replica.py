@@ -14,7 +14,7 @@ import copy
 import time
 
 from taskdml.parallel._collective import call
-from taskdml.parallel._merge import prepare_start
+from taskdml.parallel._merge_registry import prepare_start
 from taskdml.parallel._period import Period
 from taskdml.parallel._tasks import epoch_order, fit_chunk, transform_chunk
 

@@ -1,0 +1,82 @@
+"""The package imports lazily: a worker that unpickles a task function imports little."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import taskdml
+import taskdml.model_selection
+import taskdml.parallel
+
+ROOT = Path(taskdml.__file__).resolve().parents[1]
+PACKAGES = [taskdml, taskdml.model_selection, taskdml.parallel]
+TASK_MODULES = [
+    "taskdml.model_selection._grid_tasks",
+    "taskdml.model_selection._adaptive_run",
+    "taskdml.parallel._replica",
+]
+# Not needed by any task function; dask itself and pandas (through scikit-learn) are.
+HEAVY = ["xarray", "dask.array", "click", "taskdml.metrics", "taskdml._runner"]
+
+
+def run_python(code):
+    """Run *code* in a fresh interpreter that imports this checkout; return its stdout."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_task_modules_do_not_import_heavy_modules():
+    """Importing the modules of the task functions imports no xarray, dask.array or click."""
+    out = run_python(
+        f"import {', '.join(TASK_MODULES)}, json, sys\n"
+        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    )
+    assert json.loads(out) == []
+
+
+def test_builtin_merge_rules_are_known_without_the_package_names():
+    """A process that imports only the registry knows the built-in rules, and a rule
+    registered there for a built-in class is not overwritten by them."""
+    out = run_python(
+        "from sklearn.linear_model import Perceptron, SGDClassifier\n"
+        "from taskdml.parallel._merge_registry import get_merge_rule, register_merge\n"
+        "register_merge(SGDClassifier, lambda replicas, weights: replicas[0], family='mine')\n"
+        "print(get_merge_rule(SGDClassifier()).family, get_merge_rule(Perceptron()).family)"
+    )
+    assert out.split() == ["mine", "linear-sgd"]
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda package: package.__name__)
+def test_every_public_name_resolves(package):
+    """Every name in ``__all__`` resolves, and ``dir`` lists them all."""
+    for name in package.__all__:
+        assert getattr(package, name) is not None
+    assert set(package.__all__) <= set(dir(package))
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda package: package.__name__)
+def test_unknown_name_raises_attribute_error(package):
+    """A name the package does not have raises AttributeError that names the module."""
+    with pytest.raises(AttributeError, match=rf"module '{package.__name__}' has no attribute"):
+        package.GridSearchCVV  # noqa: B018
+
+
+def test_top_level_names_are_the_subpackages_objects():
+    """``taskdml.X`` is the same object as the subpackage's, and ``from taskdml import`` works."""
+    from taskdml import DataParallel, GridSearchCV, load_pipeline
+
+    assert GridSearchCV is taskdml.model_selection.GridSearchCV
+    assert DataParallel is taskdml.parallel.DataParallel
+    assert load_pipeline is taskdml.spec.load_pipeline
+    assert isinstance(taskdml.__version__, str)
