@@ -30,7 +30,13 @@ from typing import NamedTuple
 import numpy as np
 
 from taskdml import _keys
-from taskdml.parallel._tasks import epoch_order, fit_chunk, fit_concatenated, partial_fit_chunk
+from taskdml.parallel._tasks import (
+    concatenate_parts,
+    epoch_order,
+    fit_chunk,
+    fit_concatenated,
+    partial_fit_chunk,
+)
 
 # --------------------------------------------------------------------------------------------
 # Task functions.
@@ -38,7 +44,7 @@ from taskdml.parallel._tasks import epoch_order, fit_chunk, fit_concatenated, pa
 
 def subsample_chunk(X, y, fraction, seed, index):
     """The rows of one chunk kept at *fraction* (a task): nested as the fraction grows."""
-    keep = np.random.default_rng([seed, index]).random(len(X)) < fraction
+    keep = np.random.default_rng([seed, index]).random(X.shape[0]) < fraction
     return ChunkXY(X[keep], None if y is None else y[keep])
 
 
@@ -108,7 +114,7 @@ def score_held(metric, scorer, estimator, held, valid):
 
 def score_parts(scorer, estimator, X_parts, y_parts):
     """*scorer* on the validation chunks, gathered here (a task; validation is small)."""
-    X = np.concatenate(X_parts)
+    X = concatenate_parts(*X_parts)
     y = None if y_parts[0] is None else np.concatenate(y_parts)
     return float(scorer(estimator, X, y))
 
@@ -200,7 +206,7 @@ def prepare(X, y, *, client, n_chunks_min):
 
     dtypes = (X.dtype, None if y is None else y.dtype)
     if not isinstance(X, da.Array):
-        bounds = split_rows(len(X), chunk_count(len(X), n_chunks_min))
+        bounds = split_rows(X.shape[0], chunk_count(X.shape[0], n_chunks_min))
         chunks = [ChunkXY(X[a:b], None if y is None else y[a:b]) for a, b in bounds]
         if client is not None:
             flat = client.scatter([part for chunk in chunks for part in chunk if part is not None])

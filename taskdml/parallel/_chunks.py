@@ -27,11 +27,14 @@ class Chunk(NamedTuple):
 
 
 def inspect_chunk(X, y, weight, want_labels):
-    """Small facts about one chunk (a task)."""
-    X = np.asarray(X)
+    """Small facts about one chunk (a task); a scipy.sparse *X* is inspected as it is."""
+    from scipy import sparse
+
+    X = X if sparse.issparse(X) else np.asarray(X)
     facts = {"rows": int(X.shape[0]), "shape": tuple(X.shape)}
     if np.issubdtype(X.dtype, np.floating) or np.issubdtype(X.dtype, np.complexfloating):
-        facts["x_nan"] = int(np.count_nonzero(~np.isfinite(X)))
+        values = X.data if sparse.issparse(X) else X  # a sparse matrix's zeros are finite
+        facts["x_nan"] = int(np.count_nonzero(~np.isfinite(values)))
     if y is not None:
         y = np.asarray(y)
         facts["y_rows"] = int(y.shape[0])

@@ -33,6 +33,7 @@ import dask
 import dask.array as da
 import numpy as np
 import xarray as xr
+from scipy import sparse
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone, is_classifier, is_regressor
 from sklearn.utils import check_random_state, get_tags
 from sklearn.utils.metaestimators import available_if
@@ -373,6 +374,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             X, y = check_X_y(
                 X,
                 y,
+                accept_sparse=self._sparse_formats(),
                 ensure_all_finite=False,
                 estimator=self,
                 multi_output=get_tags(self.estimator).target_tags.multi_output,
@@ -381,7 +383,9 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             if is_classifier(self):
                 check_classification_targets(y)
         else:
-            X = check_array(X, ensure_all_finite=False, estimator=self)
+            X = check_array(
+                X, accept_sparse=self._sparse_formats(), ensure_all_finite=False, estimator=self
+            )
             if y is not None:
                 y = np.asarray(y)
                 check_consistent_length(X, y)
@@ -394,7 +398,10 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         def chunked(array):
             chunks = (rows,) + (-1,) * (array.ndim - 1)
             return da.from_array(
-                array, chunks=chunks, name=key_name(_PREFIX, array, chunks, phase="data")
+                array,
+                chunks=chunks,
+                name=key_name(_PREFIX, array, chunks, phase="data"),
+                asarray=not sparse.issparse(array),
             )
 
         return (
@@ -436,7 +443,9 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         if not isinstance(validation, numbers.Real):
             X_val, y_val = validation
             X_val, y_val, _, _ = unwrap(X_val, y_val, None)
-            X_val = check_array(np.asarray(X_val), ensure_all_finite=False, estimator=self)
+            X_val = check_array(
+                X_val, accept_sparse=self._sparse_formats(), ensure_all_finite=False, estimator=self
+            )
             if X_val.shape[1] != X.shape[1]:
                 raise ValueError(
                     f"validation X has {X_val.shape[1]} features, but the training data "
@@ -579,7 +588,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         check_is_fitted(self)
         X, y, sample_weight, _ = unwrap(X, y, sample_weight)
         if not isinstance(X, da.Array):
-            X = validate_data(self, X, reset=False)
+            X = validate_data(self, X, reset=False, accept_sparse=self._sparse_formats())
             kwargs = {} if sample_weight is None else {"sample_weight": sample_weight}
             return self.estimator_.score(X, y, **kwargs)
         return self._score_lazily(X, y, sample_weight)
@@ -639,7 +648,8 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         if isinstance(X, da.Array):
             result = self._apply_lazily(method, X)
         else:
-            result = getattr(self.estimator_, method)(validate_data(self, X, reset=False))
+            X = validate_data(self, X, reset=False, accept_sparse=self._sparse_formats())
+            result = getattr(self.estimator_, method)(X)
         return result if template is None else self._as_xarray(method, result, template)
 
     def _apply_lazily(self, method, X):
@@ -715,6 +725,10 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             return None
         return names if len(names) == width else None
 
+    def _sparse_formats(self):
+        """The scipy.sparse formats accepted: CSR where the estimator takes sparse input."""
+        return ["csr"] if get_tags(self.estimator).input_tags.sparse else False
+
     def _check_width(self, X):
         if X.shape[1] != self.n_features_in_:
             raise ValueError(
@@ -726,8 +740,9 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         tags = wrapped_tags(super().__sklearn_tags__(), self.estimator)
         inner = get_tags(self.estimator)
         tags.input_tags.positive_only = inner.input_tags.positive_only
-        # Chunks are dense and must be finite (the engine checks every chunk).
-        tags.input_tags.sparse = False
+        # Chunks may be scipy.sparse where the estimator takes them (text features: the
+        # engine and the merges never densify), and must be finite (every chunk is checked).
+        tags.input_tags.sparse = inner.input_tags.sparse
         tags.input_tags.allow_nan = False
         tags.non_deterministic = inner.non_deterministic or self.strategy == "async"
         return tags

@@ -39,7 +39,7 @@ def fit_chunk(estimator, X, y, transformers, fit_kwargs, weight=None, row_seed=N
     ``partial_fit`` as ``sample_weight``.
     """
     if row_seed is not None:
-        rows = np.random.default_rng(row_seed).permutation(len(X))
+        rows = np.random.default_rng(row_seed).permutation(X.shape[0])
         X, y = X[rows], None if y is None else y[rows]
         weight = None if weight is None else weight[rows]
     X = transform_chunk(X, transformers)
@@ -49,7 +49,7 @@ def fit_chunk(estimator, X, y, transformers, fit_kwargs, weight=None, row_seed=N
         estimator.partial_fit(X, **kwargs)
     else:
         estimator.partial_fit(X, y, **kwargs)
-    return len(X)
+    return X.shape[0]
 
 
 def fit_concatenated(estimator, chunks, transformers=()):
@@ -82,7 +82,7 @@ def fit_concatenated(estimator, chunks, transformers=()):
     """
     estimator = copy.deepcopy(estimator)
     X_parts, y_parts, *weight_parts = zip(*chunks)
-    X = transform_chunk(np.concatenate(X_parts), transformers)
+    X = transform_chunk(concatenate_parts(*X_parts), transformers)
     kwargs = {}
     if weight_parts and weight_parts[0][0] is not None:
         kwargs["sample_weight"] = np.concatenate(weight_parts[0])

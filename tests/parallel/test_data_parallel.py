@@ -27,6 +27,9 @@ SAMPLE_WEIGHT_XFAIL = {
     "check_sample_weight_equivalence_on_dense_data": (
         "sample_weight is not equivalent to removing/repeating samples for SGD."
     ),
+    "check_sample_weight_equivalence_on_sparse_data": (
+        "sample_weight is not equivalent to removing/repeating samples for SGD."
+    ),
 }
 
 
