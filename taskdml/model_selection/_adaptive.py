@@ -48,16 +48,21 @@ score arrives the policy decides, and the freed slot is filled at once.
 
 **Hybrid parallelism.** With ``parallel={"strategy": "sync", "sync_every": k}`` (or
 ``"async"``) a step may train data-parallel with the engine (:func:`taskdml.train`), one
-replica per worker, each on the chunks its worker holds. The driver replicates a step when it
-is long and the cluster would otherwise idle: its estimated work (epochs times the seconds
-per epoch measured on the steps so far) is at least 0.25 s, and the work left of the steps in
-flight plus the steps waiting, spread over the other worker threads, would run out before
-half of it is done. In practice: the late rungs, the last survivors, a long step launched
-when few trials remain. Early rungs, with many trials runnable, stay task-parallel (one trial
-per thread, no synchronisation). The engine makes replicated trainings on one cluster take
-turns (a distributed lock), so a replicated step gets every worker for its turn; its task
-waits for its turn outside the worker's thread pool, so waiting holds no thread, and other
-steps keep running meanwhile. ``history_`` records ``mode`` and ``replicas`` for every step.
+replica per worker of its share, each on the chunks its worker holds. The driver replicates a
+step when it is long and the cluster would otherwise idle: its estimated work (epochs times
+the seconds per epoch measured on the steps so far) is at least 0.25 s, at least two worker
+threads are free of other replicated steps, and the work left of the single-replica steps in
+flight plus the steps waiting, spread over the other free threads, would run out before half
+of it is done. In practice: the late rungs, the last survivors, a long step launched when
+few trials remain. Early rungs, with many trials runnable, stay task-parallel (one trial per
+thread, no synchronisation). A replicated step gets ``n_workers // k`` workers when ``k``
+trials could run now (``k`` at most half the workers), taken from those no other replicated
+step holds: on four workers the two survivors of a rung train side by side with two replicas
+each, on two workers a replicated step takes both. The engine holds a training's workers
+while its replicas run (a ``distributed.MultiLock``), so replicated steps that would share a
+worker take turns; a step's task waits for its turn outside the worker's thread pool, so
+waiting holds no thread, and other steps keep running meanwhile. ``history_`` records
+``mode``, ``replicas`` and ``workers`` for every step.
 
 The refit uses every worker too when ``parallel`` is set. Replicated steps are deterministic
 for a seed and a number of workers with ``sync`` and an integer ``sync_every``; not with

@@ -275,6 +275,7 @@ class Job:
     replicas: int = 1
     launched: float = 0.0
     mode: str = None  # set by the backend that launches it (its ``mode``)
+    workers: tuple = None  # a replicated step's workers (None: any)
 
 
 # --------------------------------------------------------------------------------------------
@@ -315,6 +316,7 @@ class ClusterBackend:
             self._dataset(fold.valid) if plan.metric else None for fold in layout.folds
         ]
         nthreads = client.nthreads()
+        self.workers = sorted(nthreads)
         self.n_workers, self.n_threads = len(nthreads), sum(nthreads.values())
         self.held = self._hold() if plan.partial_fit and self._fits_everywhere() else {}
         self.load = dict.fromkeys(self.held, 0)  # fused tasks in flight per worker
@@ -454,7 +456,12 @@ class ClusterBackend:
 
     def _replicated(self, state, train, fold, job):
         """One task that trains the step with the engine, a replica per worker."""
-        options = dict(self.plan.parallel, n_replicas=job.replicas, shuffle=self.plan.shuffle)
+        options = dict(
+            self.plan.parallel,
+            n_replicas=job.replicas,
+            workers=job.workers,
+            shuffle=self.plan.shuffle,
+        )
         return self.client.submit(
             engine_step,
             state,
@@ -763,38 +770,58 @@ class Driver:
     def _launch(self, trial, rung):
         target = trial.budgets[rung]
         stop = min(target, trial.budget + self.patience) if self.patience else target
-        replicas = 1
+        workers = None
         if self.parallel and self._replicate(trial, stop - trial.budget):
-            # Replicated trainings take turns on the cluster (the engine's lock), so a
-            # replicated step gets every worker for its turn rather than a share of them.
-            replicas = self.backend.n_workers
+            workers = self._replica_workers()
         trial.status = "running"
-        job = Job(trial, rung, trial.budget, stop, replicas, self.clock())
+        replicas = len(workers) if workers else 1
+        job = Job(trial, rung, trial.budget, stop, replicas, self.clock(), workers=workers)
         self.in_flight[self.backend.launch(job)] = job
 
     def _replicate(self, trial, epochs):
         """Whether a step of *epochs* trains replicated: it is long, and the rest of the work
-        runnable now would leave the other worker threads idle for most of it.
+        runnable now would leave the free worker threads idle for most of it.
 
         In seconds of one thread, from :attr:`epoch_seconds`: the step's own work against the
-        work left of the steps in flight plus the steps waiting (each counted at the first
-        rung's budget, a lower bound), spread over the other threads. Replicated when the
-        others would run out before half of the step is done, and the step takes at least
-        :data:`REPLICATED_MIN_SECONDS` (the engine's fixed cost is ~20 ms a call).
+        work left of the single-replica steps in flight plus the steps waiting (each counted
+        at the first rung's budget, a lower bound), spread over the other free threads (those
+        not held by replicated steps in flight). Replicated when the others would run out
+        before half of the step is done, at least two threads are free, and the step takes
+        at least :data:`REPLICATED_MIN_SECONDS` (the engine's fixed cost is ~20 ms a call).
         """
         if self.backend.n_workers < 2 or not self.epoch_seconds:
             return False
         per_epoch = float(np.median(self.epoch_seconds)) * self.n_folds
         own = epochs * per_epoch
-        if own < REPLICATED_MIN_SECONDS:
+        free = self.backend.n_threads - sum(
+            job.replicas for job in self.in_flight.values() if job.replicas > 1
+        )
+        if own < REPLICATED_MIN_SECONDS or free < 2:
             return False
         now = self.clock()
         other = sum(
-            max(0.0, (job.stop - job.start) * per_epoch - (now - job.launched)) * job.replicas
+            max(0.0, (job.stop - job.start) * per_epoch - (now - job.launched))
             for job in self.in_flight.values()
+            if job.replicas == 1
         )
         other += self.policy.n_waiting() * trial.budgets[0] * per_epoch
-        return other / max(1, self.backend.n_threads - 1) < own / 2
+        return other / (free - 1) < own / 2
+
+    def _replica_workers(self):
+        """The workers of a new replicated step: a share of the cluster that leaves room for
+        the other trials that could run now to replicate beside it.
+
+        With ``k`` trials runnable (at most half as many as workers), a replicated step gets
+        ``n_workers // k`` workers, the first of them not held by replicated steps in flight;
+        when too few are free it gets every worker and waits for its turn (the engine holds
+        a training's workers while it runs).
+        """
+        names = self.backend.workers
+        runnable = len(self.in_flight) + self.policy.n_waiting() + 1
+        share = len(names) // max(1, min(runnable, len(names) // 2))
+        held = {w for job in self.in_flight.values() if job.workers for w in job.workers}
+        free = [w for w in names if w not in held]
+        return tuple(free[:share]) if len(free) >= share else tuple(names)
 
     def _complete(self, handle):
         job = self.in_flight.pop(handle)
@@ -876,6 +903,7 @@ class Driver:
             "score": score,
             "mode": job.mode,
             "replicas": job.replicas,
+            "workers": list(job.workers) if job.workers else None,
             "started": job.launched,
             "time": now,
         }

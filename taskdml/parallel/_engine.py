@@ -128,7 +128,9 @@ class TrainResult:
         ``"actor"`` or ``"local"``) and with ``"direct"`` per replica ``serialize_s``,
         ``wire_s``, ``wait_s``, ``merge_s`` and ``collective_round_s`` (the median round) for
         sync; or ``updates``, ``held_back_s`` and ``versions_behind`` (async: mean, most; how
-        many other pushes were merged between a replica's pull and its push).
+        many other pushes were merged between a replica's pull and its push). Replicas on a
+        cluster add ``workers`` (the addresses they ran on, held while they ran) and ``ran``
+        (``time.time`` of the first replica's start and of the last one's end).
     """
 
     estimator: object
@@ -178,6 +180,7 @@ def train(
     tol=1e-4,
     n_iter_no_change=None,
     n_replicas=None,
+    workers=None,
     client=None,
 ):
     """Train a copy of *estimator* on chunked data; return a :class:`TrainResult`.
@@ -211,6 +214,10 @@ def train(
         Early stopping on the validation score, as in scikit-learn.
     n_replicas : int, optional
         Replicas for sync/async; default the number of workers (1 without a client).
+    workers : sequence of str, optional
+        The worker addresses the replicas may run on (default: every worker); chunks held
+        elsewhere are copied to them once. Replicated trainings hold their workers while they
+        run, so trainings on disjoint workers run side by side and the others take turns.
     client : distributed.Client or False, optional
         Default: the current client if there is one, else threads in this process;
         ``False`` forces threads in this process even when a client exists.
@@ -283,7 +290,7 @@ def train(
         result = _sequential(estimator, chunks, plan, client)
     else:
         result = _replicated(
-            estimator, chunks, plan, client, strategy, staleness, n_replicas, clock
+            estimator, chunks, plan, client, strategy, staleness, n_replicas, clock, workers
         )
     rows = sum(fact["rows"] for fact in facts)
     result.stats.setdefault("setup_s", started - clock.began)
@@ -589,7 +596,9 @@ def _with_rounds(plan, owned):
     return dataclasses.replace(plan, rounds_per_epoch=-(-most // every), most_blocks=most)
 
 
-def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas, clock):
+def _replicated(
+    estimator, chunks, plan, client, strategy, staleness, n_replicas, clock, workers=None
+):
     """Sync or async replicas, as pinned long-running tasks or as local threads.
 
     The replicas coordinate through one *collective*: an all-reduce (sync: direct messages
@@ -603,6 +612,11 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
             estimator, chunks, plan, strategy, staleness, n_replicas or 1, clock
         )
     threads = client.nthreads()
+    if workers is not None:
+        unknown = sorted(set(workers) - set(threads))
+        if unknown:
+            raise ValueError(f"workers {unknown} are not in the cluster: {sorted(threads)}.")
+        threads = {address: threads[address] for address in workers}
     n_replicas = min(n_replicas or len(threads), len(chunks))
     if n_replicas > sum(threads.values()):
         raise ValueError(
@@ -656,7 +670,7 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
     # An actor lives as long as its future does: ``actor_future`` is kept to the end.
     replica, start_args = _replica_task(strategy, estimator)
     clock.lap("collective_s")
-    with _taking_turns(client, n_replicas):
+    with _taking_turns(client, addresses):
         clock.lap("lock_s")
         tasks = _submit_together(
             client, replica, start_args, owned, collective, plan, addresses, name
@@ -664,9 +678,14 @@ def _replicated(estimator, chunks, plan, client, strategy, staleness, n_replicas
         setup_s, submitted = clock.since_start(), time.time()
         clock.lap("submit_s")
         outcomes = client.gather(tasks)
-    clock.replicas(submitted, [_outcome_stats(strategy, outcome) for outcome in outcomes])
+    timings = [_outcome_stats(strategy, outcome) for outcome in outcomes]
+    clock.replicas(submitted, timings)
     result = _result(strategy, outcomes, collective, plan, n_replicas)
-    result.stats["setup_s"] = setup_s
+    result.stats.update(
+        setup_s=setup_s,
+        workers=sorted(set(addresses)),
+        ran=(min(t["started"] for t in timings), max(t["ended"] for t in timings)),
+    )
     del actor_future
     return result
 
@@ -744,7 +763,7 @@ COLLECTIVES = ("auto", "direct", "actor")
 # Workers known to receive direct collective messages, per client (the plugin that installs
 # the handler is registered once per client; workers that join later get it too).
 _DIRECT_READY = weakref.WeakKeyDictionary()  # client -> {worker address: reason or None}
-_PER_CLIENT_LOCK = threading.Lock()  # for the per-client caches below and _TURNS
+_PER_CLIENT_LOCK = threading.Lock()  # for the per-client cache above
 
 
 def _direct_unavailable(client, addresses):
@@ -763,30 +782,25 @@ def _direct_unavailable(client, addresses):
     return None
 
 
-def _taking_turns(client, n_replicas):
-    """Replicated trainings on one cluster take turns; a single replica never waits.
+def _taking_turns(client, addresses):
+    """Replicated trainings that share a worker take turns; a single replica never waits.
 
     Every replica of a training must run at once (they wait for each other every round), and
     each holds a worker thread for the whole training. Two trainings started together could
-    each get one worker and wait forever for the other; a cluster-wide lock prevents that.
-    Only the replicas are submitted under it: ``prepare_start`` and the actor wait for nothing,
-    so they are submitted (and the actor created) before it.
+    each get one of the workers they both need and wait forever for the other; holding every
+    worker a training uses, all at once (a ``distributed.MultiLock``, one name per worker),
+    prevents that, and lets trainings on disjoint workers run side by side. A worker is held
+    whole, whatever its threads. Only the replicas are submitted under it: ``prepare_start``
+    and the actor wait for nothing, so they are submitted (and the actor created) before it.
     """
     import contextlib
 
-    from distributed import Lock
+    from distributed import MultiLock
 
-    if n_replicas == 1:
+    if len(addresses) == 1:
         return contextlib.nullcontext()
-    with _PER_CLIENT_LOCK:  # one lock object per client: registered with the scheduler once
-        if client not in _TURNS:
-            _TURNS[client] = Lock(
-                "taskdml-replicated-training", scheduler_rpc=client.scheduler, loop=client.loop
-            )
-        return _TURNS[client]
-
-
-_TURNS = weakref.WeakKeyDictionary()  # client -> its distributed.Lock for _taking_turns
+    names = [f"taskdml-replicas-{address}" for address in sorted(set(addresses))]
+    return MultiLock(names, client=client)
 
 
 def _result(strategy, outcomes, collective, plan, n_replicas):
@@ -911,11 +925,11 @@ class _Clock:
 
     Before submission, laps of the client's own work (``prepare_s``: arguments and chunk
     lists; ``inspect_s``; ``blocks_s``; ``place_s``: worker threads, who holds the chunks,
-    placement; ``collective_s``; ``lock_s``: the cluster-wide turn; ``submit_s``). After it,
-    from the replicas' own clocks (``time.time``, so across hosts only as good as their
-    clock sync): ``dispatch_s`` from submission to the first replica's start, ``skew_s``
-    from the first start to the last, and ``return_s`` from the last replica's end to the
-    results in this process.
+    placement; ``collective_s``; ``lock_s``: the wait for the replicas' workers;
+    ``submit_s``). After it, from the replicas' own clocks (``time.time``, so across hosts
+    only as good as their clock sync): ``dispatch_s`` from submission to the first replica's
+    start, ``skew_s`` from the first start to the last, and ``return_s`` from the last
+    replica's end to the results in this process.
     """
 
     def __init__(self):
