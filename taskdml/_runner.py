@@ -243,6 +243,16 @@ def run_pipeline(
     ------
     StepFailed
         When a step failed; ``error.run_dir`` holds what was recorded.
+    ClusterUnavailable
+        When the cluster cannot be reached, or a module the pipeline names does not import on
+        its scheduler or a worker (checked before any step runs).
+
+    Notes
+    -----
+    The user's own packages that the pipeline names (``myproject.*`` in ``imports.allow``,
+    found next to the pipeline file or in the working directory) are shipped to the
+    scheduler and every worker, also workers that join later, and re-shipped when they change
+    (:mod:`taskdml._project`).
 
     Examples
     --------
@@ -256,6 +266,7 @@ def run_pipeline(
     >>> run.metrics["score"]["accuracy"] > 0.9  # doctest: +SKIP
     True
     """
+    from taskdml import _project
     from taskdml import cluster as clusters
 
     directory = RunDirectory(run_root) if record else None
@@ -284,6 +295,7 @@ def run_pipeline(
                 run_dir=str(directory.path) if directory else None,
                 **info,
             )
+            _project.check(active, pipeline, shipped=_project.ship(active, pipeline))
             with active.as_current():  # entered once here: dask's config is process-wide
                 outputs, status = _execute(pipeline, active, recorder)
     except KeyboardInterrupt:
