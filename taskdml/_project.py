@@ -23,7 +23,14 @@ imports the new code (a stale ``.pyc`` cannot be picked up: the folder is new). 
 change nothing, so modules already imported stay imported. One plugin per set of package names:
 two projects with different packages share a cluster; two versions of one package do not.
 A process that is the client itself (the embedded cluster's scheduler, threads-only workers)
-is left alone: it already imports from the project's directories.
+is left alone: it already imports from the project's directories. The client's own modules are
+not reloaded either: a long-lived Python session (a notebook) that edits its package reloads it
+itself (``importlib.reload``) before the next run, as it would without taskdml.
+
+Why not distributed's own tools: ``UploadDirectory`` ships a whole folder, to workers through
+their nannies only (a ``--no-nanny`` worker gets nothing), extracting it over the previous copy;
+``Client.upload_file`` reloads only the top-level modules of an archive, not their submodules.
+Neither drops a package's stale submodules, which is what makes an edit reach long-lived workers.
 
 :func:`check` then asks every worker and the scheduler, in one call each, whether every module
 the pipeline names can be imported there, and raises :class:`ClusterUnavailable` (exit 4)

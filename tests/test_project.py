@@ -220,6 +220,7 @@ def test_module_that_does_not_import_on_the_workers_exits_4(separate_cluster, tm
     (run,) = (tmp_path / "runs").iterdir()
     manifest = json.loads((run / "manifest.json").read_text())
     assert {entry["state"] for entry in manifest["steps"].values()} == {"pending"}
+    assert manifest["status"] == "failed" and "No module named 'helper'" in manifest["error"]
     assert time.perf_counter() - started < 60
 
 
