@@ -259,3 +259,47 @@ def test_init_then_run_and_test_the_new_project(tmp_path):
     again = taskdml_cli("init", str(project), cwd=tmp_path)
     assert again.returncode == 2
     assert "already exist" in again.stderr and "pipeline.yaml" in again.stderr
+
+
+@pytest.mark.slow
+def test_workers_that_join_later_receive_the_package(tmp_path, monkeypatch):
+    """run_pipeline on a client's cluster, then one more worker: it imports the shipped copy
+    (from its local directory), not the folder it inherited on sys.path."""
+    import importlib
+
+    from distributed import Client, LocalCluster
+
+    from taskdml import load_pipeline, run_pipeline
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MARK_FILE", str(tmp_path / "mark.txt"))
+    (tmp_path / "latejoin").mkdir()
+    (tmp_path / "latejoin" / "__init__.py").write_text("")
+    (tmp_path / "latejoin" / "features.py").write_text(FEATURES.format(version="late"))
+    path = tmp_path / "user_pipeline.yaml"
+    path.write_text(PIPELINE.replace("myproject", "latejoin"))
+
+    def shipped_file():
+        import importlib
+
+        return importlib.import_module("latejoin.features").__file__
+
+    try:
+        with (
+            LocalCluster(
+                n_workers=1, threads_per_worker=1, host="127.0.0.1", dashboard_address="127.0.0.1:0"
+            ) as cluster,
+            Client(cluster, set_as_default=False) as client,
+        ):
+            run_pipeline(load_pipeline(path), client=client, record=False)
+            cluster.scale(2)
+            client.wait_for_workers(2, timeout=60)
+            files = client.run(shipped_file)
+        assert len(files) == 2
+        assert all(f"taskdml-project{os.sep}" in file for file in files.values()), files
+        assert (tmp_path / "mark.txt").read_text() == "late"
+    finally:
+        for module in [m for m in sys.modules if m.split(".")[0] == "latejoin"]:
+            del sys.modules[module]
+        importlib.invalidate_caches()
