@@ -239,8 +239,9 @@ def ship(client, pipeline):
     except Exception as error:
         raise ClusterUnavailable(
             f"could not ship the project's packages {', '.join(names)} to the cluster: "
-            f"{type(error).__name__}: {error}. See the scheduler's log, or install them on the "
-            "scheduler and the workers (taskdml does not ship installed packages)."
+            f"{type(error).__name__}: {error}. The scheduler and every worker need the same "
+            "taskdml as this client; if they have it, see the scheduler's log, or install the "
+            "packages on them (taskdml does not ship installed packages)."
         ) from error
     return list(names)
 
@@ -265,10 +266,15 @@ def check(client, pipeline, shipped=()):
     ]
     targets = list(dict.fromkeys(targets))
     shipped = tuple(shipped)
-    failures = {
-        f"worker {address}": errors
-        for address, errors in client.run(_import_errors, targets, shipped).items()
-    }
+    answers = client.run(_import_errors, targets, shipped, on_error="return")
+    for address, answer in answers.items():
+        if isinstance(answer, BaseException):  # e.g. a worker without taskdml cannot run it
+            raise ClusterUnavailable(
+                f"worker {address} did not answer taskdml's import check: "
+                f"{type(answer).__name__}: {answer}. Check that it runs and has the same "
+                "taskdml installed as this client."
+            )
+    failures = {f"worker {address}": errors for address, errors in answers.items()}
     try:
         failures["the scheduler"] = client.run_on_scheduler(_import_errors, targets, shipped)
     except Exception:  # a scheduler that forbids run_on_scheduler: the workers were checked
