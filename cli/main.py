@@ -228,6 +228,25 @@ def show(pipeline_file, overrides, fmt):
     click.echo(render(load_pipeline(pipeline_file, overrides=overrides), fmt))
 
 
+@cli.command(epilog=EXIT_CODES_TEXT)
+@click.argument("directory", default=".", type=click.Path(file_okay=False))
+@click.option(
+    "--package", default="myproject", show_default=True, help="Name of the package of your code."
+)
+@_errors
+def init(directory, package):
+    """Write a new project into DIRECTORY: a pipeline, a package of your code, its tests."""
+    from taskdml import init_project
+
+    written = init_project(directory, package)
+    for path in written:
+        click.echo(f"wrote {path}")
+    click.echo(
+        f"\nrun it with:  cd {directory} && taskdml run pipeline.yaml\n"
+        f"test it with: cd {directory} && python -m pytest"
+    )
+
+
 @cli.group()
 def runs():
     """Inspect recorded runs."""

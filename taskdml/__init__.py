@@ -53,6 +53,8 @@ _LAZY = {
     "load_pipeline": "taskdml.spec",
     "loads_pipeline": "taskdml.spec",
     "builds_graph": "taskdml.steps.call",
+    "init_project": "taskdml.templates",
+    "ProjectError": "taskdml.exceptions",
 }
 
 __all__ = [
@@ -67,6 +69,7 @@ __all__ = [
     "MergeRule",
     "Pipeline",
     "PipelineError",
+    "ProjectError",
     "Run",
     "RunNotFound",
     "SequentialFallbackWarning",
@@ -80,6 +83,7 @@ __all__ = [
     "dump_pipeline",
     "evaluate",
     "get_merge_rule",
+    "init_project",
     "load_pipeline",
     "loads_pipeline",
     "register_merge",

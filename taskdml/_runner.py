@@ -10,6 +10,11 @@ that context. A step's thread builds the step's Dask graph inside
 :func:`taskdml._keys.step_scope` (every key prefixed by the step's name). Steps exchange lazy
 values — persisted ``xarray.Dataset``s and ``Future``s — so data stays on the workers.
 
+Before any step, the user's own packages that the pipeline names are shipped to the scheduler
+and every worker, and every module the pipeline names is checked to import there
+(:mod:`taskdml._project`); a module that does not is a :class:`ClusterUnavailable` (exit 4)
+that names it, the process and the fix, with nothing run.
+
 When a step fails, steps that do not depend on it still run (what can be computed is kept);
 its dependants are skipped. The run directory (:mod:`taskdml.runs`) is updated at every
 transition, and every transition is also handed to ``on_event`` for live display.
@@ -26,7 +31,7 @@ import traceback
 
 from taskdml import _keys
 from taskdml._versions import versions
-from taskdml.exceptions import StepFailed, TaskdmlError
+from taskdml.exceptions import ClusterUnavailable, StepFailed, TaskdmlError
 from taskdml.runs import RunDirectory, load_model
 from taskdml.steps import KINDS
 
@@ -243,6 +248,16 @@ def run_pipeline(
     ------
     StepFailed
         When a step failed; ``error.run_dir`` holds what was recorded.
+    ClusterUnavailable
+        When the cluster cannot be reached, or a module the pipeline names does not import on
+        its scheduler or a worker (checked before any step runs).
+
+    Notes
+    -----
+    The user's own packages that the pipeline names (``myproject.*`` in ``imports.allow``,
+    found next to the pipeline file or in the working directory) are shipped to the
+    scheduler and every worker, also workers that join later, and re-shipped when they change
+    (:mod:`taskdml._project`).
 
     Examples
     --------
@@ -256,6 +271,7 @@ def run_pipeline(
     >>> run.metrics["score"]["accuracy"] > 0.9  # doctest: +SKIP
     True
     """
+    from taskdml import _project
     from taskdml import cluster as clusters
 
     directory = RunDirectory(run_root) if record else None
@@ -284,6 +300,12 @@ def run_pipeline(
                 run_dir=str(directory.path) if directory else None,
                 **info,
             )
+            try:  # before any step: the user's code on the cluster, every named module there
+                _project.check(active, pipeline, shipped=_project.ship(active, pipeline))
+            except ClusterUnavailable as error:
+                if directory is not None:
+                    directory.update_manifest(error=str(error))
+                raise
             with active.as_current():  # entered once here: dask's config is process-wide
                 outputs, status = _execute(pipeline, active, recorder)
     except KeyboardInterrupt:

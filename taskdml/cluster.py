@@ -15,7 +15,8 @@ goes on: the imports overlap whatever the client does meanwhile (preparing the r
 data). The runner warms the clusters it starts itself with :func:`pipeline_modules` (the
 modules of every callable and estimator the pipeline names, and the basics of
 :data:`WARM_MODULES`); a cluster reached by address or a client passed in is left as it is
-(call :func:`warm` on it yourself).
+(call :func:`warm` on it yourself). The user's own packages, unlike these imports, reach every
+cluster, started here or not: the runner ships them after connecting (:mod:`taskdml._project`).
 
 The imports run on the worker's event loop, just after the plugin's registration has been
 answered, not in a thread of their own: a worker unpickles tasks and data on its event loop,

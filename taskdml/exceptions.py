@@ -61,6 +61,13 @@ class ClusterUnavailable(TaskdmlError, ConnectionError):
     exit_code = 4
 
 
+class ProjectError(TaskdmlError, ValueError):
+    """``taskdml init`` cannot write a project: a file it would write exists, or the package
+    name is unusable. Nothing was written."""
+
+    exit_code = 2
+
+
 class RunNotFound(TaskdmlError, LookupError):
     """No recorded run matches the name given, or a run holds no model for the step asked.
 

@@ -69,6 +69,13 @@ def load_pipeline(path, overrides=()):
     Pipeline
         Resolved (no interpolation left), with ``source`` set to the file, text and overrides.
 
+    Notes
+    -----
+    The file's directory and the working directory are appended to ``sys.path`` (after the
+    installed packages), so its callables may come from the user's own packages next to it
+    (``myproject.features:add`` with ``myproject.*`` in ``imports.allow``);
+    :func:`taskdml.run_pipeline` ships those packages to the cluster.
+
     Raises
     ------
     PipelineError
@@ -80,6 +87,8 @@ def load_pipeline(path, overrides=()):
     >>> import taskdml
     >>> pipeline = taskdml.load_pipeline("pipelines/quickstart.yaml", ["seed=3"])  # doctest: +SKIP
     """
+    from taskdml._project import importable
+
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -87,6 +96,7 @@ def load_pipeline(path, overrides=()):
         raise PipelineError(f"{path}: no such pipeline file.") from None
     except (OSError, UnicodeDecodeError) as error:
         raise PipelineError(f"{path}: cannot read the pipeline file: {error}.") from None
+    importable(path)  # the user's packages next to the file (or in the working directory)
     return loads_pipeline(text, source=str(path), overrides=overrides)
 
 
