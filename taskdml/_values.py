@@ -137,7 +137,9 @@ def as_dataset(value, *, client, producer="?", consumer=("?", "data"), argument=
         if "refused" in plan:
             raise refuse(f"a Future of {plan['refused']}", plan["why"])
         return _chunked(value, plan, client)
-    if dask.is_dask_collection(value):
+    if dask.is_dask_collection(value) or (
+        isinstance(value, tuple) and any(dask.is_dask_collection(v) for v in value)
+    ):
         return _lazy(value, refuse)
     plan = describe(value)
     if "refused" in plan:

@@ -188,3 +188,23 @@ def table_rows(chunk):
 
     lengths = np.array([len(city) for city in chunk.city.values], dtype=np.float64)
     return chunk.assign(X=(("sample", "feature"), np.stack([lengths, chunk.f1.values], 1)))
+
+
+def _builder(function):
+    from taskdml import builds_graph
+
+    return builds_graph(function)
+
+
+@_builder
+def lazy_values(kind, n_samples=400, n_features=4, seed=0):
+    """A graph builder returning :func:`classification_values`' rows as a dask DataFrame
+    (``kind="dask_frame"``) or a tuple of dask arrays (``kind="dask_arrays"``), 4 chunks."""
+    import dask.array as da
+    import dask.dataframe as dd
+
+    if kind == "dask_frame":
+        frame = classification_values("pandas", n_samples, n_features, seed)
+        return dd.from_pandas(frame, npartitions=4, sort=False)
+    X, y = classification_arrays(n_samples, n_features, seed)
+    return da.from_array(X, chunks=(n_samples // 4, -1)), da.from_array(y, chunks=n_samples // 4)
