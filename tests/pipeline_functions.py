@@ -208,3 +208,8 @@ def lazy_values(kind, n_samples=400, n_features=4, seed=0):
         return dd.from_pandas(frame, npartitions=4, sort=False)
     X, y = classification_arrays(n_samples, n_features, seed)
     return da.from_array(X, chunks=(n_samples // 4, -1)), da.from_array(y, chunks=n_samples // 4)
+
+
+def text_chunk(chunk):
+    """A map function that returns no Dataset."""
+    return "not data"

@@ -69,6 +69,7 @@ def run(step, inputs, context):
         )
         for index, (_, kwargs) in enumerate(items)
     ]
+    _wait(results)
     if items[0][0] is None:
         return {"data": results[0]}
     return {"data": {label: result for (label, _), result in zip(items, results)}}
@@ -176,6 +177,17 @@ def map_chunks(function, data, kwargs, *, client, features=None, name=None):
             ),
         )
     return client.persist(xr.Dataset(variables, coords=schema["coords"]))
+
+
+def _wait(datasets):
+    """Block until every chunk is computed; raise the first chunk's error."""
+    from distributed import futures_of, wait
+
+    futures = [future for dataset in datasets for future in futures_of(dataset)]
+    wait(futures)
+    for future in futures:
+        if future.status == "error":
+            future.result()
 
 
 def _small_coords(data):
