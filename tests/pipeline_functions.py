@@ -213,3 +213,8 @@ def lazy_values(kind, n_samples=400, n_features=4, seed=0):
 def text_chunk(chunk):
     """A map function that returns no Dataset."""
     return "not data"
+
+
+def transform_chunk(chunk, model, offset=0.0):
+    """A map function that applies a fitted transformer (another step's model) to ``X``."""
+    return chunk.assign(X=chunk.X.copy(data=model.transform(chunk.X.values) + offset))

@@ -10,8 +10,10 @@ arguments, and returns the transformed chunk, an ``xarray.Dataset`` with the sam
         X = np.hstack([chunk.X.values, chunk.X.values ** 2 * scale])
         return xr.Dataset({"X": (("sample", "feature"), X), "y": chunk.y})
 
-A Dataset chunk rather than ``(X, y)`` arrays because it carries the target and the feature
-names with the rows, and because a table (one variable per column) has no single ``X``.
+Build a new Dataset when the width of ``X`` changes (``chunk.assign`` would keep the old
+``feature`` coordinate and fail to align). A Dataset chunk rather than ``(X, y)`` arrays
+because it carries the target and the feature names with the rows, and because a table (one
+variable per column) has no single ``X``.
 
 **One task per chunk**, keyed ``(<step>-<token>, i)``, depending only on chunk ``i`` of the
 input, so the scheduler runs it where the chunk is; the output keeps the input's row chunks.

@@ -193,3 +193,26 @@ def test_map_steps_are_validated_with_the_file(old, new, fragment):
     with pytest.raises(PipelineError) as info:
         loads_pipeline(MAP_FILE.replace(old, new))
     assert fragment in str(info.value), str(info.value)
+
+
+def test_other_inputs_reach_every_chunk(client):
+    """Inputs besides data are keyword arguments of every call: a fit step's model and a plain
+    callable's Future (resolved on the workers)."""
+    pipeline = Pipeline(
+        "map_inputs",
+        [
+            Step("data", call="taskdml.datasets:make_classification", with_=DATA),
+            Step("scale", fit="sklearn.preprocessing:StandardScaler", inputs={"data": "data"}),
+            Step("offset", call="pipeline_functions:add", with_={"a": 1.0, "b": 2.0}),
+            Step(
+                "scaled",
+                map="pipeline_functions:transform_chunk",
+                inputs={"data": "data", "model": "scale", "offset": "offset"},
+            ),
+        ],
+        imports=ALLOW,
+    )
+    run = run_pipeline(pipeline, client, record=False)
+    X = make_classification(**DATA).X.values
+    expected = run.outputs["scale"]["model"].transform(X) + 3.0
+    np.testing.assert_allclose(run.outputs["scaled"]["data"].X.values, expected, rtol=1e-12)
