@@ -165,7 +165,7 @@ def map_chunks(function, data, kwargs, *, client, features=None, name=None):
         out = _keys.key_name("map", map_name, v, phase="output")
         zeros = (0,) * len(tail)
         out_layer = {
-            (out, i, *zeros): (_pick, piece, v, tail, target, i, bounds[i], bounds[i + 1])
+            (out, i, *zeros): (_pick, piece, v, tail, dtype, target, i, bounds[i], bounds[i + 1])
             for i, piece in enumerate(pieces)
         }
         out_graph = HighLevelGraph.from_collections(out, out_layer, dependencies=[])
@@ -243,8 +243,9 @@ def _schema(chunk):
     return {"variables": variables, "coords": coords}
 
 
-def _pick(chunk, variable, tail, target, index, start, stop):
-    """One variable of a result chunk, samples first, checked against chunk 0's shape."""
+def _pick(chunk, variable, tail, dtype, target, index, start, stop):
+    """One variable of a result chunk, samples first, checked against chunk 0's shape (or
+    the declared ``features``) and cast to its dtype."""
     import numpy as np
 
     if variable not in chunk.data_vars:
@@ -259,4 +260,4 @@ def _pick(chunk, variable, tail, target, index, start, stop):
             f"{_where(target, index, start, stop)}: its {variable!r} has shape {var.shape}; "
             f"expected (rows, {', '.join(map(str, tail))}) as in chunk 0 (or 'features')."
         )
-    return np.asarray(var.values)
+    return np.asarray(var.values, dtype=np.dtype(dtype))

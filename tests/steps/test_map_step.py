@@ -89,17 +89,17 @@ def test_map_foreach_gives_one_dataset_per_item(client):
 
 
 @pytest.mark.parametrize(
-    "function, with_, message",
+    "function, settings, message",
     [
         (
             "fail_at_row",
-            {"row": 600},
+            {"with_": {"row": 600}},
             "step 'bad' failed: 'pipeline_functions:fail_at_row' failed on chunk 2 "
             "(samples 500..749): ValueError: cannot handle row 600",
         ),
         (
             "fail_at_row",
-            {"row": 0},
+            {"with_": {"row": 0}},
             "step 'bad' failed: 'pipeline_functions:fail_at_row' failed on chunk 0 "
             "(samples 0..249): ValueError: cannot handle row 0",
         ),
@@ -110,11 +110,19 @@ def test_map_foreach_gives_one_dataset_per_item(client):
             "(samples 0..249): it returned str; a map function returns an xarray.Dataset with "
             "the chunk's 250 rows along 'sample'.",
         ),
+        (
+            "add_squares",
+            {"features": 5},
+            "step 'bad' failed: 'pipeline_functions:add_squares' failed on chunk 0 "
+            "(samples 0..249): its 'X' has shape (250, 8); expected (rows, 5) as in chunk 0 "
+            "(or 'features').",
+        ),
     ],
 )
-def test_a_failing_chunk_names_its_index_and_rows(client, function, with_, message):
-    """A function that raises (or returns no Dataset) on one chunk fails the step; the message
-    names the chunk, its sample range and the original error."""
+def test_a_failing_chunk_names_its_index_and_rows(client, function, settings, message):
+    """A function that raises on one chunk, returns no Dataset, or returns a chunk unlike the
+    declared features fails the step; the message names the chunk, its sample range and the
+    original error."""
     pipeline = Pipeline(
         "map_fails",
         [
@@ -123,7 +131,12 @@ def test_a_failing_chunk_names_its_index_and_rows(client, function, with_, messa
                 call="pipeline_functions:classification_arrays",
                 with_={"n_samples": 1000},
             ),
-            Step("bad", map=f"pipeline_functions:{function}", with_=with_, inputs={"data": "data"}),
+            Step(
+                "bad",
+                map=f"pipeline_functions:{function}",
+                inputs={"data": "data"},
+                **settings,
+            ),
         ],
         imports=ALLOW,
     )
