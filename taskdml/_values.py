@@ -15,8 +15,9 @@ non-numeric columns, one variable per column along ``sample`` and the target as 
 a 2-D NumPy array, a tuple ``(X, y)``, a pandas DataFrame, an in-memory ``Dataset`` — is
 chunked *on the worker that holds it*: a small task describes it (types and sizes only reach
 the client), then one task per variable and chunk slices the rows out of it, so the data never
-travels through the client (a value already in the client is scattered once). Chunks hold
-about a quarter of the rows each, and never more than 64 MiB (as :mod:`taskdml.datasets`).
+travels through the client (a value already in the client is scattered once). There are four
+chunks of equal rows, or more when that keeps each under 64 MiB (as :mod:`taskdml.datasets`'
+readers); they start on the worker that held the value, and training spreads them.
 
 **Tables.** A DataFrame's target is the column named by ``frame.attrs["target"]`` (the same
 attribute taskdml's loaders set on a Dataset) or, without it, the column ``y``; with neither,
@@ -340,7 +341,8 @@ def _describe_xarray(ds):
 
 
 def chunk_rows(n_samples, row_bytes):
-    """Rows per chunk for data that arrives in one piece: about four chunks, none over 64 MiB.
+    """Rows per chunk for data that arrives in one piece: four chunks or more, of equal size,
+    none over 64 MiB.
 
     Parameters
     ----------
@@ -354,10 +356,11 @@ def chunk_rows(n_samples, row_bytes):
 
     Examples
     --------
-    >>> chunk_rows(1_000, 80), chunk_rows(10_000_000, 800)
-    (250, 83886)
+    >>> chunk_rows(1_000, 80), chunk_rows(150, 40), chunk_rows(2_000_000, 168)
+    (250, 38, 333334)
     """
-    return max(1, min(math.ceil(n_samples / _CHUNKS), _TARGET_CHUNK_BYTES // max(1, row_bytes)))
+    n_chunks = max(_CHUNKS, math.ceil(n_samples * row_bytes / _TARGET_CHUNK_BYTES))
+    return max(1, math.ceil(n_samples / n_chunks))
 
 
 def _rows(value, source, start, stop):
