@@ -182,12 +182,12 @@ def map_chunks(function, data, kwargs, *, client, features=None, name=None):
 
 
 def _wait(datasets):
-    """Block until every chunk is computed; raise the first chunk's error."""
+    """Block until every chunk is computed; raise the error of the first chunk that failed."""
     from distributed import futures_of, wait
 
     futures = [future for dataset in datasets for future in futures_of(dataset)]
     wait(futures)
-    for future in futures:
+    for future in sorted(futures, key=lambda future: (future.key[1:], str(future.key[0]))):
         if future.status == "error":
             future.result()
 
