@@ -199,10 +199,13 @@ def _builder(function):
 @_builder
 def lazy_values(kind, n_samples=400, n_features=4, seed=0):
     """A graph builder returning :func:`classification_values`' rows as a dask DataFrame
-    (``kind="dask_frame"``) or a tuple of dask arrays (``kind="dask_arrays"``), 4 chunks."""
+    (``kind="dask_frame"``), a tuple of dask arrays (``kind="dask_arrays"``), 4 chunks, or
+    in memory (``kind="memory_pandas"``: ``classification_values("pandas")``)."""
     import dask.array as da
     import dask.dataframe as dd
 
+    if kind.startswith("memory_"):  # an in-memory value, returned to the client
+        return classification_values(kind.removeprefix("memory_"), n_samples, n_features, seed)
     if kind == "dask_frame":
         frame = classification_values("pandas", n_samples, n_features, seed)
         return dd.from_pandas(frame, npartitions=4, sort=False)

@@ -17,8 +17,11 @@ ALLOW = {"allow": ["taskdml.*", "sklearn.*", "pipeline_functions"]}
 N = 400
 
 
+LAZY = ("dask_frame", "dask_arrays", "memory_pandas")  # made by a graph builder
+
+
 def _producer(kind):
-    if kind in ("dask_frame", "dask_arrays"):
+    if kind in LAZY:
         return Step("load", call="pipeline_functions:lazy_values", with_={"kind": kind})
     return Step("load", call="pipeline_functions:classification_values", with_={"kind": kind})
 
@@ -27,9 +30,8 @@ def _prefixes(client):
     return client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes))
 
 
-@pytest.mark.parametrize(
-    "kind", ["numpy", "pandas", "pandas_target", "xarray", "dask_frame", "dask_arrays"]
-)
+@pytest.mark.filterwarnings("ignore:Dask annotations .* detected")  # dask-expr and spans
+@pytest.mark.parametrize("kind", ["numpy", "pandas", "pandas_target", "xarray", *LAZY])
 def test_a_value_feeds_split_fit_search_and_evaluate(client, kind):
     """callable -> train_test_split -> fit -> evaluate, and callable -> fit, search: each step
     reads the value chunked (about 4 chunks), and the fits equal scikit-learn's in memory."""
@@ -74,7 +76,7 @@ def test_a_value_feeds_split_fit_search_and_evaluate(client, kind):
     assert run.metrics["report"]["accuracy"] == pytest.approx(
         reference.score(test.X.values, test.y.values)
     )
-    if kind not in ("dask_frame", "dask_arrays"):  # a Future, sliced by the consumers' tasks
+    if kind not in LAZY[:2]:  # a Future or a scattered value: sliced by the consumers' tasks
         assert {"split-chunk", "whole-chunk", "tune-chunk"} <= set(_prefixes(client))
 
 
