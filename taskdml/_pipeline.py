@@ -235,14 +235,15 @@ class Step:
         Returns
         -------
         dict
-            Only the keys that are set; ``with_`` is written ``with``.
+            Only the keys that are set, the kind's first; ``with_`` is written ``with``.
         """
         result = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if field.name != "name" and value not in (None, "", types.MappingProxyType({})):
                 result["with" if field.name == "with_" else field.name] = thaw(value)
-        return result
+        kinds = [key for key in result if key in KINDS]
+        return {key: result[key] for key in kinds + [k for k in result if k not in kinds]}
 
     @classmethod
     def from_dict(cls, name, spec):

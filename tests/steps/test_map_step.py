@@ -229,3 +229,14 @@ def test_other_inputs_reach_every_chunk(client):
     X = make_classification(**DATA).X.values
     expected = run.outputs["scale"]["model"].transform(X) + 3.0
     np.testing.assert_allclose(run.outputs["scaled"]["data"].X.values, expected, rtol=1e-12)
+
+
+def test_a_map_step_round_trips_through_the_file_format():
+    """dump_pipeline writes a map step kind first, and loads back equal, features included."""
+    from taskdml import dump_pipeline
+
+    pipeline = loads_pipeline(MAP_FILE.replace("    with: {scale: 2.0}", "    features: [a, b]"))
+    text = dump_pipeline(pipeline)
+    assert "  squares:\n    map: pipeline_functions:add_squares\n" in text
+    assert loads_pipeline(text) == pipeline
+    assert loads_pipeline(text).step("squares").features == ("a", "b")
