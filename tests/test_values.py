@@ -4,9 +4,11 @@ message naming both steps."""
 
 import re
 
+import dask.array as da
 import numpy as np
 import pipeline_functions
 import pytest
+import xarray as xr
 from sklearn.linear_model import SGDClassifier
 from sklearn.naive_bayes import GaussianNB
 
@@ -168,6 +170,8 @@ def test_a_value_that_is_not_data_names_both_steps(client, kind):
         ((np.zeros((3, 2)), np.zeros(4)), "a tuple (X, y) with X of 3 rows and y of shape (4,)"),
         ((1, 2, 3), "a tuple of 3 values"),
         ({"a": 1}, "the 1 items of a foreach step (a dict)"),
+        (da.zeros(5, chunks=2), "a lazy Array of shape (5,)"),
+        (xr.Dataset({"X": (("row", "col"), np.zeros((2, 2)))}), "an xarray.Dataset with dims"),
     ],
 )
 def test_in_memory_values_are_refused_with_the_reason(client, value, found):
