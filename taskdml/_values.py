@@ -373,7 +373,7 @@ def _rows(value, source, start, stop):
         _, columns, dtype = source
         part = value.iloc[start:stop]
         if isinstance(columns, list):
-            return part[columns].to_numpy(dtype=dtype)
+            return part[columns].to_numpy(dtype=dtype, na_value=np.nan)
         return part[columns].to_numpy()
     if kind == "xarray":
         _, name, dims = source
