@@ -145,7 +145,8 @@ def as_dataset(value, *, client, producer="?", consumer=("?", "data"), argument=
     plan = describe(value)
     if "refused" in plan:
         raise refuse(plan["refused"], plan["why"])
-    return _chunked(client.scatter([value])[0], plan, client)
+    # A key of its own: steps that scatter an equal value at once must not share (and release) it.
+    return _chunked(client.scatter([value], hash=False)[0], plan, client)
 
 
 def _lazy(value, refuse):
