@@ -82,10 +82,10 @@ def thaw(value):
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """One step of a pipeline: a callable, an estimator fit, a search, or an evaluation.
+    """One step of a pipeline: a callable, a chunk-wise map, a fit, a search, or an evaluation.
 
-    Exactly one of ``call``, ``fit``, ``search`` and ``evaluate`` is given; the other arguments
-    mirror the keys of a step in the pipeline file (``with_`` is the file's ``with``).
+    Exactly one of ``call``, ``map``, ``fit``, ``search`` and ``evaluate`` is given; the other
+    arguments mirror the keys of a step in the pipeline file (``with_`` is the file's ``with``).
 
     Parameters
     ----------
@@ -118,6 +118,11 @@ class Step:
         ``validation_fraction``, and ``scoring``.
     method, space, budget, cv, validation_fraction, scoring : optional
         The search's settings (see ``search``).
+    map : str, optional
+        ``"module:function"`` applied to every chunk of ``inputs["data"]``
+        (:mod:`taskdml.steps.map`).
+    features : int or sequence of str, optional
+        The width (or feature names) of the ``X`` a ``map`` function returns.
     description : str, optional
 
     Examples
@@ -145,6 +150,8 @@ class Step:
     cv: int | None = None
     validation_fraction: float | None = None
     scoring: str | None = None
+    map: str | None = None
+    features: int | tuple | None = None
     description: str = ""
 
     def __post_init__(self):
@@ -159,7 +166,7 @@ class Step:
 
     @property
     def kind(self):
-        """``"call"``, ``"fit"``, ``"search"`` or ``"evaluate"``."""
+        """``"call"``, ``"map"``, ``"fit"``, ``"search"`` or ``"evaluate"``."""
         return next(kind for kind in KINDS if getattr(self, kind) is not None)
 
     @property
@@ -228,14 +235,15 @@ class Step:
         Returns
         -------
         dict
-            Only the keys that are set; ``with_`` is written ``with``.
+            Only the keys that are set, the kind's first; ``with_`` is written ``with``.
         """
         result = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if field.name != "name" and value not in (None, "", types.MappingProxyType({})):
                 result["with" if field.name == "with_" else field.name] = thaw(value)
-        return result
+        kinds = [key for key in result if key in KINDS]
+        return {key: result[key] for key in kinds + [k for k in result if k not in kinds]}
 
     @classmethod
     def from_dict(cls, name, spec):
@@ -629,17 +637,32 @@ def _argument_problems(step, target):
             step, target
         )
     if not callable(target):
-        return [(("call",), f"{step.target!r} is not callable.")]
+        return [((step.kind,), f"{step.target!r} is not callable.")]
     try:
-        parameters = inspect.signature(target).parameters.values()
+        parameters = list(inspect.signature(target).parameters.values())
     except (TypeError, ValueError):  # builtins without a signature: nothing to check
         return []
+    inputs = list(step.inputs or {})
+    if step.kind == "map":  # the chunk is the first argument; inputs.data is not a keyword
+        if not parameters or parameters[0].kind not in (
+            parameters[0].POSITIONAL_ONLY,
+            parameters[0].POSITIONAL_OR_KEYWORD,
+            parameters[0].VAR_POSITIONAL,
+        ):
+            return [
+                (
+                    ("map",),
+                    f"{step.target!r} takes no positional argument: a map function "
+                    "receives each chunk first, e.g. def f(chunk, **options).",
+                )
+            ]
+        parameters, inputs = parameters[1:], [name for name in inputs if name != "data"]
     if any(p.kind is p.VAR_KEYWORD for p in parameters):
         return []
     accepted = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     given = (
         [("with", name) for name in step.with_ or {}]
-        + [("inputs", name) for name in step.inputs or {}]
+        + [("inputs", name) for name in inputs]
         + foreach
     )
     return _unknown(step, given, accepted, "argument")

@@ -97,12 +97,28 @@ BUDGET = {
 
 STEP = {
     "type": "object",
-    "description": "one step: exactly one of call, fit, evaluate, search",
-    "title": "a step: a mapping with one of call, fit, evaluate, search",
+    "description": "one step: exactly one of call, map, fit, evaluate, search",
+    "title": "a step: a mapping with one of call, map, fit, evaluate, search",
     "additionalProperties": False,
     "properties": {
         "description": {"type": "string"},
         "call": {**_callable, "description": "run a Python callable as a task"},
+        "map": {
+            **_callable,
+            "description": "apply a function to every chunk of inputs.data, where it lives",
+        },
+        "features": {
+            "anyOf": [
+                {"type": "integer", "minimum": 1, "title": "an integer >= 1"},
+                {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "title": "a list of feature names",
+                },
+            ],
+            "description": "map: the width (or feature names) of the X its function returns; "
+            "found by running it on chunk 0 when omitted",
+        },
         "fit": {**_callable, "description": "fit this estimator class on inputs.data"},
         "evaluate": {
             "type": ["array", "string"],

@@ -122,3 +122,102 @@ def warm_imports(path):
     with open(path, "w") as file:
         json.dump({module: module in sys.modules for module in plugin.modules}, file)
     return path
+
+
+def classification_arrays(n_samples=400, n_features=4, seed=0):
+    """A plain callable returning in-memory ``(X, y)`` NumPy arrays; column 0 is the row index."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n_samples)
+    X = rng.normal(size=(n_samples, n_features)) + y[:, None]
+    X[:, 0] = np.arange(n_samples)
+    return X, y
+
+
+def classification_values(kind, n_samples=400, n_features=4, seed=0):
+    """The same rows as :func:`classification_arrays`, as one value of type *kind*."""
+    import pandas as pd
+    import xarray as xr
+
+    X, y = classification_arrays(n_samples, n_features, seed)
+    columns = [f"f{i}" for i in range(n_features)]
+    if kind == "numpy":
+        return X, y
+    if kind == "numpy_X":
+        return X
+    if kind == "pandas":
+        return pd.DataFrame(X, columns=columns).assign(y=y)
+    if kind == "pandas_target":
+        frame = pd.DataFrame(X, columns=columns).assign(label=y)
+        frame.attrs["target"] = "label"
+        return frame
+    if kind == "xarray":
+        return xr.Dataset(
+            {"X": (("sample", "feature"), X), "y": (("sample",), y)}, coords={"feature": columns}
+        )
+    if kind == "table":
+        return pd.DataFrame(X, columns=columns).assign(city=["a", "b"] * (n_samples // 2), y=y)
+    raise ValueError(kind)
+
+
+def text():
+    """A plain callable whose result is not data."""
+    return "not data"
+
+
+def add_squares(chunk, scale=1.0):
+    """A map function: appends the squares of the features (times *scale*) to ``X``."""
+    import numpy as np
+    import xarray as xr
+
+    X = np.hstack([chunk.X.values, chunk.X.values**2 * scale])
+    return xr.Dataset({"X": (("sample", "feature"), X), "y": chunk.y})
+
+
+def fail_at_row(chunk, row):
+    """A map function that raises on the chunk holding row *row* (column 0 is the row index)."""
+    if (chunk.X[:, 0] == row).any():
+        raise ValueError(f"cannot handle row {row}")
+    return chunk
+
+
+def table_rows(chunk):
+    """A map function over a table chunk: the number of characters of ``city``, as ``X``."""
+    import numpy as np
+
+    lengths = np.array([len(city) for city in chunk.city.values], dtype=np.float64)
+    return chunk.assign(X=(("sample", "feature"), np.stack([lengths, chunk.f1.values], 1)))
+
+
+def _builder(function):
+    from taskdml import builds_graph
+
+    return builds_graph(function)
+
+
+@_builder
+def lazy_values(kind, n_samples=400, n_features=4, seed=0):
+    """A graph builder returning :func:`classification_values`' rows as a dask DataFrame
+    (``kind="dask_frame"``), a tuple of dask arrays (``kind="dask_arrays"``), 4 chunks, or
+    in memory (``kind="memory_pandas"``: ``classification_values("pandas")``)."""
+    import dask.array as da
+    import dask.dataframe as dd
+
+    if kind.startswith("memory_"):  # an in-memory value, returned to the client
+        return classification_values(kind.removeprefix("memory_"), n_samples, n_features, seed)
+    if kind == "dask_frame":
+        frame = classification_values("pandas", n_samples, n_features, seed)
+        return dd.from_pandas(frame, npartitions=4, sort=False)
+    X, y = classification_arrays(n_samples, n_features, seed)
+    return da.from_array(X, chunks=(n_samples // 4, -1)), da.from_array(y, chunks=n_samples // 4)
+
+
+def text_chunk(chunk):
+    """A map function that returns no Dataset."""
+    return "not data"
+
+
+def transform_chunk(chunk, model, offset=0.0):
+    """A map function that applies a fitted transformer (another step's model) to ``X``."""
+    return chunk.assign(X=chunk.X.copy(data=model.transform(chunk.X.values) + offset))

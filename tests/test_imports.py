@@ -18,6 +18,8 @@ TASK_MODULES = [
     "taskdml.model_selection._grid_tasks",
     "taskdml.model_selection._adaptive_run",
     "taskdml.parallel._replica",
+    "taskdml._values",
+    "taskdml.steps.map",
 ]
 # Not needed by any task function; dask itself and pandas (through scikit-learn) are.
 HEAVY = ["xarray", "dask.array", "click", "taskdml.metrics", "taskdml._runner"]

@@ -16,7 +16,8 @@ class StepKind:
     Attributes
     ----------
     name : str
-        The key that names the kind in a step (``call``, ``fit``, ``search``, ``evaluate``).
+        The key that names the kind in a step (``call``, ``map``, ``fit``, ``search``,
+        ``evaluate``).
     keys : frozenset
         The other step keys this kind accepts.
     outputs : tuple of str
@@ -57,6 +58,14 @@ KINDS = {
             outputs=("result",),
             outputs_fixed=False,
             run="taskdml.steps.call:run",
+        ),
+        StepKind(
+            "map",
+            keys=frozenset({"with", "foreach", "features"}),
+            outputs=("data",),
+            outputs_fixed=True,
+            required_inputs=frozenset({"data"}),
+            run="taskdml.steps.map:run",
         ),
         StepKind(
             "fit",

@@ -9,13 +9,28 @@ Two kinds of callables meet here:
   never travel through the client;
 - **plain callables** run as one Dask task per ``foreach`` item, keyed ``(step-<token>, i)``.
   Lazy inputs are computed on the workers and arrive in memory; the results stay on the
-  cluster as futures.
+  cluster as futures, which every step that takes data accepts (:mod:`taskdml._values`).
+
+A graph builder's input called ``data`` is taskdml's chunked dataset whatever its producer
+returned (a plain callable's NumPy array or DataFrame is chunked on its worker first); its
+other inputs arrive as produced (a plain callable's result as a ``distributed.Future``).
+
+Which kind of step for the user's own code:
+
+- ``call:`` a plain function, once per ``foreach`` item: a loader, a feature table built in
+  memory, a report; it runs on a worker and gets in-memory values;
+- ``map:`` a function of one chunk, applied to every chunk where the chunk lives (see
+  :mod:`taskdml.steps.map`): row-wise feature engineering on data too big for one worker;
+- ``call:`` of a function marked :func:`builds_graph`: it runs in the client and returns lazy
+  Dask collections (dask arrays, an xarray.Dataset) built from chunked inputs, for work that
+  needs more than one chunk at a time (a rechunk, a join, a global statistic).
 """
 
 import operator
 
 from taskdml import _keys
 from taskdml._pipeline import resolve_callable, thaw
+from taskdml._values import step_data
 from taskdml.exceptions import StepFailed
 
 
@@ -83,7 +98,11 @@ def run(step, inputs, context):
     """
     function = resolve_callable(step.target, context.pipeline.allow)
     items = step.foreach_items()
-    run_item = _build if is_graph_builder(function) else _submit
+    run_item = _submit
+    if is_graph_builder(function):
+        run_item = _build
+        if "data" in inputs:
+            inputs = {**inputs, "data": step_data(inputs, "data", context)}
     results = [
         run_item(function, step, {**thaw(step.with_ or {}), **inputs, **kwargs}, index, context)
         for index, (_, kwargs) in enumerate(items)

@@ -6,6 +6,7 @@ evaluated, all in one graph, and the metrics are keyed by item.
 
 import dask
 
+from taskdml._values import step_data
 from taskdml.metrics import evaluate_graph
 from taskdml.steps.fit import as_transformers
 
@@ -17,7 +18,8 @@ def run(step, inputs, context):
     ----------
     step : Step
     inputs : dict
-        ``model`` (one model, or ``{item: model}``), ``data`` and optionally ``preprocess``.
+        ``model`` (one model, or ``{item: model}``), ``data`` (any value
+        :func:`taskdml._values.step_data` accepts) and optionally ``preprocess``.
     context : StepContext
 
     Returns
@@ -29,8 +31,9 @@ def run(step, inputs, context):
     models = inputs["model"]
     single = not isinstance(models, dict)
     models = {None: models} if single else models
+    data = step_data(inputs, "data", context)
     graphs = [
-        evaluate_graph(model, inputs["data"], list(step.target), preprocess=preprocess)
+        evaluate_graph(model, data, list(step.target), preprocess=preprocess)
         for model in models.values()
     ]
     results = dask.compute(*graphs)

@@ -11,7 +11,9 @@ context (client, span and key names).
 import concurrent.futures
 import contextvars
 
+from taskdml._data import unwrap
 from taskdml._pipeline import resolve_callable, thaw
+from taskdml._values import step_data
 from taskdml.parallel import train
 
 
@@ -22,7 +24,8 @@ def run(step, inputs, context):
     ----------
     step : Step
     inputs : dict
-        ``data`` (a dataset) and optionally ``preprocess`` (fitted transformers).
+        ``data`` (any value :func:`taskdml._values.step_data` accepts) and optionally
+        ``preprocess`` (fitted transformers).
     context : StepContext
 
     Returns
@@ -33,14 +36,14 @@ def run(step, inputs, context):
     estimator_class = resolve_callable(step.target, context.pipeline.allow)
     options = thaw(step.parallel or {})
     preprocess = as_transformers(inputs.get("preprocess", []))
-    data = inputs["data"]
+    X, y, _, _ = unwrap(step_data(inputs, "data", context))
 
     def fit_item(label, params):
         estimator = estimator_class(**thaw(step.with_ or {}), **params)
         result = train(
             estimator,
-            data["X"].data,
-            data["y"].data if "y" in data else None,
+            X,
+            y,
             preprocess=preprocess,
             classes=step.classes,
             client=context.client,

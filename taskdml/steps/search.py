@@ -6,7 +6,9 @@ trial may train data-parallel (``parallel``). The outputs are the best model (re
 parameters and the trials table; the run directory gets ``trials-<step>.csv`` and ``.png``.
 """
 
+from taskdml._data import unwrap
 from taskdml._pipeline import resolve_callable, thaw
+from taskdml._values import step_data
 from taskdml.model_selection._report import plot_trials, trials_frame
 from taskdml.model_selection._space import from_spec
 from taskdml.parallel._tasks import transformed
@@ -21,7 +23,8 @@ def run(step, inputs, context):
     step : Step
         A ``search:`` step (``method``, ``space``, ``budget``, ``parallel``, ...).
     inputs : dict
-        ``data`` (a dataset) and optionally ``preprocess`` (fitted transformers).
+        ``data`` (any value :func:`taskdml._values.step_data` accepts) and optionally
+        ``preprocess`` (fitted transformers).
     context : StepContext
         Records the trials table and picture, and saves the best model.
 
@@ -33,9 +36,8 @@ def run(step, inputs, context):
     """
     estimator = resolve_callable(step.target, context.pipeline.allow)(**thaw(step.with_ or {}))
     search = make_search(step, estimator)
-    data = inputs["data"]
-    X = transformed(data["X"].data, as_transformers(inputs.get("preprocess", [])))
-    y = data["y"].data if "y" in data else None
+    X, y, _, _ = unwrap(step_data(inputs, "data", context))
+    X = transformed(X, as_transformers(inputs.get("preprocess", [])))
     fit_kwargs = {"classes": list(step.classes)} if step.classes is not None else {}
     search.fit(X, y, **fit_kwargs)
     trials = trials_frame(search)
