@@ -497,6 +497,9 @@ def summarize(value):
         }
     if isinstance(value, (int, float, str, bool)) or value is None:
         return value
-    if dask.is_dask_collection(value) or type(value).__name__ == "Future":
+    if type(value).__name__ == "Future":  # finished: its type is known, its value stays put
+        held = getattr(value, "type", None)
+        return {"type": f"{held.__name__} on a worker" if held else "Future"}
+    if dask.is_dask_collection(value):
         return {"type": type(value).__name__}
     return {"type": type(value).__name__, "repr": repr(value)[:200]}

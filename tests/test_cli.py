@@ -15,7 +15,10 @@ from click.testing import CliRunner
 from cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[1]
-PIPELINES = sorted((ROOT / "pipelines").glob("*.yaml"))
+# Every example: the files in pipelines/ and one per project folder (pipelines/<project>/).
+PIPELINES = sorted((ROOT / "pipelines").glob("*.yaml")) + sorted(
+    (ROOT / "pipelines").glob("*/pipeline.yaml")
+)
 TASKDML = str(Path(sys.executable).with_name("taskdml"))
 # Subprocesses find tests/pipeline_functions.py, and whatever this process found first.
 ENV = {
@@ -50,7 +53,9 @@ def _in_memory_accuracies(n_samples, test_size, seed, estimator_seeds, **estimat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", PIPELINES, ids=[p.stem for p in PIPELINES])
+@pytest.mark.parametrize(
+    "path", PIPELINES, ids=[p.parent.name if p.stem == "pipeline" else p.stem for p in PIPELINES]
+)
 def test_every_example_pipeline_runs(path, cluster, tmp_path):
     """Each file in pipelines/ runs to success (on the shared test cluster)."""
     result = CliRunner().invoke(

@@ -1,0 +1,1 @@
+"""The example project's own code: a loader and a per-chunk feature function."""
