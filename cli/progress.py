@@ -29,6 +29,8 @@ def describe(summary):
             parts.append(
                 f"{name}: {value['n_samples']:,}×{value['n_features']} in {value['chunks']} chunks"
             )
+        elif isinstance(value, dict) and value.get("type") == "table":
+            parts.append(f"{name}: {value['n_samples']:,} rows of {', '.join(value['columns'])}")
         elif (
             isinstance(value, dict)
             and value

@@ -479,8 +479,9 @@ def summarize(value):
     Returns
     -------
     dict or scalar
-        Datasets give ``n_samples``, ``n_features``, ``chunks`` and ``nbytes``; other objects
-        their type (and a short repr).
+        Datasets give ``n_samples``, ``n_features``, ``chunks`` and ``nbytes``, tables (no
+        ``X``) ``n_samples`` and their ``columns``; other objects their type (and a short
+        repr).
     """
     import dask
 
@@ -494,6 +495,12 @@ def summarize(value):
             "n_features": int(n_features),
             "chunks": len(value["X"].chunks[0]) if value["X"].chunks else 1,
             "nbytes": int(value.nbytes),
+        }
+    if hasattr(value, "data_vars") and "sample" in getattr(value, "sizes", {}):  # a table
+        return {
+            "type": "table",
+            "n_samples": int(value.sizes["sample"]),
+            "columns": [str(name) for name in value.data_vars],
         }
     if isinstance(value, (int, float, str, bool)) or value is None:
         return value

@@ -1185,7 +1185,10 @@ def _test_counts(row_chunks, offset, threshold):
 def _rows_on_side(block, axis, start, offset, threshold, test):
     """The rows of *block* (global rows from *start*) that fall on the test or train side."""
     in_test = _row_hashes(start, start + block.shape[axis], offset) <= threshold
-    return np.compress(in_test if test else ~in_test, block, axis=axis)
+    keep = in_test if test else ~in_test
+    if hasattr(block, "tocsr"):  # a scipy.sparse chunk (hashed text): rows are axis 0
+        return block.tocsr()[np.flatnonzero(keep)]
+    return np.compress(keep, block, axis=axis)
 
 
 def _split_dask(array, axis, offset, threshold, counts_cache):

@@ -154,14 +154,17 @@ def map_chunks(function, data, kwargs, *, client, features=None, name=None):
     else:
         names = list(features) if isinstance(features, (list, tuple)) else None
         width = len(names) if names is not None else int(features)
-        schema = {"variables": [("X", ("sample", "feature"), "<f8", (width,))], "coords": {}}
+        schema = {
+            "variables": [("X", ("sample", "feature"), "<f8", (width,), False)],
+            "coords": {},
+        }
         if names is not None:
             schema["coords"]["feature"] = (("feature",), np.array(names))
         if "y" in data.data_vars:
-            schema["variables"].append(("y", ("sample",), data["y"].dtype.str, ()))
+            schema["variables"].append(("y", ("sample",), data["y"].dtype.str, (), False))
 
     variables = {}
-    for v, dims, dtype, tail in schema["variables"]:
+    for v, dims, dtype, tail, is_sparse in schema["variables"]:
         out = _keys.key_name("map", map_name, v, phase="output")
         zeros = (0,) * len(tail)
         out_layer = {
@@ -175,10 +178,20 @@ def map_chunks(function, data, kwargs, *, client, features=None, name=None):
                 out_graph,
                 out,
                 (tuple(rows),) + tuple((t,) for t in tail),
-                meta=np.empty((0,) + tuple(tail), np.dtype(dtype)),
+                meta=_meta(tail, dtype, is_sparse),
             ),
         )
     return client.persist(xr.Dataset(variables, coords=schema["coords"]))
+
+
+def _meta(tail, dtype, is_sparse):
+    """An empty block like the output's: a CSR matrix for sparse features."""
+    import numpy as np
+    from scipy import sparse
+
+    if is_sparse:
+        return sparse.csr_matrix((0,) + tuple(tail), dtype=np.dtype(dtype))
+    return np.empty((0,) + tuple(tail), np.dtype(dtype))
 
 
 def _wait(datasets):
@@ -202,7 +215,11 @@ def _where(target, index, start, stop):
 
 
 def _apply_chunk(function, target, index, start, stop, variables, blocks, coords, kwargs):
-    """Run *function* on chunk *index* (rows ``[start, stop)``) as an in-memory Dataset."""
+    """Run *function* on chunk *index* (rows ``[start, stop)``) as an in-memory Dataset.
+
+    Returns the result as a record, ``{"variables": {name: (dims, values)}, "coords": {...}}``
+    (samples first), from a Dataset or from an ``(X, y)`` tuple.
+    """
     import xarray as xr
 
     chunk = xr.Dataset(
@@ -213,51 +230,85 @@ def _apply_chunk(function, target, index, start, stop, variables, blocks, coords
     except Exception as error:
         where = _where(target, index, start, stop)
         raise StepFailed(f"{where}: {type(error).__name__}: {error}") from error
-    if not isinstance(result, xr.Dataset) or result.sizes.get("sample") != stop - start:
+    record = _record(result)
+    rows = {values.shape[0] for _, values in record["variables"].values()} if record else set()
+    if record is None or rows != {stop - start}:
         found = (
             f"a Dataset with dims {dict(result.sizes)}"
             if isinstance(result, xr.Dataset)
+            else f"rows {sorted(rows)}"
+            if record
             else type(result).__name__
         )
         raise StepFailed(
             f"{_where(target, index, start, stop)}: it returned {found}; a map function "
-            f"returns an xarray.Dataset with the chunk's {stop - start} rows along 'sample'."
+            f"returns an xarray.Dataset with the chunk's {stop - start} rows along 'sample', "
+            "or a tuple (X, y) of them (X may be a scipy.sparse matrix)."
         )
-    return result
+    return record
 
 
-def _schema(chunk):
-    """The variables (along ``sample``) and small coordinates of one result chunk."""
+def _record(result):
+    """A map function's result as a record of arrays along ``sample``, or ``None``."""
     import numpy as np
+    import xarray as xr
+    from scipy import sparse
 
-    variables = []
-    for v, var in chunk.data_vars.items():
-        if "sample" in var.dims:
-            dims = ("sample",) + tuple(d for d in var.dims if d != "sample")
-            variables.append((str(v), dims, var.dtype.str, tuple(chunk.sizes[d] for d in dims[1:])))
-    coords = {
-        str(c): (coord.dims, np.asarray(coord.values))
-        for c, coord in chunk.coords.items()
-        if "sample" not in coord.dims
-    }
-    return {"variables": variables, "coords": coords}
+    if isinstance(result, xr.Dataset):
+        variables = {
+            str(v): (
+                ("sample",) + tuple(d for d in var.dims if d != "sample"),
+                var.transpose("sample", ...).values,
+            )
+            for v, var in result.data_vars.items()
+            if "sample" in var.dims
+        }
+        coords = {
+            str(c): (coord.dims, np.asarray(coord.values))
+            for c, coord in result.coords.items()
+            if "sample" not in coord.dims
+        }
+        return {"variables": variables, "coords": coords}
+    if isinstance(result, tuple) and len(result) == 2 and getattr(result[0], "ndim", 0) == 2:
+        X, y = result
+        X = X.tocsr() if sparse.issparse(X) else np.asarray(X)
+        variables = {"X": (("sample", "feature"), X)}
+        if y is not None:
+            variables["y"] = (("sample",), np.asarray(y))
+        return {"variables": variables, "coords": {}}
+    return None
 
 
-def _pick(chunk, variable, tail, dtype, target, index, start, stop):
+def _schema(record):
+    """The variables (along ``sample``: dims, dtype, width, sparse or not) and the small
+    coordinates of one result chunk."""
+    from scipy import sparse
+
+    variables = [
+        (v, dims, values.dtype.str, tuple(values.shape[1:]), sparse.issparse(values))
+        for v, (dims, values) in record["variables"].items()
+    ]
+    return {"variables": variables, "coords": record["coords"]}
+
+
+def _pick(record, variable, tail, dtype, target, index, start, stop):
     """One variable of a result chunk, samples first, checked against chunk 0's shape (or
-    the declared ``features``) and cast to its dtype."""
+    the declared ``features``) and cast to its dtype; a sparse one stays sparse (CSR)."""
     import numpy as np
+    from scipy import sparse
 
-    if variable not in chunk.data_vars:
+    if variable not in record["variables"]:
         raise StepFailed(
             f"{_where(target, index, start, stop)}: its result has no variable {variable!r}, "
             f"which chunk 0's has (or 'features' declares); return the same variables "
-            f"for every chunk. It returned {sorted(map(str, chunk.data_vars))}."
+            f"for every chunk. It returned {sorted(record['variables'])}."
         )
-    var = chunk[variable].transpose("sample", ...)
-    if tuple(var.shape[1:]) != tuple(tail):
+    _, values = record["variables"][variable]
+    if tuple(values.shape[1:]) != tuple(tail):
         raise StepFailed(
-            f"{_where(target, index, start, stop)}: its {variable!r} has shape {var.shape}; "
+            f"{_where(target, index, start, stop)}: its {variable!r} has shape {values.shape}; "
             f"expected (rows, {', '.join(map(str, tail))}) as in chunk 0 (or 'features')."
         )
-    return np.asarray(var.values, dtype=np.dtype(dtype))
+    if sparse.issparse(values):
+        return values.astype(np.dtype(dtype), copy=False)
+    return np.asarray(values, dtype=np.dtype(dtype))

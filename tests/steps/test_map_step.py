@@ -108,7 +108,8 @@ def test_map_foreach_gives_one_dataset_per_item(client):
             {},
             "step 'bad' failed: 'pipeline_functions:text_chunk' failed on chunk 0 "
             "(samples 0..249): it returned str; a map function returns an xarray.Dataset with "
-            "the chunk's 250 rows along 'sample'.",
+            "the chunk's 250 rows along 'sample', or a tuple (X, y) of them (X may be a "
+            "scipy.sparse matrix).",
         ),
         (
             "add_squares",
