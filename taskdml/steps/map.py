@@ -11,7 +11,10 @@ arguments, and returns the transformed chunk, an ``xarray.Dataset`` with the sam
         return xr.Dataset({"X": (("sample", "feature"), X), "y": chunk.y})
 
 Build a new Dataset when the width of ``X`` changes (``chunk.assign`` would keep the old
-``feature`` coordinate and fail to align). A Dataset chunk rather than ``(X, y)`` arrays
+``feature`` coordinate and fail to align). A function may instead return a tuple ``(X, y)``
+of the chunk's rows (``y`` may be ``None``), and must for features an xarray Dataset cannot
+hold: a ``scipy.sparse`` ``X`` (hashed text, :func:`taskdml.text.hash_text`) stays a CSR
+matrix in every output chunk. A Dataset chunk rather than ``(X, y)`` arrays
 because it carries the target and the feature names with the rows, and because a table (one
 variable per column) has no single ``X``.
 
@@ -83,7 +86,8 @@ def map_chunks(function, data, kwargs, *, client, features=None, name=None):
     Parameters
     ----------
     function : callable
-        ``function(chunk: xarray.Dataset, **kwargs) -> xarray.Dataset`` with the same rows.
+        ``function(chunk: xarray.Dataset, **kwargs)`` returning an ``xarray.Dataset`` or an
+        ``(X, y)`` tuple with the same rows.
     data : xarray.Dataset
         Dask-backed along ``sample``.
     kwargs : dict
