@@ -67,17 +67,9 @@ def is_frame(X):
     return is_dask_collection(X) and hasattr(X, "columns") and hasattr(X, "npartitions")
 
 
-def _frame_part(columns, categorical, start, *blocks):
-    """Task: one partition of a table, a pandas DataFrame of the rows from *start*."""
-    import pandas as pd
-
-    rows = len(blocks[0]) if blocks else 0
-    part = pd.DataFrame(
-        dict(zip(columns, blocks)), index=pd.RangeIndex(start, start + rows), columns=columns
-    )
-    for name in categorical:
-        part[name] = part[name].astype("category")
-    return part
+def _categories(part, categorical):
+    """Task: the *categorical* columns of one partition as pandas ``category`` columns."""
+    return part.astype(dict.fromkeys(categorical, "category"))
 
 
 def table_frame(table):
@@ -104,34 +96,24 @@ def table_frame(table):
     >>> frame.npartitions, list(frame.columns), frame.compute()["g"].tolist()
     (2, ['a', 'g'], ['x', 'y', 'x', 'z'])
     """
-    import dask
     import dask.array as da
-    import dask.dataframe as dd
-    import pandas as pd
 
     columns = [name for name in table.data_vars if name != "y"]
     categorical = [name for name in columns if table[name].attrs.get("categorical")]
     arrays = [table[name].data for name in columns]
-    arrays = [a if isinstance(a, da.Array) else da.from_array(np.asarray(a)) for a in arrays]
-    rows = next((a.chunks[0] for a in arrays if a.numblocks[0] > 1), arrays[0].chunks[0])
-    arrays = [a.rechunk({0: rows}) for a in arrays]
-    bounds = np.cumsum((0,) + rows).tolist()
-    blocks = [a.to_delayed().ravel() for a in arrays]
-    parts = [
-        dask.delayed(_frame_part, pure=True)(
-            columns, categorical, bounds[i], *(b[i] for b in blocks)
-        )
-        for i in range(len(rows))
-    ]
-    meta = _frame_part(columns, categorical, 0, *(np.empty(0, a.dtype) for a in arrays))
-    for name in columns:
-        if meta[name].dtype == object and pd.api.types.is_string_dtype(table[name].dtype):
-            meta[name] = meta[name].astype(object)
-    divisions = tuple(bounds[:-1]) + (bounds[-1] - 1,)
+    chunked = [a for a in arrays if isinstance(a, da.Array)]
+    rows = chunked[0].chunks[0] if chunked else (table.sizes["sample"],)
+    table = table[columns].chunk({"sample": rows})
+
+    def build():
+        frame = table.to_dask_dataframe(set_index=False)[columns]
+        if categorical:
+            meta = _categories(frame._meta, categorical)
+            frame = frame.map_partitions(_categories, categorical, meta=meta)
+        return frame
+
     # Built in a fresh context: dask DataFrames ignore annotations (a step's span) and warn.
-    frame = contextvars.Context().run(
-        dd.from_delayed, parts, meta=meta, divisions=divisions, verify_meta=False
-    )
+    frame = contextvars.Context().run(build)
     _KNOWN_LENGTHS[frame._name] = tuple(rows)
     return frame
 

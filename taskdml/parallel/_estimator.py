@@ -45,10 +45,11 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from taskdml._data import unwrap
+from taskdml._data import as_dask, is_frame, partition_lengths, unwrap
 from taskdml._keys import key_name
 from taskdml._meta import estimator_has, wrapped_tags
 from taskdml.exceptions import did_you_mean
+from taskdml.parallel import _tabular
 from taskdml.parallel._engine import DEFAULT_STALENESS, STRATEGIES, current_client, train
 from taskdml.parallel._period import check_sync_every
 
@@ -257,7 +258,13 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
                 f"{type(self).__name__} requires y to be passed, but the target y is None."
             )
         client = current_client()
-        if isinstance(X, da.Array):
+        if _tabular.is_pipeline(self.estimator) and _is_pandas_frame(X):
+            X = self._frame_chunks(X, client)
+        if is_frame(X):
+            X, y, sample_weight, feature_names = self._frame_training_data(
+                X, y, sample_weight, first
+            )
+        elif isinstance(X, da.Array):
             X, y, sample_weight = self._lazy_training_data(X, y, sample_weight, first)
             feature_names = None
         else:
@@ -310,7 +317,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             "history_": history_before + history,
             "n_epochs_": history[-1]["epoch"],
             "strategy_": result.strategy,
-            "n_features_in_": X.shape[1],
+            "n_features_in_": len(X.columns) if is_frame(X) else X.shape[1],
         }
         if feature_names is not None:
             fitted["feature_names_in_"] = feature_names
@@ -403,6 +410,34 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             None if sample_weight is None else chunked(sample_weight),
         )
 
+    def _frame_chunks(self, X, client):
+        """An in-memory DataFrame for a Pipeline: a dask DataFrame in row chunks (its
+        columns keep their dtypes, which scikit-learn's array checks would not)."""
+        import dask.dataframe as dd
+
+        rows = self.chunk_size or _default_chunk_size(len(X), client)
+        return dd.from_pandas(X, chunksize=rows, sort=False)
+
+    def _frame_training_data(self, X, y, sample_weight, first):
+        """A dask DataFrame (a table): ``y`` and ``sample_weight`` on its partitions."""
+        name = type(self).__name__
+        if isinstance(self.validation, numbers.Real):
+            raise ValueError(
+                f"{name}: validation={self.validation!r} holds out rows of arrays only; "
+                "with a table or DataFrame pass validation=(X_val, y_val)."
+            )
+        feature_names = _feature_names(X) if first else getattr(self, "feature_names_in_", None)
+        if not first and feature_names is not None and list(X.columns) != list(feature_names):
+            raise ValueError(
+                f"{name}: X has columns {list(X.columns)}, but it was fitted on "
+                f"{list(feature_names)}."
+            )
+        X, y, sample_weight = as_dask(X, y, sample_weight)
+        if y is not None and y.ndim == 2 and y.shape[1] == 1:
+            y = y[:, 0]
+            _warn_column_vector()
+        return X, y, sample_weight, feature_names
+
     def _lazy_training_data(self, X, y, sample_weight, first):
         """Dask input: check shapes cheaply (the engine inspects every chunk) and rechunk."""
         if X.ndim != 2:
@@ -436,6 +471,9 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         if not isinstance(validation, numbers.Real):
             X_val, y_val = validation
             X_val, y_val, _, _ = unwrap(X_val, y_val, None)
+            if is_frame(X):  # a table: the pipeline's transformers read X_val as it is
+                X_val = X_val.compute() if is_frame(X_val) else X_val
+                return X, y, sample_weight, (X_val, None if y_val is None else np.asarray(y_val))
             X_val = check_array(np.asarray(X_val), ensure_all_finite=False, estimator=self)
             if X_val.shape[1] != X.shape[1]:
                 raise ValueError(
@@ -578,6 +616,11 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         """
         check_is_fitted(self)
         X, y, sample_weight, _ = unwrap(X, y, sample_weight)
+        if is_frame(X):
+            return self._score_frame(X, y)
+        if _tabular.is_pipeline(self.estimator_) and _is_pandas_frame(X):
+            kwargs = {} if sample_weight is None else {"sample_weight": sample_weight}
+            return self.estimator_.score(X, y, **kwargs)
         if not isinstance(X, da.Array):
             X = validate_data(self, X, reset=False)
             kwargs = {} if sample_weight is None else {"sample_weight": sample_weight}
@@ -608,6 +651,17 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             y = y[:, 0]
         return score_chunked(self.estimator_, X, y, metric)
 
+    def _score_frame(self, X, y):
+        """Accuracy or R² of a dask DataFrame's predictions, reduced chunk by chunk."""
+        if y is None:
+            raise ValueError(f"{type(self).__name__}.score needs y.")
+        predicted = self._apply_frame("predict", X)
+        _, y, _ = as_dask(X, y)
+        if is_classifier(self):
+            return float((predicted == y).mean().compute())
+        residual, total = dask.compute(((y - predicted) ** 2).sum(), ((y - y.mean()) ** 2).sum())
+        return float(1 - residual / total)
+
     @available_if(estimator_has("get_feature_names_out", "estimator_"))
     def get_feature_names_out(self, input_features=None):
         """Output feature names of ``transform``.
@@ -636,8 +690,12 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
     def _apply(self, method, X):
         check_is_fitted(self)
         X, _, _, template = unwrap(X, None, None)
-        if isinstance(X, da.Array):
+        if is_frame(X):
+            result = self._apply_frame(method, X)
+        elif isinstance(X, da.Array):
             result = self._apply_lazily(method, X)
+        elif _tabular.is_pipeline(self.estimator_) and _is_pandas_frame(X):
+            result = _tabular._call(self.estimator_, method, X)
         else:
             result = getattr(self.estimator_, method)(validate_data(self, X, reset=False))
         return result if template is None else self._as_xarray(method, result, template)
@@ -675,6 +733,22 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             meta=probe[:0],
             chunks=(X.chunks[0],) + tuple((n,) for n in probe.shape[1:]),
         )
+
+    def _apply_frame(self, method, X):
+        """One task per partition of a dask DataFrame; a dask array on its partitions."""
+        import pandas as pd
+
+        first = _frame_call(X.head(1, npartitions=1), self.estimator_, method)
+        meta = first.iloc[:0]
+        if isinstance(meta, pd.DataFrame):
+            meta.columns = meta.columns.astype(str)
+        model = dask.delayed(
+            self.estimator_, traverse=False, name=key_name(_PREFIX, self.estimator_, phase="model")
+        )
+        result = X.map_partitions(
+            _frame_call, model, method, meta=meta, token=f"{_PREFIX}-{method.replace('_', '-')}"
+        )
+        return result.to_dask_array(lengths=list(partition_lengths(X)))
 
     def _probe(self, method, X):
         """The method's output on one row: its dtype and trailing shape, without computing X."""
@@ -735,6 +809,20 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
 
 # --------------------------------------------------------------------------------------------
 # Helpers: module-level, so tasks that use them pickle.
+
+
+def _is_pandas_frame(X):
+    return type(X).__name__ == "DataFrame" and type(X).__module__.startswith("pandas")
+
+
+def _frame_call(part, model, method):
+    """Task: ``model.<method>`` of one partition, as a pandas object on its index."""
+    import pandas as pd
+
+    result = _tabular._call(model, method, part)
+    if np.ndim(result) == 1:
+        return pd.Series(result, index=part.index)
+    return pd.DataFrame(result, index=part.index, columns=[str(i) for i in range(result.shape[1])])
 
 
 def _call_method(block, model, method):
