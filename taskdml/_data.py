@@ -67,6 +67,33 @@ def is_frame(X):
     return is_dask_collection(X) and hasattr(X, "columns") and hasattr(X, "npartitions")
 
 
+def _plain_strings(part, columns):
+    """Task: *columns* of one partition as object columns with ``nan`` for missing values."""
+    import pandas as pd
+
+    part = part.copy()
+    for column in columns:
+        values = part[column].astype(object)
+        part[column] = values.where(pd.notna(values), np.nan)
+    return part
+
+
+def plain_strings(frame):
+    """*frame* with its string columns as object columns and ``nan`` for missing values.
+
+    dask DataFrames hold text as pandas ``string`` columns whose missing value is ``pd.NA``,
+    which scikit-learn's encoders and imputers do not read as missing (``NaN`` and ``None``
+    they do).
+    """
+    import pandas as pd
+
+    columns = [name for name, dtype in frame.dtypes.items() if isinstance(dtype, pd.StringDtype)]
+    if not columns:
+        return frame
+    meta = frame._meta.astype(dict.fromkeys(columns, object))
+    return frame.map_partitions(_plain_strings, columns, meta=meta)
+
+
 def _categories(part, categorical):
     """Task: the *categorical* columns of one partition as pandas ``category`` columns."""
     return part.astype(dict.fromkeys(categorical, "category"))
@@ -106,7 +133,7 @@ def table_frame(table):
     table = table[columns].chunk({"sample": rows})
 
     def build():
-        frame = table.to_dask_dataframe(set_index=False)[columns]
+        frame = plain_strings(table.to_dask_dataframe(set_index=False)[columns])
         if categorical:
             meta = _categories(frame._meta, categorical)
             frame = frame.map_partitions(_categories, categorical, meta=meta)
@@ -198,6 +225,8 @@ def unwrap(X, y=None, sample_weight=None):
                 )
             y = X["y"]
         X = X["X"]
+    if is_frame(X):
+        X = contextvars.Context().run(plain_strings, X)
     template = None
     if isinstance(X, xr.DataArray):
         if set(X.dims) != {"sample", "feature"}:

@@ -48,7 +48,7 @@ from sklearn.utils.validation import (
 from taskdml._data import as_dask, is_frame, partition_lengths, unwrap
 from taskdml._keys import key_name
 from taskdml._meta import estimator_has, wrapped_tags
-from taskdml.exceptions import did_you_mean
+from taskdml.exceptions import DataError, did_you_mean
 from taskdml.parallel import _tabular
 from taskdml.parallel._engine import DEFAULT_STALENESS, STRATEGIES, current_client, train
 from taskdml.parallel._period import check_sync_every
@@ -415,8 +415,10 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         columns keep their dtypes, which scikit-learn's array checks would not)."""
         import dask.dataframe as dd
 
+        from taskdml._data import plain_strings
+
         rows = self.chunk_size or _default_chunk_size(len(X), client)
-        return dd.from_pandas(X, chunksize=rows, sort=False)
+        return plain_strings(dd.from_pandas(X, chunksize=rows, sort=False))
 
     def _frame_training_data(self, X, y, sample_weight, first):
         """A dask DataFrame (a table): ``y`` and ``sample_weight`` on its partitions."""
@@ -738,7 +740,13 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         """One task per partition of a dask DataFrame; a dask array on its partitions."""
         import pandas as pd
 
-        first = _frame_call(X.head(1, npartitions=1), self.estimator_, method)
+        try:
+            first = _frame_call(X.head(1, npartitions=1), self.estimator_, method)
+        except DataError:  # an unseen category: the error of the whole first chunk says more
+            X.partitions[0].map_partitions(
+                _frame_call, self.estimator_, method, meta=pd.Series([], dtype=float)
+            ).compute()
+            raise
         meta = first.iloc[:0]
         if isinstance(meta, pd.DataFrame):
             meta.columns = meta.columns.astype(str)

@@ -33,6 +33,7 @@ Predictions of the fitted pipeline run per chunk; a category unseen in training 
 ``handle_unknown="error"`` is reported with the column's name and the unseen values.
 """
 
+import ast
 import dataclasses
 import re
 from collections import Counter
@@ -223,6 +224,8 @@ def _imputer_summary(estimator, X):
             "SimpleImputer(add_indicator=True) is not fitted chunk by chunk yet; add a "
             "MissingIndicator step of your own or leave add_indicator=False."
         )
+    if strategy == "constant":  # the statistics are the fill value, whatever the data
+        return {"fitted": _fit_chunk(estimator, X)}
     names = getattr(X, "columns", None)
     frame_columns = (
         [np.asarray(X[name]) for name in names]
@@ -246,6 +249,8 @@ def _imputer_combine(estimator, summaries, rows):
     from sklearn.base import clone
 
     strategy = estimator.strategy
+    if strategy == "constant":
+        return summaries[0]["fitted"]
     missing = estimator.missing_values
     columns = []
     for i, entry in enumerate(summaries[0]["columns"]):
@@ -353,6 +358,10 @@ def _call(model, method, X):
         if match is None:
             raise
         values, index = match.group(1), int(match.group(2))
+        try:  # sorted, so that the message does not depend on the chunk's order
+            values = repr(sorted(ast.literal_eval(values), key=str))
+        except (ValueError, SyntaxError, TypeError):
+            pass
         column = _unknown_column(model, index)
         where = f"column {column!r}" if column is not None else f"column {index}"
         raise DataError(
@@ -482,6 +491,54 @@ def fit_transformers(estimator, chunks, path=()):
         return chunks.compute([dask.delayed(_fit_chunk)(estimator, chunks.parts[0])])[0]
     summaries = chunks.compute(chunks.map(rule.summarise, estimator, phase="summarise").parts)
     return rule.combine(estimator, summaries, chunks.rows)
+
+
+def fit_chunkwise(transformer, X, *, client=None):
+    """Fit a clone of *transformer* chunk by chunk on chunked *X*, where the chunks live.
+
+    Parameters
+    ----------
+    transformer : scikit-learn transformer, Pipeline or ColumnTransformer
+        Every leaf needs a chunk-wise fit (see the module docstring).
+    X : dask array, dask DataFrame or xarray.Dataset
+        Chunked along samples; a table is read as a dask DataFrame.
+    client : distributed.Client or False, optional
+        Default: the current client if there is one, else this process.
+
+    Returns
+    -------
+    estimator
+        The fitted clone, equal to a fit on all the data where the chunk-wise fits are exact.
+
+    Raises
+    ------
+    DataError
+        A transformer without a chunk-wise fit, or a configuration that needs all the data
+        in one place (``SimpleImputer(strategy="median")``), named with its path.
+
+    Examples
+    --------
+    >>> import dask.dataframe as dd
+    >>> import pandas as pd
+    >>> from sklearn.preprocessing import OneHotEncoder
+    >>> from taskdml.parallel import fit_chunkwise
+    >>> frame = dd.from_pandas(pd.DataFrame({"g": ["b", "a", "c", "a"]}), npartitions=2)
+    >>> fit_chunkwise(OneHotEncoder(), frame, client=False).categories_
+    [array(['a', 'b', 'c'], dtype=object)]
+    """
+    from sklearn.base import clone
+
+    from taskdml._data import as_dask, is_chunked
+    from taskdml.parallel._engine import current_client
+
+    if not is_chunked(X):
+        raise DataError(
+            f"fit_chunkwise needs chunked X (a dask array, dask DataFrame or xarray "
+            f"Dataset), got {type(X).__name__}; fit in-memory data with fit()."
+        )
+    client = None if client is False else client if client is not None else current_client()
+    X, _, _ = as_dask(X)
+    return fit_transformers(clone(transformer), chunks_of(X, client))
 
 
 def chunks_of(X, client):
