@@ -67,6 +67,29 @@ def is_frame(X):
     return is_dask_collection(X) and hasattr(X, "columns") and hasattr(X, "npartitions")
 
 
+def outside_annotations(function, *args, **kwargs):
+    """``function(*args, **kwargs)`` outside dask annotations, the current client still current.
+
+    dask DataFrames ignore annotations (such as a pipeline step's span) under query planning
+    and warn when one is built inside them, so taskdml builds them in a fresh context; the
+    distributed client that was current (``Client.as_current``) is made current there again.
+    """
+    try:
+        from distributed import default_client
+
+        client = default_client()
+    except (ImportError, ValueError):
+        client = None
+
+    def run():
+        if client is None:
+            return function(*args, **kwargs)
+        with client.as_current():
+            return function(*args, **kwargs)
+
+    return contextvars.Context().run(run)
+
+
 def _plain_strings(part, columns):
     """Task: *columns* of one partition as object columns with ``nan`` for missing values."""
     import pandas as pd
@@ -139,8 +162,7 @@ def table_frame(table):
             frame = frame.map_partitions(_categories, categorical, meta=meta)
         return frame
 
-    # Built in a fresh context: dask DataFrames ignore annotations (a step's span) and warn.
-    frame = contextvars.Context().run(build)
+    frame = outside_annotations(build)
     _KNOWN_LENGTHS[frame._name] = tuple(rows)
     return frame
 
@@ -150,14 +172,20 @@ def table_frame(table):
 _KNOWN_LENGTHS = {}
 
 
-def partition_lengths(frame):
+def partition_lengths(frame, client=None):
     """The rows of each partition of a dask DataFrame: known for :func:`table_frame`'s
-    frames, otherwise counted chunk-wise (only the counts reach the client)."""
+    frames, otherwise counted chunk-wise (only the counts reach the client), on *client* if
+    given."""
     if len(_KNOWN_LENGTHS) > 512:
         _KNOWN_LENGTHS.clear()
     known = _KNOWN_LENGTHS.get(frame._name)
     if known is None:
-        known = tuple(int(n) for n in frame.map_partitions(len).compute())
+
+        def count():
+            lengths = frame.map_partitions(len)
+            return lengths.compute() if client is None else client.compute(lengths).result()
+
+        known = tuple(int(n) for n in outside_annotations(count))
         _KNOWN_LENGTHS[frame._name] = known
     return known
 
@@ -226,7 +254,7 @@ def unwrap(X, y=None, sample_weight=None):
             y = X["y"]
         X = X["X"]
     if is_frame(X):
-        X = contextvars.Context().run(plain_strings, X)
+        X = outside_annotations(plain_strings, X)
     template = None
     if isinstance(X, xr.DataArray):
         if set(X.dims) != {"sample", "feature"}:

@@ -42,7 +42,6 @@ they validate variable and column names up front and raise :class:`~taskdml.exce
 with the names available and a "did you mean".
 """
 
-import contextvars
 import dataclasses
 import importlib.util
 import math
@@ -1102,10 +1101,10 @@ def _table(function, frame, features, not_numeric, categorical, lengths, y):
 
 
 def _without_annotations(function, *args, **kwargs):
-    """Run *function* in a fresh context: dask DataFrames ignore annotations (such as the
-    step's span) under query planning and warn when built inside them, so they are built
-    outside them; the arrays made from them carry no annotations either way."""
-    return contextvars.Context().run(function, *args, **kwargs)
+    """Build dask DataFrames outside annotations (see :func:`taskdml._data.outside_annotations`)."""
+    from taskdml._data import outside_annotations
+
+    return outside_annotations(function, *args, **kwargs)
 
 
 def read_csv(path, *, target=None, features=None, categorical=None, blocksize="64MB"):

@@ -122,3 +122,18 @@ def warm_imports(path):
     with open(path, "w") as file:
         json.dump({module: module in sys.modules for module in plugin.modules}, file)
     return path
+
+
+def build_pipeline(categorical, numeric, alpha=1e-4):
+    """A factory a ``fit:`` step names: one-hot encode, scale, then a linear classifier."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.linear_model import SGDClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    return make_pipeline(
+        ColumnTransformer(
+            [("cat", OneHotEncoder(), list(categorical)), ("num", StandardScaler(), list(numeric))]
+        ),
+        SGDClassifier(alpha=alpha, random_state=0),
+    )

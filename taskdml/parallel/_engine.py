@@ -284,7 +284,7 @@ def train(
             ),
         )
     if _data.is_frame(X):
-        X = _numeric_array(X)
+        X = _data.outside_annotations(_numeric_array, X)
     arrays = [a for a in (X, y, sample_weight) if a is not None]
     if client is not None and not all(_persisted(client, array) for array in arrays):
         arrays = client.persist(arrays)

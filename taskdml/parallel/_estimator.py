@@ -45,7 +45,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from taskdml._data import as_dask, is_frame, partition_lengths, unwrap
+from taskdml._data import as_dask, is_frame, outside_annotations, partition_lengths, unwrap
 from taskdml._keys import key_name
 from taskdml._meta import estimator_has, wrapped_tags
 from taskdml.exceptions import DataError, did_you_mean
@@ -259,7 +259,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             )
         client = current_client()
         if _tabular.is_pipeline(self.estimator) and _is_pandas_frame(X):
-            X = self._frame_chunks(X, client)
+            X = outside_annotations(self._frame_chunks, X, client)
         if is_frame(X):
             X, y, sample_weight, feature_names = self._frame_training_data(
                 X, y, sample_weight, first
@@ -657,7 +657,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         """Accuracy or R² of a dask DataFrame's predictions, reduced chunk by chunk."""
         if y is None:
             raise ValueError(f"{type(self).__name__}.score needs y.")
-        predicted = self._apply_frame("predict", X)
+        predicted = outside_annotations(self._apply_frame, "predict", X)
         _, y, _ = as_dask(X, y)
         if is_classifier(self):
             return float((predicted == y).mean().compute())
@@ -693,7 +693,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         check_is_fitted(self)
         X, _, _, template = unwrap(X, None, None)
         if is_frame(X):
-            result = self._apply_frame(method, X)
+            result = outside_annotations(self._apply_frame, method, X)
         elif isinstance(X, da.Array):
             result = self._apply_lazily(method, X)
         elif _tabular.is_pipeline(self.estimator_) and _is_pandas_frame(X):

@@ -545,13 +545,20 @@ def chunks_of(X, client):
     """The row chunks of *X* (a dask array or dask DataFrame) as a :class:`_Chunks`."""
     import dask
 
-    from taskdml._data import is_frame, partition_lengths
+    from taskdml._data import is_frame, outside_annotations, partition_lengths
 
     # Persisted first (on the workers, or in this process without a client): every phase
     # reads the chunks again, and a persisted frame's parts are plain keys to build on.
-    X = client.persist(X) if client is not None else dask.persist(X)[0]
     if is_frame(X):
-        return _Chunks(list(X.to_delayed()), partition_lengths(X), client)
+        # dask DataFrames are built outside the step's span annotations, which they ignore
+        # (and warn about); the tasks on their parts below carry them again.
+        def parts():
+            frame = client.persist(X) if client is not None else dask.persist(X)[0]
+            return list(frame.to_delayed()), frame
+
+        parts, X = outside_annotations(parts)
+        return _Chunks(parts, partition_lengths(X, client), client)
+    X = client.persist(X) if client is not None else dask.persist(X)[0]
     return _Chunks(list(X.to_delayed().ravel()), X.chunks[0], client)
 
 
