@@ -741,7 +741,9 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         import pandas as pd
 
         try:
-            first = _frame_call(X.head(1, npartitions=1), self.estimator_, method)
+            # The output of the first row, computed where the first partition is.
+            first_part = X.partitions[0].to_delayed()[0]
+            first = dask.delayed(_first_row_call)(first_part, self.estimator_, method).compute()
         except DataError:  # an unseen category: the error of the whole first chunk says more
             X.partitions[0].map_partitions(
                 _frame_call, self.estimator_, method, meta=pd.Series([], dtype=float)
@@ -823,14 +825,22 @@ def _is_pandas_frame(X):
     return type(X).__name__ == "DataFrame" and type(X).__module__.startswith("pandas")
 
 
+def _first_row_call(part, model, method):
+    """Task: :func:`_frame_call` on the first row of a partition (the output's type)."""
+    return _frame_call(part.iloc[:1], model, method)
+
+
 def _frame_call(part, model, method):
     """Task: ``model.<method>`` of one partition, as a pandas object on its index."""
     import pandas as pd
 
+    index = part.index
+    if not _tabular.is_pipeline(model):  # trained on the columns as one float array
+        part = part.to_numpy(dtype=np.float64)
     result = _tabular._call(model, method, part)
     if np.ndim(result) == 1:
-        return pd.Series(result, index=part.index)
-    return pd.DataFrame(result, index=part.index, columns=[str(i) for i in range(result.shape[1])])
+        return pd.Series(result, index=index)
+    return pd.DataFrame(result, index=index, columns=[str(i) for i in range(result.shape[1])])
 
 
 def _call_method(block, model, method):

@@ -564,10 +564,12 @@ def chunks_of(X, client):
 
 def transformed(transformer, chunks):
     """The chunks transformed by the fitted *transformer*, as a dense float64 dask array."""
+    import dask
     import dask.array as da
 
     blocks = chunks.map(_dense, transformer, phase="transform")
-    width = chunks.compute([blocks.parts[0]])[0].shape[1]
+    # Only the width of the first block comes back (the blocks stay where they are made).
+    width = chunks.compute([dask.delayed(np.shape)(blocks.parts[0])])[0][1]
     return da.concatenate(
         [
             da.from_delayed(part, shape=(rows, width), dtype=np.float64)

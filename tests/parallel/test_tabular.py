@@ -205,3 +205,15 @@ def test_text_columns_need_a_pipeline(cancer):
     X = _chunked(cancer[["grade", "mean_radius"]])
     with pytest.raises(DataError, match=r"the columns \['grade'\] are not numeric.*Pipeline"):
         train(SGDClassifier(), X, cancer.label.to_numpy(), client=False)
+
+
+def test_numeric_dask_dataframe_without_a_pipeline(cancer):
+    """A numeric dask DataFrame trains a plain estimator; predictions follow its partitions."""
+    numeric = ["mean_radius", "mean_texture", "worst_area"]
+    X = _chunked(cancer[numeric], 4)
+    scaled = (X - X.mean()) / X.std()
+    model = DataParallel(SGDClassifier(random_state=0), epochs=3, random_state=0)
+    model.fit(scaled, cancer.label.to_numpy())
+    assert list(model.feature_names_in_) == numeric
+    assert model.predict(scaled).chunks[0] == tuple(len(p) for p in X.partitions)
+    assert model.score(scaled, cancer.label.to_numpy()) > 0.85
