@@ -24,6 +24,9 @@ steps:
     with: {{categorical: [grade], numeric: [a, b]{extra}}}
     parallel: {{epochs: 3, sync_every: 1, random_state: 0}}
     inputs: {{data: split.train}}
+  report:
+    evaluate: [accuracy, roc_auc]
+    inputs: {{model: model, data: split.test}}
 """
 
 
@@ -39,7 +42,8 @@ def csv(tmp_path):
 
 
 def test_a_factory_fits_a_pipeline_on_a_table(csv, client, tmp_path):
-    """`fit:` may name a function that returns a Pipeline; it trains on a CSV table."""
+    """`fit:` may name a function that returns a Pipeline; it trains on a CSV table and is
+    evaluated on the test table chunk by chunk."""
     path, frame = csv
     pipeline = loads_pipeline(FILE.format(path=path, extra=""))
     run = run_pipeline(pipeline, client, run_root=tmp_path / "runs")
@@ -49,6 +53,8 @@ def test_a_factory_fits_a_pipeline_on_a_table(csv, client, tmp_path):
     assert encoder.categories_[0].tolist() == ["high", "low", "mid"]
     accuracy = (model.predict(frame[["a", "b", "grade"]]) == frame.label).mean()
     assert accuracy > 0.9
+    report = run.outputs["report"]["metrics"]
+    assert report["accuracy"] > 0.9 and report["roc_auc"] > 0.95, report
 
 
 def test_factory_arguments_are_checked(csv):
