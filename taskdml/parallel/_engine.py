@@ -194,9 +194,12 @@ def train(
     Parameters
     ----------
     estimator : scikit-learn estimator
-        Trained as given (a fitted one continues from its state); it is not modified.
-    X : dask.array.Array, shape (n_samples, n_features)
-        Chunked along samples.
+        Trained as given (a fitted one continues from its state); it is not modified. A
+        ``Pipeline`` fits its transformers chunk-wise and trains its last step on the
+        transformed chunks (:mod:`taskdml.parallel._tabular`).
+    X : dask.array.Array, dask DataFrame or xarray.Dataset, shape (n_samples, n_features)
+        Chunked along samples. A dask DataFrame (or a table, which is read as one) needs a
+        ``Pipeline`` when it has non-numeric columns.
     y, sample_weight : dask.array.Array, shape (n_samples,), optional
     classes : array-like, optional
         All labels of a classifier; found chunk-wise when omitted.

@@ -7,9 +7,15 @@ line. The wrapper itself does four things and leaves the training to the engine:
 
 1. **Inputs.** Dask arrays are trained on as they are chunked. xarray objects are unwrapped
    (a ``DataArray`` with dims ``(sample, feature)``, or a ``Dataset`` with variables ``X`` and,
-   optionally, ``y``). Anything else is validated like scikit-learn validates it and split into
-   about ``max(2, n_workers)`` row chunks, so small NumPy or pandas data needs no client: the
+   optionally, ``y``). Tables (a ``Dataset`` of feature columns, from ``read_csv`` with text
+   or ``categorical`` columns) and dask DataFrames are trained on per partition, and so is a
+   pandas DataFrame given to a wrapped ``Pipeline`` (cut into row chunks, its dtypes kept).
+   Anything else is validated like scikit-learn validates it and split into about
+   ``max(2, n_workers)`` row chunks, so small NumPy or pandas data needs no client: the
    engine then runs its replicas as threads of this process.
+   A wrapped scikit-learn ``Pipeline`` fits its transformers chunk-wise and exactly
+   (encoders, imputers, scalers; :mod:`taskdml.parallel._tabular`) and trains its last step
+   data-parallel on the transformed chunks.
 2. **State.** ``fit`` clones the wrapped estimator; ``partial_fit`` continues from the fitted
    ``estimator_`` for one more epoch. Fitted attributes are set together at the end, after the
    engine returned.
@@ -207,8 +213,10 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : dask array, xarray DataArray or Dataset, or array-like of shape (n_samples, n_features)
-            A ``Dataset`` carries ``X`` and, optionally, ``y``.
+        X : dask array or DataFrame, xarray object, or array-like of shape (n_samples, n_features)
+            A ``Dataset`` carries ``X`` and, optionally, ``y``, or is a table (feature
+            columns as variables, and ``y``). Text and categorical columns need a wrapped
+            ``Pipeline`` that encodes them.
         y : array-like of shape (n_samples,) or (n_samples, n_outputs), optional
             Targets; required for classifiers and regressors.
         classes : array-like, optional

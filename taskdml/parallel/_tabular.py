@@ -34,6 +34,7 @@ Predictions of the fitted pipeline run per chunk; a category unseen in training 
 """
 
 import ast
+import copy
 import dataclasses
 import re
 from collections import Counter
@@ -323,8 +324,6 @@ def _template(column_transformer, X):
 
 def _assemble(template, fitted, X):
     """Task: *template* with the *fitted* transformers (by name) and their output widths."""
-    import copy
-
     transformer = copy.copy(template)
     transformer.transformers_ = [
         (name, fitted.get(name, trans), columns) for name, trans, columns in template.transformers_
@@ -447,9 +446,7 @@ def fit_transformers(estimator, chunks, path=()):
             steps.append((name, fitted))
             if i < len(estimator.steps) - 1 and not isinstance(fitted, str | None):
                 chunks = chunks.map(_transform, fitted, phase="transform")
-        import copy
-
-        pipeline = copy.copy(estimator)
+        pipeline = copy.copy(estimator)  # the given steps replaced by fitted ones
         pipeline.steps = steps
         return pipeline
     if isinstance(estimator, ColumnTransformer):

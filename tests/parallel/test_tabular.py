@@ -102,8 +102,13 @@ def _chunked(frame, npartitions=3):
         StandardScaler(),
         MinMaxScaler(),
         MaxAbsScaler(),
+        make_column_transformer((OneHotEncoder(), ["city"]), remainder="passthrough"),
+        make_column_transformer(
+            (make_pipeline(SimpleImputer(strategy="most_frequent"), OrdinalEncoder()), ["city"]),
+            (StandardScaler(), ["size"]),
+        ),
     ],
-    ids=repr,
+    ids=lambda transformer: type(transformer).__name__,
 )
 def test_chunkwise_fit_equals_a_fit_on_all_data(transformer):
     """Each chunk-wise fit equals a fit on all the data: state and transform output, with
