@@ -230,7 +230,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         """
         return self._train(X, y, classes, sample_weight, continue_from=None, epochs=self.epochs)
 
-    @available_if(estimator_has("partial_fit", "estimator_"))
+    @available_if(lambda self: _can_partial_fit(self))
     def partial_fit(self, X, y=None, classes=None, sample_weight=None):
         """Train one more epoch on this data, continuing from ``estimator_``.
 
@@ -827,6 +827,21 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
 
 # --------------------------------------------------------------------------------------------
 # Helpers: module-level, so tasks that use them pickle.
+
+
+def _can_partial_fit(meta):
+    """``partial_fit`` is there when the wrapped estimator has it, or for a Pipeline, its
+    last step (the transformers, fitted by the first call, are kept)."""
+    estimator = getattr(meta, "estimator_", meta.estimator)
+    if _tabular.is_pipeline(estimator):
+        final = estimator.steps[-1][1]
+        if hasattr(final, "partial_fit"):
+            return True
+        raise AttributeError(
+            f"This {type(meta).__name__}'s Pipeline ends in {type(final).__name__}, which has "
+            "no attribute 'partial_fit'"
+        )
+    return estimator_has("partial_fit", "estimator_")(meta)
 
 
 def _is_pandas_frame(X):

@@ -180,8 +180,8 @@ def test_unseen_categories(cancer):
 
 
 def test_dask_dataframe_with_missing_values(cancer, client):
-    """A dask DataFrame with NaNs trains once SimpleImputer fills them, and without an
-    imputer fails with the engine's NaN message."""
+    """A dask DataFrame with NaNs trains once SimpleImputer fills them (and continues with
+    partial_fit), and without an imputer fails with the engine's NaN message."""
     frame = cancer.copy()
     frame.loc[frame.index[::7], "mean_texture"] = np.nan
     frame.loc[frame.index[::11], "grade"] = np.nan
@@ -198,6 +198,9 @@ def test_dask_dataframe_with_missing_values(cancer, client):
     assert model.score(X, y) > 0.85
     imputer = model.estimator_[0].transformers_[1][1][0]
     np.testing.assert_allclose(imputer.statistics_, frame[numeric].mean().to_numpy())
+    transformers = model.estimator_[0]
+    model.partial_fit(X, y)  # one more epoch of the last step; the transformers stay
+    assert model.n_epochs_ == 4 and model.estimator_[0] is transformers
     plain = make_pipeline(
         make_column_transformer((StandardScaler(), numeric)), SGDClassifier(random_state=0)
     )
