@@ -387,7 +387,10 @@ def _encoders(model, names):
     if isinstance(model, Pipeline):
         for _, step in model.steps:
             yield from _encoders(step, names)
-            names = None
+            try:  # an imputer or a scaler before the encoder keeps the names
+                names = step.get_feature_names_out(names)
+            except (AttributeError, ValueError, TypeError):
+                names = None
     elif isinstance(model, ColumnTransformer):
         for _, trans, columns in getattr(model, "transformers_", []):
             labels = [columns] if isinstance(columns, str) else columns

@@ -198,6 +198,9 @@ def test_dask_dataframe_with_missing_values(cancer, client):
     assert model.score(X, y) > 0.85
     imputer = model.estimator_[0].transformers_[1][1][0]
     np.testing.assert_allclose(imputer.statistics_, frame[numeric].mean().to_numpy())
+    unseen = frame.drop(columns="label").iloc[:20].assign(grade="extreme")
+    with pytest.raises(DataError, match=r"column 'grade' holds categories \['extreme'\]"):
+        model.predict(unseen)
     transformers = model.estimator_[0]
     model.partial_fit(X, y)  # one more epoch of the last step; the transformers stay
     assert model.n_epochs_ == 4 and model.estimator_[0] is transformers
