@@ -1,13 +1,25 @@
 """The one place where inputs are unwrapped: xarray objects to arrays, chunked data to dask arrays.
 
-taskdml's data model is an ``xarray.Dataset`` with a variable ``X`` (dims ``sample``,
-``feature``) and optionally ``y`` (dims ``sample``), a ``DataArray`` with those dims, or a
-plain dask array chunked along samples. Every entry point
-(:class:`taskdml.DataParallel`, the searches, the engine) reads its inputs through
-:func:`unwrap`, and the ones that need dask arrays through :func:`as_dask`, so an input is
-accepted or refused with the same message wherever it is given.
+taskdml's data model has two forms, both chunked along a ``sample`` dim:
+
+- **arrays**: an ``xarray.Dataset`` with a variable ``X`` (dims ``sample``, ``feature``) and
+  optionally ``y`` (dims ``sample``), a ``DataArray`` with those dims, or a plain dask array
+  chunked along samples. Numeric only.
+- **tables**: an ``xarray.Dataset`` without ``X`` whose feature columns are separate 1-D
+  variables along ``sample`` (any dtype: numbers, strings as object arrays, booleans), the
+  target as ``y``, every variable on the same sample chunks. A column read as a category
+  carries the attribute ``categorical=True`` and becomes a pandas ``category`` column.
+  Tables are what scikit-learn's mixed-column tools need: :func:`unwrap` hands them on as a
+  dask DataFrame with one partition per sample chunk (pandas DataFrames with the column
+  names, so a ``ColumnTransformer`` selects columns by name, and a ``RangeIndex`` of the
+  global row numbers), and ``y`` as a dask array on the same chunks.
+
+Every entry point (:class:`taskdml.DataParallel`, the searches, the engine) reads its inputs
+through :func:`unwrap`, and the ones that need chunked inputs through :func:`as_dask`, so an
+input is accepted or refused with the same message wherever it is given.
 """
 
+import contextvars
 from typing import NamedTuple
 
 import numpy as np
@@ -35,14 +47,159 @@ def is_chunked(X):
     return isinstance(X, (xr.Dataset, xr.DataArray))
 
 
+def is_table(data):
+    """Whether *data* is a table: a ``Dataset`` without ``X`` whose variables all have the
+    single dim ``sample`` (see the module docstring)."""
+    import xarray as xr
+
+    return (
+        isinstance(data, xr.Dataset)
+        and "X" not in data.data_vars
+        and any(name != "y" for name in data.data_vars)
+        and all(var.dims == ("sample",) for var in data.data_vars.values())
+    )
+
+
+def is_frame(X):
+    """Whether *X* is a dask DataFrame."""
+    from dask.base import is_dask_collection
+
+    return is_dask_collection(X) and hasattr(X, "columns") and hasattr(X, "npartitions")
+
+
+def outside_annotations(function, *args, **kwargs):
+    """``function(*args, **kwargs)`` outside dask annotations, the current client still current.
+
+    dask DataFrames ignore annotations (such as a pipeline step's span) under query planning
+    and warn when one is built inside them, so taskdml builds them in a fresh context; the
+    distributed client that was current (``Client.as_current``) is made current there again.
+    """
+    try:
+        from distributed import default_client
+
+        client = default_client()
+    except (ImportError, ValueError):
+        client = None
+
+    def run():
+        if client is None:
+            return function(*args, **kwargs)
+        with client.as_current():
+            return function(*args, **kwargs)
+
+    return contextvars.Context().run(run)
+
+
+def _plain_strings(part, columns):
+    """Task: *columns* of one partition as object columns with ``nan`` for missing values."""
+    import pandas as pd
+
+    part = part.copy()
+    for column in columns:
+        values = part[column].astype(object)
+        part[column] = values.where(pd.notna(values), np.nan)
+    return part
+
+
+def plain_strings(frame):
+    """*frame* with its string columns as object columns and ``nan`` for missing values.
+
+    dask DataFrames hold text as pandas ``string`` columns whose missing value is ``pd.NA``,
+    which scikit-learn's encoders and imputers do not read as missing (``NaN`` and ``None``
+    they do).
+    """
+    import pandas as pd
+
+    columns = [name for name, dtype in frame.dtypes.items() if isinstance(dtype, pd.StringDtype)]
+    if not columns:
+        return frame
+    meta = frame._meta.astype(dict.fromkeys(columns, object))
+    return frame.map_partitions(_plain_strings, columns, meta=meta)
+
+
+def _categories(part, categorical):
+    """Task: the *categorical* columns of one partition as pandas ``category`` columns."""
+    return part.astype(dict.fromkeys(categorical, "category"))
+
+
+def table_frame(table):
+    """A table's feature columns as a dask DataFrame, one partition per sample chunk.
+
+    Parameters
+    ----------
+    table : xarray.Dataset
+        A table (:func:`is_table`); ``y`` is left out.
+
+    Returns
+    -------
+    dask.dataframe.DataFrame
+        Partitions aligned with the sample chunks, known divisions (global row numbers).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import xarray as xr
+    >>> from taskdml._data import table_frame
+    >>> table = xr.Dataset({"a": ("sample", np.arange(4.0)),
+    ...                     "g": ("sample", np.array(["x", "y", "x", "z"], dtype=object))})
+    >>> frame = table_frame(table.chunk({"sample": 2}))
+    >>> frame.npartitions, list(frame.columns), frame.compute()["g"].tolist()
+    (2, ['a', 'g'], ['x', 'y', 'x', 'z'])
+    """
+    import dask.array as da
+
+    columns = [name for name in table.data_vars if name != "y"]
+    categorical = [name for name in columns if table[name].attrs.get("categorical")]
+    arrays = [table[name].data for name in columns]
+    chunked = [a for a in arrays if isinstance(a, da.Array)]
+    rows = chunked[0].chunks[0] if chunked else (table.sizes["sample"],)
+    table = table[columns].chunk({"sample": rows})
+
+    def build():
+        frame = plain_strings(table.to_dask_dataframe(set_index=False)[columns])
+        if categorical:
+            meta = _categories(frame._meta, categorical)
+            frame = frame.map_partitions(_categories, categorical, meta=meta)
+        return frame
+
+    frame = outside_annotations(build)
+    _KNOWN_LENGTHS[frame._name] = tuple(rows)
+    return frame
+
+
+# Partition lengths of the frames made by table_frame (known from the sample chunks), so that
+# they are not counted again; a few hundred names at most are kept.
+_KNOWN_LENGTHS = {}
+
+
+def partition_lengths(frame, client=None):
+    """The rows of each partition of a dask DataFrame: known for :func:`table_frame`'s
+    frames, otherwise counted chunk-wise (only the counts reach the client), on *client* if
+    given."""
+    if len(_KNOWN_LENGTHS) > 512:
+        _KNOWN_LENGTHS.clear()
+    known = _KNOWN_LENGTHS.get(frame._name)
+    if known is None:
+
+        def count():
+            lengths = frame.map_partitions(len)
+            return lengths.compute() if client is None else client.compute(lengths).result()
+
+        known = tuple(int(n) for n in outside_annotations(count))
+        _KNOWN_LENGTHS[frame._name] = known
+    return known
+
+
 def unwrap(X, y=None, sample_weight=None):
     """Unwrap xarray inputs; leave every other input as it is.
 
     Parameters
     ----------
     X : xarray.Dataset, xarray.DataArray or array-like
-        A ``Dataset`` holds ``X`` (dims ``sample``, ``feature``) and optionally ``y``; a
-        ``DataArray`` must have dims ``sample`` and ``feature`` (in any order).
+        A ``Dataset`` holds ``X`` (dims ``sample``, ``feature``) and optionally ``y``, or is
+        a table (feature columns as variables along ``sample``; it comes back as a dask
+        DataFrame, see :func:`table_frame`); a ``DataArray`` must have dims ``sample`` and
+        ``feature`` (in any order).
     y, sample_weight : xarray.DataArray or array-like, optional
         A ``DataArray`` gives its data.
 
@@ -72,6 +229,15 @@ def unwrap(X, y=None, sample_weight=None):
     """
     import xarray as xr
 
+    if is_table(X):
+        if "y" in X.data_vars:
+            if y is not None:
+                raise DataError(
+                    "y was given twice: as an argument and as the table's variable "
+                    "'y'; pass one of them."
+                )
+            y = X["y"]
+        X = table_frame(X)
     if isinstance(X, xr.Dataset):
         if "X" not in X.data_vars:
             raise DataError(
@@ -87,6 +253,8 @@ def unwrap(X, y=None, sample_weight=None):
                 )
             y = X["y"]
         X = X["X"]
+    if is_frame(X):
+        X = outside_annotations(plain_strings, X)
     template = None
     if isinstance(X, xr.DataArray):
         if set(X.dims) != {"sample", "feature"}:
@@ -108,9 +276,11 @@ def as_dask(X, y=None, sample_weight=None):
 
     Parameters
     ----------
-    X : dask array, xarray.Dataset or xarray.DataArray
-        Unwrapped with :func:`unwrap`; must then be a dask array.
-    y, sample_weight : dask array, xarray.DataArray or array-like, optional
+    X : dask array, dask DataFrame, xarray.Dataset or xarray.DataArray
+        Unwrapped with :func:`unwrap`; must then be a dask array or a dask DataFrame (a
+        table), which is returned as it is, with ``y`` and ``sample_weight`` on its
+        partitions.
+    y, sample_weight : dask array, dask Series, xarray.DataArray or array-like, optional
         In-memory arrays are cut into X's row chunks; dask arrays are rechunked to them.
 
     Returns
@@ -121,7 +291,7 @@ def as_dask(X, y=None, sample_weight=None):
     Raises
     ------
     DataError
-        X is not a dask array (a dask DataFrame, say) or not 2-D, or the row counts differ.
+        X is neither a dask array nor a dask DataFrame, or not 2-D, or the row counts differ.
 
     Examples
     --------
@@ -135,25 +305,35 @@ def as_dask(X, y=None, sample_weight=None):
     import dask.array as da
 
     X, y, sample_weight, _ = unwrap(X, y, sample_weight)
+    if is_frame(X):
+        return (X, *_aligned(partition_lengths(X), y, sample_weight))
     if not isinstance(X, da.Array):
         raise DataError(
-            f"chunked X must be a dask array or an xarray object, got "
-            f"{type(X).__name__}; convert a dask DataFrame with "
-            ".to_dask_array(lengths=True)."
+            f"chunked X must be a dask array, a dask DataFrame or an xarray object, got "
+            f"{type(X).__name__}."
         )
     if X.ndim != 2:
         raise DataError(f"X must be 2-D (samples, features), got shape {X.shape}.")
     X = X.rechunk({1: -1})
-    rows = X.chunks[0]
+    return (X, *_aligned(X.chunks[0], y, sample_weight))
+
+
+def _aligned(rows, y, sample_weight):
+    """*y* and *sample_weight* as dask arrays on the row chunks *rows*."""
+    import dask.array as da
+
+    n_rows = sum(rows)
     aligned = []
     for name, array in (("y", y), ("sample_weight", sample_weight)):
         if array is None:
             aligned.append(None)
             continue
+        if is_frame(array) or hasattr(array, "to_dask_array"):  # a dask Series
+            array = array.to_dask_array(lengths=True)
         if not isinstance(array, da.Array):
             array = np.asarray(array)
             array = da.from_array(array, chunks=(rows,) + array.shape[1:])
-        if array.shape[0] != X.shape[0]:
-            raise DataError(f"X has {X.shape[0]:,} rows but {name} has {array.shape[0]:,}.")
+        if array.shape[0] != n_rows:
+            raise DataError(f"X has {n_rows:,} rows but {name} has {array.shape[0]:,}.")
         aligned.append(array.rechunk({0: rows}))
-    return (X, *aligned)
+    return aligned

@@ -626,6 +626,8 @@ def _argument_problems(step, target):
     """Check ``with``, ``inputs`` and ``foreach`` against the callable's parameters."""
     keys = {key for _, item in step.foreach_items() for key in item}
     foreach = [("foreach", key) for key in sorted(keys)]
+    if step.kind == "fit" and callable(target) and not isinstance(target, type):
+        return _factory_problems(step, target, foreach)
     if step.kind in ("fit", "search"):
         if not (isinstance(target, type) and hasattr(target, "fit")):
             return [((step.kind,), f"{step.target!r} is not an estimator class with a fit method.")]
@@ -666,6 +668,41 @@ def _argument_problems(step, target):
         + foreach
     )
     return _unknown(step, given, accepted, "argument")
+
+
+def _factory_problems(step, factory, foreach):
+    """A ``fit:`` factory (a function that returns an estimator, such as a Pipeline):
+    ``with`` and ``foreach`` against its signature, then what it returns."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        parameters = None
+    if parameters is not None and not any(p.kind is p.VAR_KEYWORD for p in parameters):
+        accepted = {
+            p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        }
+        given = [("with", name) for name in step.with_ or {}] + foreach
+        problems = _unknown(step, given, accepted, "argument")
+        if problems:
+            return problems
+    problems = []
+    for label, item in step.foreach_items():
+        try:
+            estimator = factory(**thaw(step.with_ or {}), **item)
+        except Exception as error:  # the user's code: report it, do not crash validation
+            where = ("foreach",) if label else ("fit",)
+            problems.append((where, f"{step.target!r} failed: {type(error).__name__}: {error}"))
+            continue
+        if not hasattr(estimator, "fit"):
+            problems.append(
+                (
+                    ("fit",),
+                    f"{step.target!r} returned {type(estimator).__name__}, not an estimator "
+                    "(an object with a fit method); return a scikit-learn estimator or "
+                    "Pipeline, or name an estimator class.",
+                )
+            )
+    return problems
 
 
 def _unknown(step, given, accepted, noun):

@@ -1009,8 +1009,21 @@ def write_netcdf(data, path, *, overwrite=False):
 # --------------------------------------------------------------------------------------------
 
 
-def _from_dataframe(function, path, frame, target, features):
-    """Turn a lazy dask DataFrame into ``X``/``y`` with known chunk lengths."""
+def _object_columns(part, columns):
+    """Task: *columns* of one partition as object arrays with ``nan`` for missing values,
+    what scikit-learn's encoders and imputers read as missing (``pd.NA`` is not)."""
+    import pandas as pd
+
+    part = part.copy()
+    for column in columns:
+        values = part[column].astype(object)
+        part[column] = values.where(pd.notna(values), np.nan)
+    return part
+
+
+def _from_dataframe(function, path, frame, target, features, categorical=None):
+    """Turn a lazy dask DataFrame into ``X``/``y`` (numeric features) or a table (any
+    non-numeric or categorical feature), with known chunk lengths."""
     columns = [str(c) for c in frame.columns]
     where = f"{function}: {os.fspath(path) if not isinstance(path, (list, tuple)) else path!r}"
 
@@ -1035,33 +1048,66 @@ def _from_dataframe(function, path, frame, target, features):
         raise DataError(f"{where}: no feature columns left (found only target={target!r}).")
     if target in features:
         raise DataError(f"{where}: target={target!r} is also listed in features; remove it.")
+    categorical = [categorical] if isinstance(categorical, str) else list(categorical or ())
+    for column in categorical:
+        check("categorical", column)
+        if column not in features:
+            raise DataError(
+                f"{where}: categorical column {column!r} is not a feature (the features are "
+                f"{features}); remove it from categorical or add it to features."
+            )
     import pandas as pd
 
-    not_numeric = {
-        c: str(frame.dtypes[c])
+    not_numeric = [
+        c
         for c in features
         if not (
             pd.api.types.is_numeric_dtype(frame.dtypes[c])
             or pd.api.types.is_bool_dtype(frame.dtypes[c])
         )
-    }
-    if not_numeric:
-        raise DataError(
-            f"{where}: feature columns must be numeric (they become float64 X), found "
-            f"{not_numeric}. Leave them out with features=[...] or encode them first."
-        )
+    ]
     frame = frame[features + ([target] if target is not None else [])]
     lengths = tuple(int(n) for n in frame.map_partitions(len).compute())
-    X_rows = frame[features].to_dask_array(lengths=lengths)
-    X = X_rows.map_blocks(_as_float64, dtype=np.float64, name=key_name(function, X_rows.name, "X"))
     y = None
     if target is not None:
         y_rows = frame[target].to_dask_array(lengths=lengths)
         y = y_rows.map_blocks(np.asarray, dtype=y_rows.dtype, name=key_name(function, y_rows.name))
+    if not_numeric or categorical:
+        return _table(function, frame, features, not_numeric, categorical, lengths, y)
+    X_rows = frame[features].to_dask_array(lengths=lengths)
+    X = X_rows.map_blocks(_as_float64, dtype=np.float64, name=key_name(function, X_rows.name, "X"))
     return _xy_dataset(X, y, np.array(features, dtype=str))
 
 
-def read_csv(path, *, target=None, features=None, blocksize="64MB"):
+def _table(function, frame, features, not_numeric, categorical, lengths, y):
+    """A table (see :mod:`taskdml._data`): one variable per feature column, on *lengths*."""
+    objects = [c for c in features if c in not_numeric]
+    if objects:
+        meta = frame._meta.copy()
+        for column in objects:
+            meta[column] = meta[column].astype(object)
+        frame = frame.map_partitions(_object_columns, objects, meta=meta)
+    data_vars = {}
+    for column in features:
+        rows = frame[column].to_dask_array(lengths=lengths)
+        values = rows.map_blocks(
+            np.asarray, dtype=rows.dtype, name=key_name(function, rows.name, column)
+        )
+        attrs = {"categorical": True} if column in categorical else {}
+        data_vars[column] = xr.Variable(("sample",), values, attrs=attrs)
+    if y is not None:
+        data_vars["y"] = xr.Variable(("sample",), y)
+    return xr.Dataset(data_vars)
+
+
+def _without_annotations(function, *args, **kwargs):
+    """Build dask DataFrames outside annotations (see :func:`taskdml._data.outside_annotations`)."""
+    from taskdml._data import outside_annotations
+
+    return outside_annotations(function, *args, **kwargs)
+
+
+def read_csv(path, *, target=None, features=None, categorical=None, blocksize="64MB"):
     """Read CSV file(s) through :func:`dask.dataframe.read_csv` as chunked ``X``/``y``.
 
     One pass over the files counts the rows of each block (only the counts reach the client),
@@ -1074,15 +1120,21 @@ def read_csv(path, *, target=None, features=None, blocksize="64MB"):
     target : str, optional
         The label column; ``None`` for no ``y``.
     features : list of str, optional
-        The feature columns; by default every column but ``target``. They must be numeric
-        (or boolean) and become float64.
+        The feature columns; by default every column but ``target``.
+    categorical : list of str, optional
+        Feature columns to treat as categories (marked ``categorical=True``; pandas
+        ``category`` columns once unwrapped).
     blocksize : str or int, default="64MB"
         Bytes per chunk, as in dask.
 
     Returns
     -------
     xarray.Dataset
-        In taskdml's data convention, feature names as the ``feature`` coordinate.
+        Numeric features only (and no ``categorical``): ``X`` (float64) and ``y``, feature
+        names as the ``feature`` coordinate. Otherwise a table (see :mod:`taskdml._data`):
+        one variable per feature column, with the file's dtypes (strings as objects,
+        missing values as ``nan``), and ``y``; fit it with a scikit-learn ``Pipeline``
+        whose ``ColumnTransformer`` encodes the columns.
 
     Examples
     --------
@@ -1095,14 +1147,26 @@ def read_csv(path, *, target=None, features=None, blocksize="64MB"):
     >>> data = read_csv(path, target="label")
     >>> data.feature.values.tolist(), data.y.values.tolist()
     (['a', 'b'], [0, 1, 0])
+
+    A string column makes a table:
+
+    >>> pd.DataFrame({"a": [1, 2, 3], "grade": ["low", "high", "low"], "label": [0, 1, 0]}
+    ...              ).to_csv(path, index=False)
+    >>> table = read_csv(path, target="label", categorical=["grade"])
+    >>> sorted(table.data_vars), table.grade.values.tolist(), table.grade.attrs
+    (['a', 'grade', 'y'], ['low', 'high', 'low'], {'categorical': True})
     """
-    import dask.dataframe as dd
 
-    frame = dd.read_csv(path, blocksize=blocksize)
-    return _from_dataframe("read_csv", path, frame, target, features)
+    def read():
+        import dask.dataframe as dd
+
+        frame = dd.read_csv(path, blocksize=blocksize)
+        return _from_dataframe("read_csv", path, frame, target, features, categorical)
+
+    return _without_annotations(read)
 
 
-def read_parquet(path, *, target=None, features=None):
+def read_parquet(path, *, target=None, features=None, categorical=None):
     """Read a Parquet file or directory through :func:`dask.dataframe.read_parquet`.
 
     Parameters
@@ -1113,11 +1177,14 @@ def read_parquet(path, *, target=None, features=None):
         The label column; ``None`` for no ``y``.
     features : list of str, optional
         The feature columns; by default every column but ``target``.
+    categorical : list of str, optional
+        Feature columns to treat as categories, as in :func:`read_csv`.
 
     Returns
     -------
     xarray.Dataset
-        In taskdml's data convention, one chunk per Parquet partition.
+        In taskdml's data convention, one chunk per Parquet partition: ``X``/``y`` for
+        numeric features, a table otherwise (as in :func:`read_csv`).
 
     Examples
     --------
@@ -1129,10 +1196,14 @@ def read_parquet(path, *, target=None, features=None):
     >>> read_parquet(path, target="label").X.values.tolist()
     [[1.0], [2.0]]
     """
-    import dask.dataframe as dd
 
-    frame = dd.read_parquet(path)
-    return _from_dataframe("read_parquet", path, frame, target, features)
+    def read():
+        import dask.dataframe as dd
+
+        frame = dd.read_parquet(path)
+        return _from_dataframe("read_parquet", path, frame, target, features, categorical)
+
+    return _without_annotations(read)
 
 
 # --------------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from dask.delayed import Delayed
 from sklearn.base import is_classifier
 from sklearn.utils.validation import check_is_fitted
 
+from taskdml import _data
 from taskdml._keys import key_name
 from taskdml.exceptions import DataError, did_you_mean
 
@@ -722,6 +723,13 @@ def _check_data(data):
             "data must be an xarray.Dataset with variables 'X' (dims sample, feature) and "
             f"'y' (dims sample); got {type(data).__name__}"
         )
+    if _data.is_table(data):  # feature columns as variables: a dask DataFrame, and y
+        if "y" not in data.data_vars:
+            raise DataError(
+                f"the table has no variable 'y'; its variables are "
+                f"{sorted(map(str, data.data_vars))}. Evaluate on data with its target."
+            )
+        return _data.as_dask(data)[:2]
     for name, dims in (("X", ("sample", "feature")), ("y", ("sample",))):
         if name not in data.data_vars:
             raise DataError(
@@ -798,15 +806,20 @@ def evaluate_graph(model, data, metrics, *, preprocess=(), split_every=8):
     model_node = _as_node(model, "model", model)
     preprocess_nodes = [_as_node(t, "preprocess", t) for t in preprocess]
 
+    if _data.is_frame(X):  # a table: one chunk per partition
+        rows, X_name = _data.partition_lengths(X), X._name
+        x_blocks = _data.outside_annotations(lambda: list(X.to_delayed()))
+    else:
+        rows, X_name, x_blocks = X.chunks[0], X.name, X.to_delayed().ravel()
     token = (
         _node_key(model_node),
         [_node_key(node) for node in preprocess_nodes],
-        X.name,
+        X_name,
         y.name,
         list(metrics),
     )
     statistics_name = key_name(_DEFAULT_PREFIX, token, phase="statistics")
-    starts = np.cumsum((0,) + X.chunks[0])
+    starts = np.cumsum((0,) + tuple(rows))
     parts = [
         dask.delayed(_chunk_statistics, pure=True)(
             model_node,
@@ -818,9 +831,7 @@ def evaluate_graph(model, data, metrics, *, preprocess=(), split_every=8):
             int(starts[chunk]),
             dask_key_name=(statistics_name, chunk),
         )
-        for chunk, (x_block, y_block) in enumerate(
-            zip(X.to_delayed().ravel(), y.to_delayed().ravel())
-        )
+        for chunk, (x_block, y_block) in enumerate(zip(x_blocks, y.to_delayed().ravel()))
     ]
     combine_name = key_name(_DEFAULT_PREFIX, token, split_every, phase="combine")
     level = 0

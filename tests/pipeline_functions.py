@@ -221,3 +221,18 @@ def text_chunk(chunk):
 def transform_chunk(chunk, model, offset=0.0):
     """A map function that applies a fitted transformer (another step's model) to ``X``."""
     return chunk.assign(X=chunk.X.copy(data=model.transform(chunk.X.values) + offset))
+
+
+def build_pipeline(categorical, numeric, alpha=1e-4):
+    """A factory a ``fit:`` step names: one-hot encode, scale, then a linear classifier."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.linear_model import SGDClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    return make_pipeline(
+        ColumnTransformer(
+            [("cat", OneHotEncoder(), list(categorical)), ("num", StandardScaler(), list(numeric))]
+        ),
+        SGDClassifier(alpha=alpha, random_state=0),
+    )

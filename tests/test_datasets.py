@@ -494,13 +494,63 @@ def test_table_column_errors(fmt, kwargs, message, table, tmp_path):
     assert str(info.value).startswith(f"read_{fmt}: {str(path)!r}")
 
 
-def test_read_csv_rejects_text_features(tmp_path):
-    """Text feature columns are refused up front, with the fix."""
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_text_features_make_a_table(fmt, tmp_path):
+    """Text and categorical columns give a table: one variable per column, file dtypes kept,
+    missing text as nan, chunked like the file, and train_test_split splits it row-aligned."""
+    frame = pd.DataFrame(
+        {
+            "a": np.arange(400.0),
+            "city": (["Oslo", "Lima", None, "Pune"] * 100),
+            "code": [1, 2, 3, 4] * 100,
+            "label": [0, 1] * 200,
+        }
+    )
+    path = tmp_path / f"text.{fmt}"
+    if fmt == "csv":
+        frame.to_csv(path, index=False)
+        table = datasets.read_csv(path, target="label", categorical=["code"], blocksize=2_000)
+    else:
+        frame.to_parquet(path)
+        table = datasets.read_parquet(path, target="label", categorical=["code"])
+    assert sorted(table.data_vars) == ["a", "city", "code", "y"] and "X" not in table
+    assert table.code.attrs == {"categorical": True} and not table.city.attrs
+    assert table.a.dtype == np.float64 and table.code.dtype.kind == "i"
+    city = table.city.values
+    assert city.dtype == object and city[:2].tolist() == ["Oslo", "Lima"] and np.isnan(city[2])
+    train, test = datasets.train_test_split(table, test_size=0.25, random_state=0)
+    assert (train.sizes["sample"], test.sizes["sample"]) == (300, 100)
+    rows = test.a.values.astype(int)
+    np.testing.assert_array_equal(test.code.values, frame.code.to_numpy()[rows])
+    np.testing.assert_array_equal(test.y.values, frame.label.to_numpy()[rows])
+
+
+def test_categorical_column_errors(tmp_path):
+    """A categorical column that is missing or not a feature is named, with the fix."""
+    path = tmp_path / "text.csv"
+    pd.DataFrame({"a": [1.0, 2.0], "city": ["Oslo", "Lima"], "y": [0, 1]}).to_csv(path, index=False)
+    with pytest.raises(DataError, match=r"no column categorical='cty'.*Did you mean 'city'"):
+        datasets.read_csv(path, categorical=["cty"])
+    with pytest.raises(DataError, match=r"categorical column 'y' is not a feature"):
+        datasets.read_csv(path, target="y", categorical=["y"])
+
+
+def test_read_csv_in_a_span_does_not_warn(tmp_path, client):
+    """Reading inside a step's span (dask annotations) does not warn about annotations."""
+    import warnings
+
+    from distributed import span
+
     path = tmp_path / "text.csv"
     pd.DataFrame({"a": [1.0, 2.0], "city": ["Oslo", "Lima"]}).to_csv(path, index=False)
-    expected = r"feature columns must be numeric .* found \{'city': .*Leave them out with features="
-    with pytest.raises(DataError, match=expected):
-        datasets.read_csv(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with span("read"):
+            table = datasets.read_csv(path)
+            from taskdml._data import unwrap
+
+            frame = unwrap(table).X
+    assert frame.compute()["city"].tolist() == ["Oslo", "Lima"]
 
 
 # --------------------------------------------------------------------------------------------

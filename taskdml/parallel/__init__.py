@@ -8,8 +8,9 @@ such a worker imports only the modules its task needs. The implementation lives 
 modules: ``_engine`` (strategies and the driver of a training), ``_replica`` and
 ``_collective`` (what replicas do and how they all-reduce), ``_merge`` and ``_merge_*`` (the
 rules per estimator family), ``_estimator`` (:class:`DataParallel`), ``_tasks`` (the task
-functions shared with the searches) and ``_chunks`` (the inspection of every chunk before
-training).
+functions shared with the searches), ``_chunks`` (the inspection of every chunk before
+training) and ``_tabular`` (scikit-learn Pipelines: transformers fitted chunk-wise, the last
+step trained by the engine).
 """
 
 import importlib
@@ -20,6 +21,9 @@ _LAZY = {
     "TrainResult": "taskdml.parallel._engine",
     "train": "taskdml.parallel._engine",
     "DataParallel": "taskdml.parallel._estimator",
+    "ChunkwiseFit": "taskdml.parallel._tabular",
+    "fit_chunkwise": "taskdml.parallel._tabular",
+    "register_chunkwise": "taskdml.parallel._tabular",
     "MergeRule": "taskdml.parallel._merge",
     "get_merge_rule": "taskdml.parallel._merge",
     "merge_replicas": "taskdml.parallel._merge",
@@ -32,13 +36,16 @@ _LAZY = {
 }
 
 __all__ = [
+    "ChunkwiseFit",
     "DataParallel",
     "MergeRule",
     "SequentialFallbackWarning",
     "TrainResult",
+    "fit_chunkwise",
     "get_merge_rule",
     "merge_replicas",
     "prepare_start",
+    "register_chunkwise",
     "register_merge",
     "register_mlp_merge",
     "register_unmergeable",

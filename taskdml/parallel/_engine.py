@@ -56,7 +56,16 @@ import weakref
 
 from taskdml import _data, _keys
 from taskdml._sklearn_compat import relink_birch_views
-from taskdml.parallel import _blocks, _chunks, _collective, _direct, _period, _replica, _tasks
+from taskdml.parallel import (
+    _blocks,
+    _chunks,
+    _collective,
+    _direct,
+    _period,
+    _replica,
+    _tabular,
+    _tasks,
+)
 from taskdml.parallel._chunks import Chunk
 from taskdml.parallel._merge_registry import (
     get_merge_rule,
@@ -188,9 +197,12 @@ def train(
     Parameters
     ----------
     estimator : scikit-learn estimator
-        Trained as given (a fitted one continues from its state); it is not modified.
-    X : dask.array.Array, shape (n_samples, n_features)
-        Chunked along samples.
+        Trained as given (a fitted one continues from its state); it is not modified. A
+        ``Pipeline`` fits its transformers chunk-wise and trains its last step on the
+        transformed chunks (:mod:`taskdml.parallel._tabular`).
+    X : dask.array.Array, dask DataFrame or xarray.Dataset, shape (n_samples, n_features)
+        Chunked along samples. A dask DataFrame (or a table, which is read as one) needs a
+        ``Pipeline`` when it has non-numeric columns.
     y, sample_weight : dask.array.Array, shape (n_samples,), optional
     classes : array-like, optional
         All labels of a classifier; found chunk-wise when omitted.
@@ -257,6 +269,32 @@ def train(
     X, y, sample_weight = _data.as_dask(
         X if _data.is_chunked(X) else _as_array(X), y, sample_weight
     )
+    if _tabular.is_pipeline(estimator):
+        return _train_pipeline(
+            estimator,
+            X,
+            y,
+            client,
+            dict(
+                sample_weight=sample_weight,
+                classes=classes,
+                preprocess=preprocess,
+                strategy=strategy,
+                epochs=epochs,
+                sync_every=sync_every,
+                staleness=staleness,
+                shuffle=shuffle,
+                shuffle_rows=shuffle_rows,
+                random_state=random_state,
+                validation=validation,
+                scoring=scoring,
+                tol=tol,
+                n_iter_no_change=n_iter_no_change,
+                n_replicas=n_replicas,
+            ),
+        )
+    if _data.is_frame(X):
+        X = _data.outside_annotations(_numeric_array, X)
     arrays = [a for a in (X, y, sample_weight) if a is not None]
     if client is not None and not all(_persisted(client, array) for array in arrays):
         arrays = client.persist(arrays)
@@ -304,6 +342,49 @@ def train(
         entry.pop("stop", None)
         entry["samples_seen"] = rows * entry["epoch"]
     return result
+
+
+def _train_pipeline(pipeline, X, y, client, options):
+    """A scikit-learn Pipeline: its transformers fitted chunk-wise, its last step trained on
+    the transformed chunks (:mod:`taskdml.parallel._tabular`); a fitted pipeline keeps its
+    transformers and continues its last step."""
+    from sklearn.pipeline import Pipeline
+
+    chunks = _tabular.chunks_of(X, client)
+    prefix = _tabular.fitted_prefix(pipeline)
+    if prefix is None:
+        prefix = _tabular.fit_transformers(pipeline[:-1], chunks)
+    name, last = pipeline.steps[-1]
+    validation = options["validation"]
+    if validation is not None:
+        X_val, y_val = validation
+        options["validation"] = (_tabular._dense(prefix, X_val), y_val)
+    result = train(last, _tabular.transformed(prefix, chunks), y, client=client or False, **options)
+    fitted = Pipeline(prefix.steps + [(name, result.estimator)], memory=pipeline.memory)
+    return dataclasses.replace(result, estimator=fitted)
+
+
+def _numeric_array(frame):
+    """A dask DataFrame of numeric columns as a float64 dask array on its partitions."""
+    import numpy as np
+    import pandas as pd
+
+    from taskdml.exceptions import DataError
+
+    not_numeric = [
+        str(name)
+        for name, dtype in frame.dtypes.items()
+        if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype))
+        or isinstance(dtype, pd.CategoricalDtype)
+    ]
+    if not_numeric:
+        raise DataError(
+            f"the columns {not_numeric} are not numeric, and only a scikit-learn Pipeline "
+            "can train on them: put a ColumnTransformer that encodes them (OneHotEncoder, "
+            "OrdinalEncoder) before the estimator, e.g. make_pipeline(make_column_transformer("
+            f"(OneHotEncoder(), {not_numeric!r}), remainder='passthrough'), estimator)."
+        )
+    return frame.to_dask_array(lengths=list(_data.partition_lengths(frame))).astype(np.float64)
 
 
 def current_client():

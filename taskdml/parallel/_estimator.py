@@ -7,9 +7,15 @@ line. The wrapper itself does four things and leaves the training to the engine:
 
 1. **Inputs.** Dask arrays are trained on as they are chunked. xarray objects are unwrapped
    (a ``DataArray`` with dims ``(sample, feature)``, or a ``Dataset`` with variables ``X`` and,
-   optionally, ``y``). Anything else is validated like scikit-learn validates it and split into
-   about ``max(2, n_workers)`` row chunks, so small NumPy or pandas data needs no client: the
+   optionally, ``y``). Tables (a ``Dataset`` of feature columns, from ``read_csv`` with text
+   or ``categorical`` columns) and dask DataFrames are trained on per partition, and so is a
+   pandas DataFrame given to a wrapped ``Pipeline`` (cut into row chunks, its dtypes kept).
+   Anything else is validated like scikit-learn validates it and split into about
+   ``max(2, n_workers)`` row chunks, so small NumPy or pandas data needs no client: the
    engine then runs its replicas as threads of this process.
+   A wrapped scikit-learn ``Pipeline`` fits its transformers chunk-wise and exactly
+   (encoders, imputers, scalers; :mod:`taskdml.parallel._tabular`) and trains its last step
+   data-parallel on the transformed chunks.
 2. **State.** ``fit`` clones the wrapped estimator; ``partial_fit`` continues from the fitted
    ``estimator_`` for one more epoch. Fitted attributes are set together at the end, after the
    engine returned.
@@ -46,10 +52,11 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from taskdml._data import unwrap
+from taskdml._data import as_dask, is_frame, outside_annotations, partition_lengths, unwrap
 from taskdml._keys import key_name
 from taskdml._meta import estimator_has, wrapped_tags
-from taskdml.exceptions import did_you_mean
+from taskdml.exceptions import DataError, did_you_mean
+from taskdml.parallel import _tabular
 from taskdml.parallel._engine import DEFAULT_STALENESS, STRATEGIES, current_client, train
 from taskdml.parallel._period import check_sync_every
 
@@ -207,8 +214,10 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : dask array, xarray DataArray or Dataset, or array-like of shape (n_samples, n_features)
-            A ``Dataset`` carries ``X`` and, optionally, ``y``.
+        X : dask array or DataFrame, xarray object, or array-like of shape (n_samples, n_features)
+            A ``Dataset`` carries ``X`` and, optionally, ``y``, or is a table (feature
+            columns as variables, and ``y``). Text and categorical columns need a wrapped
+            ``Pipeline`` that encodes them.
         y : array-like of shape (n_samples,) or (n_samples, n_outputs), optional
             Targets; required for classifiers and regressors.
         classes : array-like, optional
@@ -222,7 +231,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         """
         return self._train(X, y, classes, sample_weight, continue_from=None, epochs=self.epochs)
 
-    @available_if(estimator_has("partial_fit", "estimator_"))
+    @available_if(lambda self: _can_partial_fit(self))
     def partial_fit(self, X, y=None, classes=None, sample_weight=None):
         """Train one more epoch on this data, continuing from ``estimator_``.
 
@@ -258,7 +267,13 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
                 f"{type(self).__name__} requires y to be passed, but the target y is None."
             )
         client = current_client()
-        if isinstance(X, da.Array):
+        if _tabular.is_pipeline(self.estimator) and _is_pandas_frame(X):
+            X = outside_annotations(self._frame_chunks, X, client)
+        if is_frame(X):
+            X, y, sample_weight, feature_names = self._frame_training_data(
+                X, y, sample_weight, first
+            )
+        elif isinstance(X, da.Array):
             X, y, sample_weight = self._lazy_training_data(X, y, sample_weight, first)
             feature_names = None
         else:
@@ -311,7 +326,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             "history_": history_before + history,
             "n_epochs_": history[-1]["epoch"],
             "strategy_": result.strategy,
-            "n_features_in_": X.shape[1],
+            "n_features_in_": len(X.columns) if is_frame(X) else X.shape[1],
         }
         if feature_names is not None:
             fitted["feature_names_in_"] = feature_names
@@ -410,6 +425,36 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             None if sample_weight is None else chunked(sample_weight),
         )
 
+    def _frame_chunks(self, X, client):
+        """An in-memory DataFrame for a Pipeline: a dask DataFrame in row chunks (its
+        columns keep their dtypes, which scikit-learn's array checks would not)."""
+        import dask.dataframe as dd
+
+        from taskdml._data import plain_strings
+
+        rows = self.chunk_size or _default_chunk_size(len(X), client)
+        return plain_strings(dd.from_pandas(X, chunksize=rows, sort=False))
+
+    def _frame_training_data(self, X, y, sample_weight, first):
+        """A dask DataFrame (a table): ``y`` and ``sample_weight`` on its partitions."""
+        name = type(self).__name__
+        if isinstance(self.validation, numbers.Real):
+            raise ValueError(
+                f"{name}: validation={self.validation!r} holds out rows of arrays only; "
+                "with a table or DataFrame pass validation=(X_val, y_val)."
+            )
+        feature_names = _feature_names(X) if first else getattr(self, "feature_names_in_", None)
+        if not first and feature_names is not None and list(X.columns) != list(feature_names):
+            raise ValueError(
+                f"{name}: X has columns {list(X.columns)}, but it was fitted on "
+                f"{list(feature_names)}."
+            )
+        X, y, sample_weight = as_dask(X, y, sample_weight)
+        if y is not None and y.ndim == 2 and y.shape[1] == 1:
+            y = y[:, 0]
+            _warn_column_vector()
+        return X, y, sample_weight, feature_names
+
     def _lazy_training_data(self, X, y, sample_weight, first):
         """Dask input: check shapes cheaply (the engine inspects every chunk) and rechunk."""
         if X.ndim != 2:
@@ -443,6 +488,9 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         if not isinstance(validation, numbers.Real):
             X_val, y_val = validation
             X_val, y_val, _, _ = unwrap(X_val, y_val, None)
+            if is_frame(X):  # a table: the pipeline's transformers read X_val as it is
+                X_val = X_val.compute() if is_frame(X_val) else X_val
+                return X, y, sample_weight, (X_val, None if y_val is None else np.asarray(y_val))
             X_val = check_array(
                 X_val, accept_sparse=self._sparse_formats(), ensure_all_finite=False, estimator=self
             )
@@ -587,6 +635,11 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         """
         check_is_fitted(self)
         X, y, sample_weight, _ = unwrap(X, y, sample_weight)
+        if is_frame(X):
+            return self._score_frame(X, y)
+        if _tabular.is_pipeline(self.estimator_) and _is_pandas_frame(X):
+            kwargs = {} if sample_weight is None else {"sample_weight": sample_weight}
+            return self.estimator_.score(X, y, **kwargs)
         if not isinstance(X, da.Array):
             X = validate_data(self, X, reset=False, accept_sparse=self._sparse_formats())
             kwargs = {} if sample_weight is None else {"sample_weight": sample_weight}
@@ -617,6 +670,17 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             y = y[:, 0]
         return score_chunked(self.estimator_, X, y, metric)
 
+    def _score_frame(self, X, y):
+        """Accuracy or R² of a dask DataFrame's predictions, reduced chunk by chunk."""
+        if y is None:
+            raise ValueError(f"{type(self).__name__}.score needs y.")
+        predicted = outside_annotations(self._apply_frame, "predict", X)
+        _, y, _ = as_dask(X, y)
+        if is_classifier(self):
+            return float((predicted == y).mean().compute())
+        residual, total = dask.compute(((y - predicted) ** 2).sum(), ((y - y.mean()) ** 2).sum())
+        return float(1 - residual / total)
+
     @available_if(estimator_has("get_feature_names_out", "estimator_"))
     def get_feature_names_out(self, input_features=None):
         """Output feature names of ``transform``.
@@ -645,8 +709,12 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
     def _apply(self, method, X):
         check_is_fitted(self)
         X, _, _, template = unwrap(X, None, None)
-        if isinstance(X, da.Array):
+        if is_frame(X):
+            result = outside_annotations(self._apply_frame, method, X)
+        elif isinstance(X, da.Array):
             result = self._apply_lazily(method, X)
+        elif _tabular.is_pipeline(self.estimator_) and _is_pandas_frame(X):
+            result = _tabular._call(self.estimator_, method, X)
         else:
             X = validate_data(self, X, reset=False, accept_sparse=self._sparse_formats())
             result = getattr(self.estimator_, method)(X)
@@ -685,6 +753,30 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             meta=probe[:0],
             chunks=(X.chunks[0],) + tuple((n,) for n in probe.shape[1:]),
         )
+
+    def _apply_frame(self, method, X):
+        """One task per partition of a dask DataFrame; a dask array on its partitions."""
+        import pandas as pd
+
+        try:
+            # The output of the first row, computed where the first partition is.
+            first_part = X.partitions[0].to_delayed()[0]
+            first = dask.delayed(_first_row_call)(first_part, self.estimator_, method).compute()
+        except DataError:  # an unseen category: the error of the whole first chunk says more
+            X.partitions[0].map_partitions(
+                _frame_call, self.estimator_, method, meta=pd.Series([], dtype=float)
+            ).compute()
+            raise
+        meta = first.iloc[:0]
+        if isinstance(meta, pd.DataFrame):
+            meta.columns = meta.columns.astype(str)
+        model = dask.delayed(
+            self.estimator_, traverse=False, name=key_name(_PREFIX, self.estimator_, phase="model")
+        )
+        result = X.map_partitions(
+            _frame_call, model, method, meta=meta, token=f"{_PREFIX}-{method.replace('_', '-')}"
+        )
+        return result.to_dask_array(lengths=list(partition_lengths(X)))
 
     def _probe(self, method, X):
         """The method's output on one row: its dtype and trailing shape, without computing X."""
@@ -750,6 +842,43 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
 
 # --------------------------------------------------------------------------------------------
 # Helpers: module-level, so tasks that use them pickle.
+
+
+def _can_partial_fit(meta):
+    """``partial_fit`` is there when the wrapped estimator has it, or for a Pipeline, its
+    last step (the transformers, fitted by the first call, are kept)."""
+    estimator = getattr(meta, "estimator_", meta.estimator)
+    if _tabular.is_pipeline(estimator):
+        final = estimator.steps[-1][1]
+        if hasattr(final, "partial_fit"):
+            return True
+        raise AttributeError(
+            f"This {type(meta).__name__}'s Pipeline ends in {type(final).__name__}, which has "
+            "no attribute 'partial_fit'"
+        )
+    return estimator_has("partial_fit", "estimator_")(meta)
+
+
+def _is_pandas_frame(X):
+    return type(X).__name__ == "DataFrame" and type(X).__module__.startswith("pandas")
+
+
+def _first_row_call(part, model, method):
+    """Task: :func:`_frame_call` on the first row of a partition (the output's type)."""
+    return _frame_call(part.iloc[:1], model, method)
+
+
+def _frame_call(part, model, method):
+    """Task: ``model.<method>`` of one partition, as a pandas object on its index."""
+    import pandas as pd
+
+    index = part.index
+    if not _tabular.is_pipeline(model):  # trained on the columns as one float array
+        part = part.to_numpy(dtype=np.float64)
+    result = _tabular._call(model, method, part)
+    if np.ndim(result) == 1:
+        return pd.Series(result, index=index)
+    return pd.DataFrame(result, index=index, columns=[str(i) for i in range(result.shape[1])])
 
 
 def _call_method(block, model, method):

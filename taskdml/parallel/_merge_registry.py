@@ -420,7 +420,10 @@ def _same_value(a, b):
     if a is b:
         return True
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
+        a, b = np.asarray(a), np.asarray(b)
+        # NaN only in numeric arrays: feature_names_in_ is an object array of strings.
+        numeric = a.dtype.kind in "fc" and b.dtype.kind in "fc"
+        return np.array_equal(a, b, equal_nan=numeric)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
     try:

@@ -1,17 +1,18 @@
 """``fit:`` steps: an estimator trained on a dataset by the training engine.
 
-``parallel:`` carries the engine's options (``strategy``, ``sync_every``, ``staleness``,
-``epochs``, ``shuffle``, ``random_state``). The manifest records each training's history and
-facts, the sync periods among them (with ``sync_every: auto``, what they were chosen from).
-With ``foreach``, every item is its own estimator (item values are estimator parameters),
-trained side by side: each item's training runs in its own client thread, in the step's
-context (client, span and key names).
+``fit:`` names an estimator class, or a factory that returns an estimator (a scikit-learn
+``Pipeline`` whose ``ColumnTransformer`` encodes a table's columns, say); ``with`` and
+``foreach`` are its arguments. ``parallel:`` carries the engine's options (``strategy``,
+``sync_every``, ``staleness``, ``epochs``, ``shuffle``, ``random_state``). The manifest
+records each training's history and facts, the sync periods among them (with ``sync_every:
+auto``, what they were chosen from). With ``foreach``, every item is its own estimator (item
+values are estimator parameters), trained side by side: each item's training runs in its own
+client thread, in the step's context (client, span and key names).
 """
 
 import concurrent.futures
 import contextvars
 
-from taskdml._data import unwrap
 from taskdml._pipeline import resolve_callable, thaw
 from taskdml._values import step_data
 from taskdml.parallel import train
@@ -33,17 +34,17 @@ def run(step, inputs, context):
     dict
         ``{"model": estimator}``, or ``{"model": {item: estimator}}`` with foreach.
     """
+    # An estimator class, or a factory that returns an estimator (a Pipeline, say).
     estimator_class = resolve_callable(step.target, context.pipeline.allow)
     options = thaw(step.parallel or {})
     preprocess = as_transformers(inputs.get("preprocess", []))
-    X, y, _, _ = unwrap(step_data(inputs, "data", context))
+    data = step_data(inputs, "data", context)
 
     def fit_item(label, params):
         estimator = estimator_class(**thaw(step.with_ or {}), **params)
         result = train(
             estimator,
-            X,
-            y,
+            data,  # X and y, or a table (feature columns as variables, and y)
             preprocess=preprocess,
             classes=step.classes,
             client=context.client,
