@@ -30,7 +30,10 @@ def describe(summary):
                 f"{name}: {value['n_samples']:,}×{value['n_features']} in {value['chunks']} chunks"
             )
         elif isinstance(value, dict) and value.get("type") == "table":
-            parts.append(f"{name}: {value['n_samples']:,} rows of {', '.join(value['columns'])}")
+            parts.append(
+                f"{name}: {value['n_samples']:,} rows × {len(value['columns'])} columns "
+                f"in {value['chunks']} chunks"
+            )
         elif (
             isinstance(value, dict)
             and value

@@ -501,6 +501,7 @@ def summarize(value):
             "type": "table",
             "n_samples": int(value.sizes["sample"]),
             "columns": [str(name) for name in value.data_vars],
+            "chunks": len(value.chunks["sample"]) if value.chunks else 1,
         }
     if isinstance(value, (int, float, str, bool)) or value is None:
         return value

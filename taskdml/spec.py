@@ -9,8 +9,11 @@ and column of the offending key (see :mod:`taskdml._yaml`):
    first part is not a top-level section (``steps``, ``cluster``, ...) is read inside
    ``params``, so ``seed=3`` means ``params.seed=3``;
 3. **interpolate** ``${params.seed}`` (any absolute key path), ``${oc.env:VAR}`` and
-   ``${oc.env:VAR,default}`` (``env:`` for short), OmegaConf's grammar. A string that is
-   exactly one ``${...}`` takes the referenced value's type; ``\\${`` is a literal ``${``.
+   ``${oc.env:VAR,default}`` (``env:`` for short), OmegaConf's grammar, and
+   ``${path:data/table.csv}``: a path relative to the pipeline file's directory (the working
+   directory for text without a file), made absolute, so the file runs from anywhere. A
+   string that is exactly one ``${...}`` takes the referenced value's type; ``\\${`` is a
+   literal ``${``.
    Environment values are parsed like command-line values (``SEED=3`` gives the integer 3),
    where OmegaConf would need ``oc.decode``;
 4. **validate** against the JSON Schema (:mod:`taskdml._schema`) and build the
@@ -138,7 +141,8 @@ def loads_pipeline(text, source="<string>", overrides=()):
     overrides = tuple(overrides)
     for item in overrides:
         _apply_override(data, item, locations)
-    interpolator = _Interpolator(data)
+    base = Path(source).parent if source != "<string>" else Path.cwd()
+    interpolator = _Interpolator(data, base)
     data = interpolator.resolve()
     pipeline, problems = None, interpolator.problems + _schema.check(data, _schema.SCHEMA)
     if not problems:
@@ -249,8 +253,8 @@ class _Interpolator:
     the schema check still runs and every problem is reported together.
     """
 
-    def __init__(self, data):
-        self.data, self.active, self.problems = data, [], []
+    def __init__(self, data, base):
+        self.data, self.base, self.active, self.problems = data, base, [], []
 
     def resolve(self):
         return self._walk(self.data, ())
@@ -291,9 +295,14 @@ class _Interpolator:
                 f"${{{expression}}} gives no default; set it or write "
                 f"${{oc.env:{name.strip()},default}}.",
             )
+        if expression.startswith("path:"):
+            relative = expression.partition(":")[2].strip()
+            return str((self.base / relative).resolve()) if relative else str(self.base.resolve())
         if ":" in expression:
             self._fail(
-                path, f"unknown resolver in ${{{expression}}}; only oc.env: (or env:) is supported."
+                path,
+                f"unknown resolver in ${{{expression}}}; oc.env: (or env:) and path: are "
+                "supported.",
             )
         target = tuple(expression.split("."))
         node = self.data

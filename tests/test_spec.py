@@ -301,6 +301,25 @@ def test_interpolation_keeps_types_and_formats_strings(monkeypatch):
     assert pipeline.step("model").with_["alpha"] == 1e-4
 
 
+def test_path_resolver_is_relative_to_the_pipeline_file(tmp_path, monkeypatch):
+    """${path:...} is the file's directory joined with the path, absolute, whatever the working
+    directory; text without a file resolves against the working directory."""
+    from taskdml import load_pipeline
+
+    folder = tmp_path / "project"
+    folder.mkdir()
+    text = VALID.replace(
+        "params: {seed: 0, alpha: 1.0e-4}",
+        "params: {seed: 0, alpha: 1.0e-4, table: '${path:data/t.csv}', here: '${path:}'}",
+    )
+    (folder / "p.yaml").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    pipeline = load_pipeline(folder / "p.yaml")
+    assert pipeline.params["table"] == str(folder.resolve() / "data" / "t.csv")
+    assert pipeline.params["here"] == str(folder.resolve())
+    assert loads_pipeline(text).params["table"] == str(tmp_path.resolve() / "data" / "t.csv")
+
+
 @pytest.mark.parametrize(
     "overrides,check",
     [
