@@ -101,7 +101,7 @@ def test_x_only_array_feeds_an_unsupervised_fit(client):
 def test_a_table_becomes_one_variable_per_column(client):
     """A DataFrame with a string column becomes the table form (one variable per column along
     sample, target y); a map step encodes it and a fit reads the result. Fitting the table
-    directly fails with the engine's own message."""
+    directly fails with the engine's message naming the columns to encode."""
     pipeline = Pipeline(
         "table",
         [
@@ -112,7 +112,9 @@ def test_a_table_becomes_one_variable_per_column(client):
         ],
         imports=ALLOW,
     )
-    with pytest.raises(StepFailed, match="step 'direct' failed: the Dataset has no variable 'X'"):
+    with pytest.raises(
+        StepFailed, match=r"step 'direct' failed: the columns \['city'\] are not numeric"
+    ):
         run_pipeline(pipeline, client, record=False)
     frame = pipeline_functions.classification_values("table")
     plan = describe(frame)

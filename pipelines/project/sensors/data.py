@@ -17,7 +17,7 @@ def load_measurements(n_rows=6_000, seed=0):
     pandas.DataFrame
         Columns ``temperature``, ``pressure``, ``vibration``, ``load`` and the label ``y``:
         failures come from high temperature *and* vibration together, so the product of
-        neighbouring columns (``myproject.features``) helps a linear model.
+        neighbouring columns (``sensors.features``) helps a linear model.
     """
     rng = np.random.default_rng(seed)
     table = pd.DataFrame(
