@@ -59,10 +59,10 @@ thread, no synchronisation). A replicated step gets ``n_workers // k`` workers w
 trials could run now (``k`` at most half the workers), taken from those no other replicated
 step holds: on four workers the two survivors of a rung train side by side with two replicas
 each, on two workers a replicated step takes both. The engine holds a training's workers
-while its replicas run (a ``distributed.MultiLock``), so replicated steps that would share a
-worker take turns; a step's task waits for its turn outside the worker's thread pool, so
-waiting holds no thread, and other steps keep running meanwhile. ``history_`` records
-``mode``, ``replicas`` and ``workers`` for every step.
+while its replicas run (a leased ``distributed.Lock`` per worker), so replicated steps that
+would share a worker take turns; a step's task waits for its turn outside the worker's
+thread pool, so waiting holds no thread, and other steps keep running meanwhile.
+``history_`` records ``mode``, ``replicas`` and ``workers`` for every step.
 
 The refit uses every worker too when ``parallel`` is set. Replicated steps are deterministic
 for a seed and a number of workers with ``sync`` and an integer ``sync_every``; not with

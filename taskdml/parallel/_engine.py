@@ -46,6 +46,7 @@ once on all chunks concatenated, in one task.
 
 import collections
 import concurrent.futures
+import contextlib
 import copy
 import dataclasses
 import threading
@@ -844,7 +845,7 @@ COLLECTIVES = ("auto", "direct", "actor")
 # Workers known to receive direct collective messages, per client (the plugin that installs
 # the handler is registered once per client; workers that join later get it too).
 _DIRECT_READY = weakref.WeakKeyDictionary()  # client -> {worker address: reason or None}
-_PER_CLIENT_LOCK = threading.Lock()  # for the per-client cache above
+_PER_CLIENT_LOCK = threading.Lock()  # for the per-client caches (_DIRECT_READY, _TURNS)
 
 
 def _direct_unavailable(client, addresses):
@@ -863,25 +864,44 @@ def _direct_unavailable(client, addresses):
     return None
 
 
+@contextlib.contextmanager
 def _taking_turns(client, addresses):
     """Replicated trainings that share a worker take turns; a single replica never waits.
 
     Every replica of a training must run at once (they wait for each other every round), and
     each holds a worker thread for the whole training. Two trainings started together could
-    each get one of the workers they both need and wait forever for the other; holding every
-    worker a training uses, all at once (a ``distributed.MultiLock``, one name per worker),
-    prevents that, and lets trainings on disjoint workers run side by side. A worker is held
-    whole, whatever its threads. Only the replicas are submitted under it: ``prepare_start``
-    and the actor wait for nothing, so they are submitted (and the actor created) before it.
+    each get one of the workers they both need and wait forever for the other. So a training
+    holds a ``distributed.Lock`` per worker it uses, taken in the workers' sorted order (two
+    trainings never wait on each other in a cycle) and released at the end; trainings on
+    disjoint workers run side by side. A worker is held whole, whatever its threads. The
+    locks are leased: if the process holding one dies, its lease lapses and the others go on
+    (a ``MultiLock`` grant to a client that went away is never released). Only the replicas
+    are submitted under them: ``prepare_start`` and the actor wait for nothing, so they are
+    submitted (and the actor created) before.
     """
-    import contextlib
-
-    from distributed import MultiLock
-
     if len(addresses) == 1:
-        return contextlib.nullcontext()
-    names = [f"taskdml-replicas-{address}" for address in sorted(set(addresses))]
-    return MultiLock(names, client=client)
+        yield
+        return
+    with contextlib.ExitStack() as held:
+        for address in sorted(set(addresses)):
+            held.enter_context(_worker_lock(client, address))
+        yield
+
+
+def _worker_lock(client, address):
+    """The lock of one worker's replicas, one object per client (registered once)."""
+    from distributed import Lock
+
+    with _PER_CLIENT_LOCK:
+        locks = _TURNS.setdefault(client, {})
+        if address not in locks:
+            locks[address] = Lock(
+                f"taskdml-replicas-{address}", scheduler_rpc=client.scheduler, loop=client.loop
+            )
+        return locks[address]
+
+
+_TURNS = weakref.WeakKeyDictionary()  # client -> {worker address: its distributed.Lock}
 
 
 def _result(strategy, outcomes, collective, plan, n_replicas):
