@@ -337,3 +337,71 @@ def _aligned(rows, y, sample_weight):
             raise DataError(f"X has {n_rows:,} rows but {name} has {array.shape[0]:,}.")
         aligned.append(array.rechunk({0: rows}))
     return aligned
+
+
+# The largest table (rows × feature columns) that a search gathers into one pandas DataFrame.
+MAX_GATHERED_CELLS = 10_000_000
+
+
+def gathered_table(X, y=None, *, max_cells=None):
+    """A table or dask DataFrame as a pandas DataFrame and a NumPy ``y``; other inputs as given.
+
+    The searches over a scikit-learn ``Pipeline`` on mixed columns use this to run their
+    in-memory path, which scores every candidate × fold exactly as scikit-learn does. Only
+    tables up to *max_cells* (:data:`MAX_GATHERED_CELLS` when ``None``, about 80 MB of
+    numbers) are gathered; the partition lengths are known (:func:`partition_lengths`), so a
+    table that is too big is refused before any of it is computed.
+
+    Parameters
+    ----------
+    X : xarray.Dataset, dask DataFrame or any other input
+        A table (:func:`is_table`) or a dask DataFrame is gathered; anything else is returned
+        as it is, with *y*.
+    y : xarray.DataArray, dask array, dask Series or array-like, optional
+        The table's ``y`` when omitted.
+    max_cells : int, optional
+
+    Returns
+    -------
+    tuple
+        ``(X, y)``.
+
+    Raises
+    ------
+    DataError
+        The table has more than *max_cells* cells.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import xarray as xr
+    >>> from taskdml._data import gathered_table
+    >>> table = xr.Dataset({"a": ("sample", np.arange(4.0)),
+    ...                     "b": ("sample", np.array(list("xyxy"), dtype=object)),
+    ...                     "y": ("sample", np.array([0, 1, 0, 1]))}).chunk({"sample": 2})
+    >>> X, y = gathered_table(table)
+    >>> type(X).__name__, list(X.columns), y.tolist()
+    ('DataFrame', ['a', 'b'], [0, 1, 0, 1])
+    """
+    import dask
+
+    if not (is_table(X) or is_frame(X)):
+        return X, y
+    X, y, _, _ = unwrap(X, y)
+    max_cells = MAX_GATHERED_CELLS if max_cells is None else max_cells
+    n_rows = sum(partition_lengths(X))
+    n_cells = n_rows * len(X.columns)
+    if n_cells > max_cells:
+        raise DataError(
+            f"the table has {n_rows:,} rows × {len(X.columns)} columns = {n_cells:,} cells; "
+            f"a search over a table gathers it into one pandas DataFrame, up to "
+            f"{max_cells:,} cells. Search on a sample of the rows (e.g. a train_test_split "
+            "step with a smaller train_size), or encode the columns into numbers with a map "
+            "step first and search on the chunked arrays."
+        )
+    # One compute each: a DataFrame (an expression) and a dask array (a graph) don't mix.
+    X = outside_annotations(dask.compute, X)[0]
+    y = dask.compute(y)[0]
+    if hasattr(y, "to_numpy"):
+        y = y.to_numpy()
+    return X, y

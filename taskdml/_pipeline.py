@@ -626,7 +626,7 @@ def _argument_problems(step, target):
     """Check ``with``, ``inputs`` and ``foreach`` against the callable's parameters."""
     keys = {key for _, item in step.foreach_items() for key in item}
     foreach = [("foreach", key) for key in sorted(keys)]
-    if step.kind == "fit" and callable(target) and not isinstance(target, type):
+    if step.kind in ("fit", "search") and callable(target) and not isinstance(target, type):
         return _factory_problems(step, target, foreach)
     if step.kind in ("fit", "search"):
         if not (isinstance(target, type) and hasattr(target, "fit")):
@@ -671,8 +671,9 @@ def _argument_problems(step, target):
 
 
 def _factory_problems(step, factory, foreach):
-    """A ``fit:`` factory (a function that returns an estimator, such as a Pipeline):
-    ``with`` and ``foreach`` against its signature, then what it returns."""
+    """A ``fit:`` or ``search:`` factory (a function that returns an estimator, such as a
+    Pipeline): ``with`` and ``foreach`` against its signature, then what it returns (and a
+    search's ``space`` against the returned estimator's parameters)."""
     try:
         parameters = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):
@@ -690,18 +691,23 @@ def _factory_problems(step, factory, foreach):
         try:
             estimator = factory(**thaw(step.with_ or {}), **item)
         except Exception as error:  # the user's code: report it, do not crash validation
-            where = ("foreach",) if label else ("fit",)
+            where = ("foreach",) if label else (step.kind,)
             problems.append((where, f"{step.target!r} failed: {type(error).__name__}: {error}"))
             continue
         if not hasattr(estimator, "fit"):
             problems.append(
                 (
-                    ("fit",),
+                    (step.kind,),
                     f"{step.target!r} returned {type(estimator).__name__}, not an estimator "
                     "(an object with a fit method); return a scikit-learn estimator or "
                     "Pipeline, or name an estimator class.",
                 )
             )
+        elif step.kind == "search":
+            space = step.space if isinstance(step.space, tuple) else (step.space or {},)
+            searched = [("space", name) for branch in space for name in branch]
+            accepted = set(estimator.get_params(deep=True))
+            problems += _unknown(step, searched, accepted, "parameter")
     return problems
 
 

@@ -236,3 +236,10 @@ def build_pipeline(categorical, numeric, alpha=1e-4):
         ),
         SGDClassifier(alpha=alpha, random_state=0),
     )
+
+
+def fitted_scaler():
+    """A fitted transformer, as a ``preprocess`` input."""
+    from sklearn.preprocessing import StandardScaler
+
+    return StandardScaler().fit([[0.0], [1.0]])

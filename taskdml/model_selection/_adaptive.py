@@ -209,8 +209,9 @@ import numpy as np
 from dask.base import tokenize
 from sklearn.utils.metaestimators import available_if
 
-from taskdml._data import as_dask, is_chunked, unwrap
+from taskdml._data import as_dask, is_chunked, is_frame, is_table, unwrap
 from taskdml._keys import key_name
+from taskdml.exceptions import DataError
 from taskdml.metrics import score_chunked
 from taskdml.model_selection import _adaptive_policy as policies
 from taskdml.model_selection._adaptive_results import (
@@ -629,7 +630,16 @@ class _AdaptiveSearchCV(SearchBase):
         from sklearn.utils.multiclass import check_classification_targets
         from sklearn.utils.validation import check_array, check_X_y
 
+        table = is_table(X)
         X, y, _, _ = unwrap(X, y)
+        if table or is_frame(X) or _mixed_columns(X):
+            raise DataError(
+                f"{type(self).__name__} trains its trials incrementally on numeric arrays, "
+                f"but X is a table of columns ({_columns_text(X)}). Search a Pipeline over a "
+                "table with GridSearchCV or RandomizedSearchCV (method: grid or random in a "
+                "search step), or encode the columns into numbers with a map step first and "
+                "search on its arrays."
+            )
         if is_chunked(X):
             X, y, _ = as_dask(X, y)
             return X, y
@@ -1324,3 +1334,20 @@ def _fit_failed_warning():
     from sklearn.exceptions import FitFailedWarning
 
     return FitFailedWarning
+
+
+def _mixed_columns(X):
+    """Whether *X* is a pandas DataFrame with a column that is not numeric."""
+    import pandas as pd
+
+    return isinstance(X, pd.DataFrame) and not all(
+        pd.api.types.is_numeric_dtype(dtype) and not isinstance(dtype, pd.CategoricalDtype)
+        for dtype in X.dtypes
+    )
+
+
+def _columns_text(X):
+    """The first few column names of a DataFrame, for a message."""
+    columns = [str(name) for name in X.columns]
+    shown = ", ".join(repr(name) for name in columns[:5])
+    return shown + (f", ... {len(columns)} in all" if len(columns) > 5 else "")

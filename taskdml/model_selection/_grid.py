@@ -11,6 +11,15 @@ leave scikit-learn's fitted attributes (``cv_results_`` with the same keys and v
   local graph once); every candidate × fold is a few tasks, and the fitted prefix of a
   :class:`~sklearn.pipeline.Pipeline` that several candidates share is one task per fold.
   See :mod:`taskdml.model_selection._grid_graph` for the graph.
+- **tables** (an xarray table of mixed columns, or a dask DataFrame), which a
+  :class:`~sklearn.pipeline.Pipeline` with a ``ColumnTransformer`` encodes: gathered into one
+  pandas DataFrame and searched in memory as above, so that every candidate × fold is scored
+  exactly as scikit-learn scores it. Tables up to ``taskdml._data.MAX_GATHERED_CELLS`` (10
+  million rows × columns, about 80 MB of numbers) are gathered; a bigger one is refused
+  before any of it is computed, with what to do (search on a sample; or encode the columns
+  with a ``map`` step and search on the chunked arrays). Chunk-wise folds would need the
+  transformers refitted exactly on every fold's chunks; a table small enough to search many
+  candidates on is small enough to gather.
 - **chunked data** (dask arrays, xarray Datasets): folds are whole chunks, each candidate
   trains with the data-parallel engine and is scored chunk-wise by :mod:`taskdml.metrics`.
   See :mod:`taskdml.model_selection._grid_chunked`.
@@ -31,7 +40,7 @@ from sklearn.base import clone
 from sklearn.callback import CallbackSupportMixin, with_callbacks
 from sklearn.utils.metadata_routing import MetadataRouter, MethodMapping, process_routing
 
-from taskdml._data import as_dask, is_chunked
+from taskdml._data import as_dask, gathered_table, is_chunked
 from taskdml.model_selection import _grid_chunked, _grid_graph, _grid_tasks
 from taskdml.model_selection._base import SearchBase
 
@@ -103,9 +112,11 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
 
         Parameters
         ----------
-        X : array-like, dask array or xarray.Dataset of shape (n_samples, n_features)
+        X : array-like, dask array, dask DataFrame or xarray.Dataset, (n_samples, n_features)
             In-memory data is scattered once; chunked data (a dask array, or a Dataset with
-            ``X`` (dims sample, feature) and ``y`` (dims sample)) stays on the cluster.
+            ``X`` (dims sample, feature) and ``y`` (dims sample)) stays on the cluster; a
+            table (a Dataset of feature columns and ``y``, or a dask DataFrame) is gathered
+            into a pandas DataFrame first (see the module docstring).
         y : array-like or dask array of shape (n_samples,), optional
             Targets; taken from the Dataset's ``y`` when ``X`` is one.
         **params : dict
@@ -129,6 +140,8 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
             raise ValueError(
                 "No fits were performed. Was the CV iterator empty? Were there no candidates?"
             )
+        # A table (mixed columns for a Pipeline) is gathered: see gathered_table.
+        X, y = gathered_table(X, y)
         if is_chunked(X) or is_chunked(y):
             return self._fit_chunked(X, y, candidates, params)
         return self._fit_in_memory(X, y, candidates, params)
@@ -400,6 +413,8 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
                 "supported if enable_metadata_routing=True, which you can set using "
                 f"`sklearn.set_config`; got {sorted(params)}."
             )
+        if not getattr(self, "_chunked", False):
+            X, y = gathered_table(X, y)
         if getattr(self, "_chunked", False) or is_chunked(X):
             return self._score_chunked(X, y)
         if self.scorer_ is None:

@@ -2,13 +2,19 @@
 
 ``method`` picks the search class (grid and random: every candidate × fold a task; halving,
 hyperband, asha: incremental trials that continue from their state and stop early). Every
-trial may train data-parallel (``parallel``). The outputs are the best model (refitted), its
-parameters and the trials table; the run directory gets ``trials-<step>.csv`` and ``.png``.
+trial may train data-parallel (``parallel``). Like ``fit:``, the step may name a factory
+(a function returning a scikit-learn ``Pipeline``, given ``with:``), and ``space:`` then names
+the Pipeline's parameters (``sgdclassifier__alpha``). A table (mixed columns) is searched by
+grid and random only, gathered into memory (see :mod:`taskdml.model_selection._grid`; the
+Pipeline sees every label, so ``classes`` is not needed); the adaptive methods refuse it with
+what to do. The outputs are the best model (refitted), its parameters and the trials table;
+the run directory gets ``trials-<step>.csv`` and ``.png``.
 """
 
-from taskdml._data import unwrap
+from taskdml._data import is_table, unwrap
 from taskdml._pipeline import resolve_callable, thaw
 from taskdml._values import step_data
+from taskdml.exceptions import PipelineError
 from taskdml.model_selection._report import plot_trials, trials_frame
 from taskdml.model_selection._space import from_spec
 from taskdml.parallel._tasks import transformed
@@ -36,10 +42,21 @@ def run(step, inputs, context):
     """
     estimator = resolve_callable(step.target, context.pipeline.allow)(**thaw(step.with_ or {}))
     search = make_search(step, estimator)
-    X, y, _, _ = unwrap(step_data(inputs, "data", context))
-    X = transformed(X, as_transformers(inputs.get("preprocess", [])))
-    fit_kwargs = {"classes": list(step.classes)} if step.classes is not None else {}
-    search.fit(X, y, **fit_kwargs)
+    data = step_data(inputs, "data", context)
+    preprocess = as_transformers(inputs.get("preprocess", []))
+    if is_table(data) and preprocess:
+        raise PipelineError(
+            "a 'preprocess' input cannot be applied to a table; "
+            "put the transformers into the Pipeline that the step's factory returns."
+        )
+    if is_table(data) and step.method in ("grid", "random"):
+        # The Pipeline encodes the columns; the search gathers the table (gathered_table).
+        search.fit(data)
+    else:
+        X, y, _, _ = unwrap(data)
+        X = transformed(X, preprocess)
+        fit_kwargs = {"classes": list(step.classes)} if step.classes is not None else {}
+        search.fit(X, y, **fit_kwargs)
     trials = trials_frame(search)
     context.record_search(trials, lambda path: plot_trials(search, path))
     context.save_model(search.best_estimator_)
