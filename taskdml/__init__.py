@@ -15,7 +15,7 @@ Examples
 >>> run = taskdml.run_pipeline(pipeline)  # doctest: +SKIP
 """
 
-import importlib
+from taskdml._lazy import exports
 
 __version__ = "0.1.0"  # the one place the version is written; pyproject.toml reads it
 
@@ -96,13 +96,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = exports(__name__, _LAZY)

@@ -10,7 +10,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -199,7 +198,6 @@ def test_module_that_does_not_import_on_the_workers_exits_4(separate_cluster, tm
     (tmp_path / "helper.py").write_text("")  # importable in the client only: not in allow
     with (tmp_path / "myproject" / "features.py").open("a") as features:
         features.write("\nimport helper  # noqa\n")
-    started = time.perf_counter()
     done = taskdml_cli(
         "run",
         "user_pipeline.yaml",
@@ -221,7 +219,6 @@ def test_module_that_does_not_import_on_the_workers_exits_4(separate_cluster, tm
     manifest = json.loads((run / "manifest.json").read_text())
     assert {entry["state"] for entry in manifest["steps"].values()} == {"pending"}
     assert manifest["status"] == "failed" and "No module named 'helper'" in manifest["error"]
-    assert time.perf_counter() - started < 60
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ The names are imported on first use (PEP 562), so a worker that unpickles a task
 from ``_grid_tasks`` or ``_adaptive_run`` imports only that module, not the estimators.
 """
 
-import importlib
+from taskdml._lazy import exports
 
 # public name -> the module that defines it
 _LAZY = {
@@ -28,13 +28,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = exports(__name__, _LAZY)

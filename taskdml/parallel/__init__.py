@@ -13,7 +13,7 @@ training) and ``_tabular`` (scikit-learn Pipelines: transformers fitted chunk-wi
 step trained by the engine).
 """
 
-import importlib
+from taskdml._lazy import exports
 
 # public name -> the module that defines it
 _LAZY = {
@@ -55,13 +55,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = exports(__name__, _LAZY)
