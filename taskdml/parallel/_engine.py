@@ -752,6 +752,7 @@ def _replicated(
     # An actor lives as long as its future does: ``actor_future`` is kept to the end.
     replica, start_args = _replica_task(strategy, estimator)
     clock.lap("collective_s")
+    _in_memory(chunks)
     with _taking_turns(client, addresses):
         clock.lap("lock_s")
         tasks = _submit_together(
@@ -770,6 +771,20 @@ def _replicated(
     )
     del actor_future
     return result
+
+
+def _in_memory(chunks):
+    """Wait until every chunk a replica will read is computed.
+
+    Replicas start together and each holds its worker's thread until the training ends. A
+    chunk still being computed (just persisted, a merged block, or recomputed after its
+    futures were released) would queue behind a replica on a worker whose only thread that
+    replica holds, while the replica waits every round for the one that needs the chunk: a
+    deadlock that a CI run hit. So the replicas are submitted only once the data is there.
+    """
+    from distributed import Future, wait
+
+    wait([part for chunk in chunks for part in chunk[:3] if isinstance(part, Future)])
 
 
 def _submit_together(client, function, start_args, owned, collective, plan, workers, name):
