@@ -752,7 +752,7 @@ def _replicated(
     # An actor lives as long as its future does: ``actor_future`` is kept to the end.
     replica, start_args = _replica_task(strategy, estimator)
     clock.lap("collective_s")
-    _in_memory(chunks)
+    _in_memory(client, chunks)
     with _taking_turns(client, addresses):
         clock.lap("lock_s")
         tasks = _submit_together(
@@ -773,7 +773,7 @@ def _replicated(
     return result
 
 
-def _in_memory(chunks):
+def _in_memory(client, chunks):
     """Wait until every chunk a replica will read is computed.
 
     Replicas start together and each holds its worker's thread until the training ends. A
@@ -782,9 +782,11 @@ def _in_memory(chunks):
     replica holds, while the replica waits every round for the one that needs the chunk: a
     deadlock that a CI run hit. So the replicas are submitted only once the data is there.
     """
-    from distributed import Future, wait
+    from distributed import Future, as_completed
 
-    wait([part for chunk in chunks for part in chunk[:3] if isinstance(part, Future)])
+    futures = [part for chunk in chunks for part in chunk[:3] if isinstance(part, Future)]
+    for _ in as_completed(futures, loop=client.loop):  # *client*'s, not a default client
+        pass
 
 
 def _submit_together(client, function, start_args, owned, collective, plan, workers, name):
