@@ -708,6 +708,7 @@ def _replicated(
             "or add workers."
         )
     owned = _owned(chunks, n_replicas)
+    _in_memory(client, chunks)  # before placement, which follows where the chunks are
     placement = _place(client, owned, threads)
     clock.lap("place_s")
     rule = get_merge_rule(estimator)
@@ -752,7 +753,6 @@ def _replicated(
     # An actor lives as long as its future does: ``actor_future`` is kept to the end.
     replica, start_args = _replica_task(strategy, estimator)
     clock.lap("collective_s")
-    _in_memory(client, chunks)
     with _taking_turns(client, addresses):
         clock.lap("lock_s")
         tasks = _submit_together(
@@ -1042,9 +1042,9 @@ class _Clock:
     """Where the fixed cost of one :func:`train` call goes: seconds per piece, in order.
 
     Before submission, laps of the client's own work (``prepare_s``: arguments and chunk
-    lists; ``inspect_s``; ``blocks_s``; ``place_s``: worker threads, who holds the chunks,
-    placement; ``collective_s``; ``lock_s``: the wait for the replicas' workers;
-    ``submit_s``). After it, from the replicas' own clocks (``time.time``, so across hosts
+    lists; ``inspect_s``; ``blocks_s``; ``place_s``: the chunks in memory, worker threads,
+    who holds them, placement; ``collective_s``; ``lock_s``: the wait for the replicas'
+    workers; ``submit_s``). After it, from the replicas' own clocks (``time.time``, so across hosts
     only as good as their clock sync): ``dispatch_s`` from submission to the first replica's
     start, ``skew_s`` from the first start to the last, and ``return_s`` from the last
     replica's end to the results in this process.

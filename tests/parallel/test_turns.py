@@ -86,11 +86,11 @@ def test_trainings_on_disjoint_workers_run_side_by_side(four_workers):
 
 
 def test_trainings_that_share_workers_take_turns(four_workers):
-    """Two trainings that may use every worker hold the ones they run on: one waits for the
-    other, and both finish (no deadlock)."""
-    first, second = _two_at_once(four_workers, [None, None])
-    shared = set(first.stats["workers"]) & set(second.stats["workers"])
-    assert shared
+    """Two trainings on the same two workers take turns: one waits for the other, and both
+    finish (no deadlock)."""
+    group = sorted(four_workers.nthreads())[1:3]
+    first, second = _two_at_once(four_workers, [group, group])
+    assert first.stats["workers"] == second.stats["workers"] == group
     assert _overlap(first, second) <= 0
 
 
