@@ -60,6 +60,17 @@ def is_table(data):
     )
 
 
+def _inner_y(data, y, what):
+    """*data*'s variable ``y`` if it has one (refused when *y* is given too), else *y*."""
+    if "y" not in data.data_vars:
+        return y
+    if y is not None:
+        raise DataError(
+            f"y was given twice: as an argument and as the {what}'s variable 'y'; pass one of them."
+        )
+    return data["y"]
+
+
 def is_frame(X):
     """Whether *X* is a dask DataFrame."""
     from dask.base import is_dask_collection
@@ -230,13 +241,7 @@ def unwrap(X, y=None, sample_weight=None):
     import xarray as xr
 
     if is_table(X):
-        if "y" in X.data_vars:
-            if y is not None:
-                raise DataError(
-                    "y was given twice: as an argument and as the table's variable "
-                    "'y'; pass one of them."
-                )
-            y = X["y"]
+        y = _inner_y(X, y, "table")
         X = table_frame(X)
     if isinstance(X, xr.Dataset):
         if "X" not in X.data_vars:
@@ -245,13 +250,7 @@ def unwrap(X, y=None, sample_weight=None):
                 f"variables are {sorted(map(str, X.data_vars))}; expected 'X' (dims "
                 "sample, feature) and optionally 'y' (dims sample)."
             )
-        if "y" in X.data_vars:
-            if y is not None:
-                raise DataError(
-                    "y was given twice: as an argument and as the Dataset's variable "
-                    "'y'; pass one of them."
-                )
-            y = X["y"]
+        y = _inner_y(X, y, "Dataset")
         X = X["X"]
     if is_frame(X):
         X = outside_annotations(plain_strings, X)

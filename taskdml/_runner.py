@@ -485,6 +485,8 @@ def summarize(value):
     """
     import dask
 
+    from taskdml._data import is_table
+
     if isinstance(value, dict):
         return {str(key): summarize(item) for key, item in value.items()}
     if hasattr(value, "data_vars") and "X" in getattr(value, "data_vars", {}):
@@ -496,7 +498,7 @@ def summarize(value):
             "chunks": len(value["X"].chunks[0]) if value["X"].chunks else 1,
             "nbytes": int(value.nbytes),
         }
-    if hasattr(value, "data_vars") and "sample" in getattr(value, "sizes", {}):  # a table
+    if is_table(value):
         return {
             "type": "table",
             "n_samples": int(value.sizes["sample"]),

@@ -120,12 +120,12 @@ def map_chunks(function, data, kwargs, *, client, features=None, name=None):
         var = data[v].transpose("sample", ...)
         array = var.data if isinstance(var.data, da.Array) else da.asarray(var.data)
         chunked[v] = (var.dims, array.rechunk(dict.fromkeys(range(1, array.ndim), -1)))
-    data = xr.Dataset(chunked, coords={c: data.coords[c] for c in _small_coords(data)})
+    coords = _small_coords(data)
+    data = xr.Dataset(chunked, coords=coords)
     if along:
         data = data.unify_chunks()
     rows = data.chunksizes["sample"] if along else ()
     bounds = np.cumsum((0,) + tuple(rows)).tolist()
-    coords = {c: (data.coords[c].dims, data.coords[c].values) for c in _small_coords(data)}
     target = getattr(function, "__module__", "?") + ":" + getattr(function, "__qualname__", "?")
 
     arrays = [data[v].data for v in along]
@@ -210,8 +210,15 @@ def _wait(datasets):
 
 
 def _small_coords(data):
-    """Coordinates without a ``sample`` dim (feature names): small, shipped with every task."""
-    return [c for c, coord in data.coords.items() if "sample" not in coord.dims]
+    """Coordinates without a ``sample`` dim (feature names), as ``{name: (dims, values)}``:
+    small, shipped with every task."""
+    import numpy as np
+
+    return {
+        str(c): (coord.dims, np.asarray(coord.values))
+        for c, coord in data.coords.items()
+        if "sample" not in coord.dims
+    }
 
 
 def _where(target, index, start, stop):
@@ -267,12 +274,7 @@ def _record(result):
             for v, var in result.data_vars.items()
             if "sample" in var.dims
         }
-        coords = {
-            str(c): (coord.dims, np.asarray(coord.values))
-            for c, coord in result.coords.items()
-            if "sample" not in coord.dims
-        }
-        return {"variables": variables, "coords": coords}
+        return {"variables": variables, "coords": _small_coords(result)}
     if isinstance(result, tuple) and len(result) == 2 and getattr(result[0], "ndim", 0) == 2:
         X, y = result
         X = X.tocsr() if sparse.issparse(X) else np.asarray(X)
