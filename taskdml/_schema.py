@@ -48,6 +48,17 @@ PARALLEL = {
         "epochs": {"type": "integer", "minimum": 1},
         "shuffle": {"type": "boolean"},
         "random_state": {"type": ["integer", "null"]},
+        "data": {
+            "enum": ["auto", "persist", "stream"],
+            "description": "persist the data in the workers' memory, or stream it: replicas "
+            "read their chunks as they train (auto: stream when the data is over half the "
+            "workers' memory)",
+        },
+        "prefetch": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "chunks a streaming replica reads ahead (default 2)",
+        },
     },
 }
 

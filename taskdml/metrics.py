@@ -961,8 +961,8 @@ def score_in_memory(model, chunks, metric, *, split_every=8):
     ----------
     model : estimator
         Fitted.
-    chunks : sequence of (X, y)
-        NumPy arrays, in row order.
+    chunks : iterable of (X, y)
+        NumPy arrays, in row order; each is used once, as it comes.
     metric : str
         A name from :func:`available_metrics`.
     split_every : int, default=8
@@ -983,11 +983,10 @@ def score_in_memory(model, chunks, metric, *, split_every=8):
     1.0
     """
     metrics = _resolve_metrics([metric])
-    starts = np.cumsum([0] + [len(y) for _, y in chunks])
-    parts = [
-        _chunk_statistics(model, [], X, y, metrics, chunk, int(starts[chunk]))
-        for chunk, (X, y) in enumerate(chunks)
-    ]
+    parts, start = [], 0
+    for chunk, (X, y) in enumerate(chunks):  # one chunk at a time: *chunks* may read them
+        parts.append(_chunk_statistics(model, [], X, y, metrics, chunk, start))
+        start += len(y)
     while len(parts) > 1:
         parts = [
             _combine_statistics(parts[i : i + split_every], metrics)

@@ -335,6 +335,7 @@ class _AdaptiveSearchCV(SearchBase):
             )
         self._store_results(trials, history, best, backend)
         self.metadata_.update(refit or {"refit": None, "refit_epochs": 0})
+        self.metadata_["data"] = backend.plan.data
         self.n_features_in_ = X.shape[1]
         self.fit_time_ = time.perf_counter() - began
         if self.refit:
@@ -352,7 +353,10 @@ class _AdaptiveSearchCV(SearchBase):
         metric, scorer = scoring
         partial_fit = hasattr(self.estimator, "partial_fit")
         client = current_client()
-        chunks, rows, dtypes = prepare(X, y, client=client, n_chunks_min=max(2, n_folds))
+        data, prefetch = self._data_options()
+        chunks, rows, dtypes, data_facts = prepare(
+            X, y, client=client, n_chunks_min=max(2, n_folds), data=data
+        )
         token = tokenize(
             type(self).__name__,
             type(self.estimator).__name__,
@@ -379,6 +383,8 @@ class _AdaptiveSearchCV(SearchBase):
             parallel=parallel or {},
             shuffle=self._shuffle(),
             fit_kwargs={"classes": classes} if classes is not None and classifier else {},
+            prefetch=prefetch,
+            data=data_facts,
         )
         if client is None:
             return LocalBackend(chunks, layout, plan)
@@ -619,6 +625,14 @@ class _AdaptiveSearchCV(SearchBase):
             )
             return None
         return dict(parallel, strategy=strategy)
+
+    def _data_options(self):
+        """``(data, prefetch)``: how the training data reaches the steps (``parallel['data']``,
+        ``parallel['prefetch']``; see :func:`taskdml.train`), whatever the strategy."""
+        from taskdml.parallel._stream import DEFAULT_PREFETCH
+
+        parallel = self.parallel if isinstance(self.parallel, dict) else {}
+        return parallel.get("data", "auto"), int(parallel.get("prefetch", DEFAULT_PREFETCH))
 
     def _shuffle(self):
         """Whether each epoch visits the chunks in a new seeded order (``parallel['shuffle']``)."""

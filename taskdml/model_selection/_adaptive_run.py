@@ -30,6 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 from taskdml import _keys
+from taskdml.parallel._stream import is_streamed, read_ahead, read_part
 from taskdml.parallel._tasks import (
     concatenate_parts,
     epoch_order,
@@ -44,6 +45,7 @@ from taskdml.parallel._tasks import (
 
 def subsample_chunk(X, y, fraction, seed, index):
     """The rows of one chunk kept at *fraction* (a task): nested as the fraction grows."""
+    X, y = read_part(X), read_part(y)
     keep = np.random.default_rng([seed, index]).random(X.shape[0]) < fraction
     return ChunkXY(X[keep], None if y is None else y[keep])
 
@@ -99,6 +101,31 @@ def train_held(estimator, held, order, fit_kwargs):
     return estimator
 
 
+def train_streamed(estimator, chunks, fit_kwargs, prefetch):
+    """A copy of *estimator* after ``partial_fit`` on *chunks* in order, each read here
+    *prefetch* ahead and dropped after use (a streamed step; the same calls as a chain's)."""
+    estimator = copy.deepcopy(estimator)
+    reading = read_ahead(chunks, prefetch)
+    for _ in range(len(chunks)):
+        chunk = next(reading)
+        fit_chunk(estimator, *chunk, (), fit_kwargs)
+        del chunk
+    return estimator
+
+
+def score_streamed(metric, scorer, estimator, chunks, prefetch):
+    """A streamed step's score on the validation *chunks*, read here one after another
+    (a task). *metric* is computed chunk by chunk (as :func:`score_held` does); a *scorer*
+    without one needs the chunks concatenated."""
+    reading = read_ahead(chunks, prefetch)
+    if metric is not None:
+        from taskdml.metrics import score_in_memory
+
+        return score_in_memory(estimator, reading, metric)
+    parts = list(reading)
+    return score_parts(scorer, estimator, [c.X for c in parts], [c.y for c in parts])
+
+
 def score_held(metric, scorer, estimator, held, valid):
     """A fused step's score on the held validation chunks *valid* (a task).
 
@@ -148,6 +175,8 @@ class SearchPlan:
     parallel: dict  # the engine's options for replicated steps; {}: chains only
     shuffle: bool  # a new seeded chunk order per trial and epoch
     fit_kwargs: dict  # partial_fit's keyword arguments (classes)
+    prefetch: int = 2  # chunks a streamed step reads ahead
+    data: dict = None  # how the data reaches the steps: taskdml.parallel._stream.choose's facts
 
 
 class Fold(NamedTuple):
@@ -194,15 +223,19 @@ def chunk_count(n_samples, n_chunks_min):
     return min(n_samples, max(10, n_chunks_min, n_samples // 20_000))
 
 
-def prepare(X, y, *, client, n_chunks_min):
-    """Lay the training data out as chunks: ``(chunks, rows, dtypes)``.
+def prepare(X, y, *, client, n_chunks_min, data="auto"):
+    """Lay the training data out as chunks: ``(chunks, rows, dtypes, data facts)``.
 
     *X* and *y* are NumPy arrays (cut into :func:`chunk_count` chunks) or dask arrays chunked
     along rows (rechunked only if they have fewer than *n_chunks_min* chunks). With a client
-    the chunks are futures (scattered, or the persisted blocks), else computed arrays.
+    the chunks are futures (scattered, or the persisted blocks) or, when *data* says to
+    stream (:func:`taskdml.parallel._stream.choose`), sources the steps read themselves;
+    without one, computed arrays.
     """
     import dask
     import dask.array as da
+
+    from taskdml.parallel import _stream
 
     dtypes = (X.dtype, None if y is None else y.dtype)
     if not isinstance(X, da.Array):
@@ -215,7 +248,7 @@ def prepare(X, y, *, client, n_chunks_min):
                 ChunkXY(flat[i], None if y is None else flat[i + 1])
                 for i in range(0, len(flat), step)
             ]
-        return chunks, [b - a for a, b in bounds], dtypes
+        return chunks, [b - a for a, b in bounds], dtypes, IN_MEMORY
     X = X.compute_chunk_sizes() if any(math.isnan(c) for c in X.chunks[0]) else X
     if len(X.chunks[0]) < n_chunks_min:
         X = X.rechunk({0: -(-X.shape[0] // n_chunks_min)})
@@ -224,13 +257,24 @@ def prepare(X, y, *, client, n_chunks_min):
         y = da.asarray(y)
         y = y.compute_chunk_sizes() if any(math.isnan(c) for c in y.chunks[0]) else y
         arrays.append(y.rechunk((X.chunks[0],)))
+    facts = IN_MEMORY
     if client is None:
         blocks = dask.compute(*[a.to_delayed().ravel().tolist() for a in arrays])
     else:
-        blocks = [_block_futures(a) for a in client.persist(arrays)]
+        limits = [
+            w.get("memory_limit") for w in client.scheduler_info(n_workers=-1)["workers"].values()
+        ]
+        mode, facts = _stream.choose(data, sum(a.nbytes for a in arrays), limits, False)
+        if mode == "stream":
+            blocks = [list(_stream.sources(a).values()) for a in arrays]
+        else:
+            blocks = [_block_futures(a) for a in client.persist(arrays)]
     keep = [i for i, rows in enumerate(X.chunks[0]) if rows]  # empty chunks teach nothing
     chunks = [ChunkXY(blocks[0][i], None if y is None else blocks[1][i]) for i in keep]
-    return chunks, [X.chunks[0][i] for i in keep], dtypes
+    return chunks, [X.chunks[0][i] for i in keep], dtypes, facts
+
+
+IN_MEMORY = {"mode": "persist", "reason": "in-memory data, or no cluster"}
 
 
 def _block_futures(array):
@@ -246,9 +290,13 @@ def find_classes(chunks, client, name):
     if client is None:
         return np.unique(np.concatenate([np.unique(y) for _, y in chunks]))
     labels = client.gather(
-        [client.submit(np.unique, y, key=(name, i)) for i, (_, y) in enumerate(chunks)]
+        [client.submit(_labels, y, key=(name, i)) for i, (_, y) in enumerate(chunks)]
     )
     return np.unique(np.concatenate(labels))
+
+
+def _labels(y):
+    return np.unique(read_part(y))
 
 
 def make_folds(n_chunks, cv, validation_fraction, seed):
@@ -312,13 +360,16 @@ class ClusterBackend:
         self.pending = as_completed()
         self.handles = {}
         self.datasets = []
+        self.streamed = any(is_streamed(chunk) for chunk in chunks)
         self.validation = [
-            self._dataset(fold.valid) if plan.metric else None for fold in layout.folds
+            self._dataset(fold.valid) if plan.metric and not self.streamed else None
+            for fold in layout.folds
         ]
         nthreads = client.nthreads()
         self.workers = sorted(nthreads)
         self.n_workers, self.n_threads = len(nthreads), sum(nthreads.values())
-        self.held = self._hold() if plan.partial_fit and self._fits_everywhere() else {}
+        fused = plan.partial_fit and not self.streamed and self._fits_everywhere()
+        self.held = self._hold() if fused else {}
         self.load = dict.fromkeys(self.held, 0)  # fused tasks in flight per worker
 
     def _fits_everywhere(self):
@@ -349,9 +400,12 @@ class ClusterBackend:
         }
 
     def mode(self, job):
-        """How *job*'s step trains: ``subsample``, ``replicated``, ``fused`` or ``chain``."""
+        """How *job*'s step trains: ``subsample``, ``replicated``, ``streamed``, ``fused`` or
+        ``chain``."""
         if not self.plan.partial_fit:
             return "subsample"
+        if self.streamed:
+            return "streamed"
         if job.replicas > 1:
             return "replicated"
         return "fused" if self.held else "chain"
@@ -423,6 +477,10 @@ class ClusterBackend:
                 state = self._fused(state, worker, train, fold, job)
                 if score:
                     scores.append(self._score_held(state, worker, fold, job))
+            elif job.mode == "streamed":
+                state = self._streamed(state, train, fold, job)
+                if score:
+                    scores.append(self._score_streamed(state, fold, job))
             else:
                 step = {"subsample": self._subsample, "replicated": self._replicated}
                 state = step.get(job.mode, self._chain)(state, train, fold, job)
@@ -486,6 +544,30 @@ class ClusterBackend:
             workers=[worker],
             allow_other_workers=True,
             priority=job.rung,
+        )
+
+    def _streamed(self, state, train, fold, job):
+        """One task that reads the step's chunks as it trains on them: every epoch."""
+        return self.client.submit(
+            train_streamed,
+            state,
+            [self.chunks[c] for c in self._order(train, job.trial, fold, job)],
+            self.plan.fit_kwargs,
+            self.plan.prefetch,
+            key=(self.names["trial-step"], job.trial.id, fold, job.start, job.stop),
+            priority=job.rung,
+        )
+
+    def _score_streamed(self, state, fold, job):
+        return self.client.submit(
+            score_streamed,
+            self.plan.metric,
+            self.plan.scorer,
+            state,
+            [self.chunks[i] for i in self.layout.folds[fold].valid],
+            self.plan.prefetch,
+            key=(self.names["trial-score"], job.trial.id, fold, job.stop),
+            priority=job.rung + 1000,
         )
 
     def _chain(self, state, train, fold, job):
@@ -580,6 +662,7 @@ class LocalBackend:
     """The same steps in this process, one at a time, in the order they are launched."""
 
     n_workers = n_threads = 1
+    streamed = False
 
     def __init__(self, chunks, layout, plan):
         self.chunks = chunks  # [(X array, y array or None)]
@@ -789,7 +872,7 @@ class Driver:
         before half of the step is done, at least two threads are free, and the step takes
         at least :data:`REPLICATED_MIN_SECONDS` (the engine's fixed cost is ~20 ms a call).
         """
-        if self.backend.n_workers < 2 or not self.epoch_seconds:
+        if self.backend.n_workers < 2 or not self.epoch_seconds or self.backend.streamed:
             return False
         per_epoch = float(np.median(self.epoch_seconds)) * self.n_folds
         own = epochs * per_epoch

@@ -34,6 +34,8 @@ PARALLEL_KEYS = (
     "shuffle_rows",
     "n_replicas",
     "random_state",
+    "data",
+    "prefetch",
 )
 """The keys of a search's ``parallel`` dict: keyword arguments of :func:`taskdml.train`."""
 

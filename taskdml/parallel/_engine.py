@@ -64,6 +64,7 @@ from taskdml.parallel import (
     _direct,
     _period,
     _replica,
+    _stream,
     _tabular,
     _tasks,
 )
@@ -107,6 +108,7 @@ class TrainingPlan:
     rounds_per_epoch: int = 0  # most sync rounds in one epoch (exactly, for an integer period)
     most_blocks: int = 0  # the most blocks of a replica: the rounds of an epoch cover them
     rule: object = None  # the estimator's merge rule (sync/async), set with the rounds
+    prefetch: int = _stream.DEFAULT_PREFETCH  # chunks a streaming replica reads ahead
 
 
 @dataclasses.dataclass
@@ -191,6 +193,8 @@ def train(
     n_iter_no_change=None,
     n_replicas=None,
     workers=None,
+    data="auto",
+    prefetch=_stream.DEFAULT_PREFETCH,
     client=None,
 ):
     """Train a copy of *estimator* on chunked data; return a :class:`TrainResult`.
@@ -231,6 +235,16 @@ def train(
         The worker addresses the replicas may run on (default: every worker); chunks held
         elsewhere are copied to them once. Replicated trainings hold their workers while they
         run, so trainings on disjoint workers run side by side and the others take turns.
+    data : {"auto", "persist", "stream"}, default="auto"
+        How the chunks reach sync and async replicas: persisted in the workers' memory, or
+        streamed — read by the replicas as they train, *prefetch* ahead, and dropped after
+        use, so that memory is bounded by the chunk size, not the data size
+        (:mod:`taskdml.parallel._stream`). ``"auto"`` persists data already persisted or
+        taking at most half the workers' memory limit, and streams larger data. The choice
+        and its inputs are in ``stats["data"]``.
+    prefetch : int, default=2
+        Chunks a streaming replica reads ahead in a background thread (0: read each when
+        it is needed).
     client : distributed.Client or False, optional
         Default: the current client if there is one, else threads in this process;
         ``False`` forces threads in this process even when a client exists.
@@ -292,12 +306,16 @@ def train(
                 tol=tol,
                 n_iter_no_change=n_iter_no_change,
                 n_replicas=n_replicas,
+                data=data,
+                prefetch=prefetch,
             ),
         )
     if _data.is_frame(X):
         X = _data.outside_annotations(_numeric_array, X)
     arrays = [a for a in (X, y, sample_weight) if a is not None]
-    if client is not None and not all(_persisted(client, array) for array in arrays):
+    persisted = client is not None and all(_persisted(client, array) for array in arrays)
+    mode, data_facts = _data_mode(data, client, arrays, persisted, workers)
+    if client is not None and mode == "persist" and not persisted:
         arrays = client.persist(arrays)
     chunks = _chunk_lists(arrays, X, y, sample_weight)
     clock.lap("prepare_s")
@@ -316,11 +334,15 @@ def train(
         scorer=_scorer(scoring),
         tol=tol,
         n_iter_no_change=n_iter_no_change,
+        prefetch=int(prefetch),
     )
     strategy = _choose(estimator, strategy)
     n_chunks = len(chunks)
     clock.lap("inspect_s")
     chunks, block_stats = _training_blocks(estimator, chunks, facts, X, strategy, client)
+    if mode == "stream" and strategy in ("sync", "async"):
+        found = {key: source for array in arrays for key, source in _stream.sources(array).items()}
+        chunks = [_stream.as_streamed(chunk, found) for chunk in chunks]
     clock.lap("blocks_s")
     started = time.perf_counter()
     if strategy == "fit":
@@ -337,12 +359,63 @@ def train(
     result.stats.update(
         wall_s=time.perf_counter() - started, n_samples=rows, n_chunks=n_chunks, **block_stats
     )
+    result.stats["data"] = _data_stats(data_facts, strategy, result, facts, arrays, plan)
     without_round_start(result.estimator)
     relink_birch_views(result.estimator)
     for entry in result.history:
         entry.pop("stop", None)
         entry["samples_seen"] = rows * entry["epoch"]
     return result
+
+
+def _data_mode(data, client, arrays, persisted, workers):
+    """``(mode, facts)`` of :func:`taskdml.parallel._stream.choose` for these arrays, against
+    the memory limits of the workers the training may use (this machine's memory without a
+    client)."""
+    import math
+
+    nbytes = sum(array.nbytes for array in arrays)
+    nbytes = 0 if math.isnan(nbytes) else nbytes
+    if client is None:
+        import psutil
+
+        limits = [psutil.virtual_memory().total]
+    else:
+        infos = client.scheduler_info(n_workers=-1)["workers"]
+        limits = [
+            info.get("memory_limit")
+            for address, info in infos.items()
+            if workers is None or address in workers
+        ]
+    return _stream.choose(data, nbytes, limits, persisted)
+
+
+def _data_stats(facts, strategy, result, chunk_facts, arrays, plan):
+    """What ``stats["data"]`` says: the choice, its inputs, and for a streaming training the
+    memory it may hold per worker (:func:`taskdml.parallel._stream.memory_bound`)."""
+    facts = dict(facts)
+    if strategy not in ("sync", "async") or facts["mode"] != "stream":
+        facts["streamed"] = False
+        return facts
+    import pickle
+
+    rows = sum(fact["rows"] for fact in chunk_facts)
+    row_bytes = sum(array.nbytes for array in arrays) / max(rows, 1)
+    chunk_bytes = int(max(fact["rows"] for fact in chunk_facts) * row_bytes)
+    workers = result.stats.get("workers") or [None]
+    replicas = result.stats["replicas"]
+    per_worker = -(-replicas // len(workers))
+    model_bytes = len(pickle.dumps(result.estimator))
+    facts.update(
+        streamed=True,
+        prefetch=plan.prefetch,
+        chunk_bytes=chunk_bytes,
+        model_bytes=model_bytes,
+        memory_bound_bytes=_stream.memory_bound(
+            per_worker, chunk_bytes, plan.prefetch, model_bytes, replicas
+        ),
+    )
+    return facts
 
 
 def _train_pipeline(pipeline, X, y, client, options):
@@ -985,15 +1058,19 @@ def _place(client, owned, threads):
 
     Replicas are spread evenly over the workers first, never more on a worker than it has
     threads (each replica holds one for the whole training); *threads* maps worker address to
-    thread count and holds at least as many threads as there are replicas.
+    thread count and holds at least as many threads as there are replicas. Streamed chunks
+    are read wherever they are trained on, so they weigh nothing here.
     """
+    from distributed import Future
+
     workers = sorted(threads)
-    who_has = client.who_has([c.X for chunks in owned for c in chunks])
+    held = [c.X for chunks in owned for c in chunks if isinstance(c.X, Future)]
+    who_has = client.who_has(held) if held else {}
     local = []
     for rank, chunks in enumerate(owned):
         for worker in workers:
-            held = sum(1 for c in chunks if worker in who_has.get(c.X.key, ()))
-            local.append((-held, rank, worker))
+            here = sum(1 for c in chunks if worker in who_has.get(getattr(c.X, "key", None), ()))
+            local.append((-here, rank, worker))
     placement, used = {}, {}
     even = -(-len(owned) // len(workers))
     for capacity in ({w: min(even, threads[w]) for w in workers}, threads):

@@ -122,6 +122,14 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         into about ``max(2, n_workers)`` chunks of at least 32 rows.
     n_replicas : int or None, default=None
         Replicas for ``"sync"`` and ``"async"``; default one per worker (one without a client).
+    data : {"auto", "persist", "stream"}, default="auto"
+        How dask input reaches the replicas: persisted in the workers' memory, or streamed
+        (each replica reads its chunks as it trains, ``prefetch`` ahead, and drops them), so
+        that data larger than the workers' memory trains in bounded memory. ``"auto"``
+        streams data over half the workers' total memory limit; ``stats_["data"]`` says
+        what ran and why (see :func:`taskdml.train`).
+    prefetch : int, default=2
+        Chunks a streaming replica reads ahead.
 
     Attributes
     ----------
@@ -138,6 +146,9 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
     strategy_ : str
         What ran last: ``"sync"``, ``"async"``, ``"sequential"`` (also after a fallback), or
         ``"fit"`` (one ``fit`` on all the data, for an estimator without ``partial_fit``).
+    stats_ : dict
+        Facts of the last training (:attr:`taskdml.TrainResult.stats`): replicas, workers,
+        timings, and ``data`` (persisted or streamed, and why).
     classes_ : ndarray of shape (n_classes,)
         Class labels (classifiers only).
     n_features_in_ : int
@@ -191,6 +202,8 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         n_iter_no_change=None,
         chunk_size=None,
         n_replicas=None,
+        data="auto",
+        prefetch=2,
     ):
         self.estimator = estimator
         self.strategy = strategy
@@ -205,6 +218,8 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         self.n_iter_no_change = n_iter_no_change
         self.chunk_size = chunk_size
         self.n_replicas = n_replicas
+        self.data = data
+        self.prefetch = prefetch
 
     # ----------------------------------------------------------------------------------------
     # Training
@@ -303,6 +318,8 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             tol=self.tol,
             n_iter_no_change=self.n_iter_no_change,
             n_replicas=self.n_replicas,
+            data=self.data,
+            prefetch=self.prefetch,
         )
         history = result.history or [
             {
@@ -326,6 +343,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             "history_": history_before + history,
             "n_epochs_": history[-1]["epoch"],
             "strategy_": result.strategy,
+            "stats_": result.stats,
             "n_features_in_": len(X.columns) if is_frame(X) else X.shape[1],
         }
         if feature_names is not None:

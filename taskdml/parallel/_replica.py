@@ -16,6 +16,7 @@ import time
 from taskdml.parallel._collective import call
 from taskdml.parallel._merge_registry import prepare_start
 from taskdml.parallel._period import Period
+from taskdml.parallel._stream import read_ahead, read_chunk
 from taskdml.parallel._tasks import epoch_order, fit_chunk, transform_chunk
 
 
@@ -69,7 +70,7 @@ def sync_replica(rank, estimator, chunks, collective, plan):
     with _coordinated(collective, rank) as timings:
         start = None
         if rank == 0:
-            first = chunks[0]
+            first = read_chunk(chunks[0])
             classes = plan.fit_kwargs.get("classes")
             start = prepare_start(estimator, first.X, first.y, classes, rule=plan.rule)
         start = call(collective, "broadcast", "start", rank, start)
@@ -91,20 +92,25 @@ def _sync_replica(rank, start, chunks, collective, plan):
     """
     state, history, busy, waiting = start, [], 0.0, 0.0
     validation, period, overhead = plan.validation, Period(plan.sync_every, plan.most_blocks), None
+    orders = [
+        epoch_order(chunks, (plan.seed, epoch, rank), plan.shuffle) for epoch in range(plan.epochs)
+    ]
+    reading = read_ahead([chunk for order in orders for chunk in order], plan.prefetch)
     for epoch in range(plan.epochs):
         epoch_started = time.perf_counter()
-        order = epoch_order(chunks, (plan.seed, epoch, rank), plan.shuffle)
         done, round_index = 0, 0
         while (size := period.blocks(done)) > 0:
             copying = time.perf_counter()
             replica, rows = copy.deepcopy(state), 0
             began = time.perf_counter()
-            blocks = order[done : done + size]
-            for chunk in blocks:
+            n_blocks = len(orders[epoch][done : done + size])
+            for _ in range(n_blocks):
+                chunk = next(reading)
                 rows += _fit_chunk(replica, chunk, plan, epoch)
+                del chunk  # before the next read: at most prefetch + 1 chunks at once
             reduced = time.perf_counter()
             busy += reduced - began
-            info = period.info(reduced - began, len(blocks), overhead)
+            info = period.info(reduced - began, n_blocks, overhead)
             round_id = (epoch, round_index)
             state, infos = call(collective, "reduce", round_id, rank, replica, rows, info)
             returned = time.perf_counter()
@@ -126,6 +132,7 @@ def _sync_replica(rank, start, chunks, collective, plan):
         history.append(report)
         if report.get("stop"):
             break
+    reading.close()
     stats = {"rank": rank, "busy_s": busy, "reduce_wait_s": waiting}
     return (state, history, stats) if rank == 0 else (None, None, stats)
 
@@ -166,13 +173,20 @@ def async_replica(rank, chunks, collective, plan):
 
 def _async_replica(rank, chunks, collective, plan):
     busy = 0.0
-    for epoch in range(plan.epochs):
-        for chunk in epoch_order(chunks, (plan.seed, epoch, rank), plan.shuffle):
-            state, version = call(collective, "pull", rank)
-            replica = copy.deepcopy(state)
-            began = time.perf_counter()
-            rows = _fit_chunk(replica, chunk, plan, epoch)
-            busy += time.perf_counter() - began
-            call(collective, "push", rank, replica, version, rows)
+    epochs = [
+        (epoch, chunk)
+        for epoch in range(plan.epochs)
+        for chunk in epoch_order(chunks, (plan.seed, epoch, rank), plan.shuffle)
+    ]
+    reading = read_ahead([chunk for _, chunk in epochs], plan.prefetch)
+    for epoch, _ in epochs:
+        chunk = next(reading)
+        state, version = call(collective, "pull", rank)
+        replica = copy.deepcopy(state)
+        began = time.perf_counter()
+        rows = _fit_chunk(replica, chunk, plan, epoch)
+        busy += time.perf_counter() - began
+        del chunk
+        call(collective, "push", rank, replica, version, rows)
     call(collective, "finish", rank)
     return {"rank": rank, "busy_s": busy}

@@ -1,0 +1,311 @@
+"""Streaming training: replicas and search steps read their chunks as they train.
+
+The small tests check that streaming changes where chunks are read, never the arithmetic
+(the same estimator, bit for bit, as persisting), that the read-ahead holds at most
+``prefetch + 1`` chunks, and the ``data="auto"`` rule. The slow ones train on a Zarr store
+four times larger than the workers' memory limits and check every worker's peak memory.
+"""
+
+import gc
+import os
+import resource
+import weakref
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+from distributed import Client, LocalCluster
+from sklearn.linear_model import SGDClassifier
+
+from taskdml import DataParallel, train
+from taskdml.model_selection import ASHASearchCV
+from taskdml.parallel import _stream
+from taskdml.parallel._chunks import Chunk
+
+N_FEATURES = 8
+WEIGHTS = np.linspace(-1.0, 1.0, N_FEATURES)
+
+
+def blobs(n_samples, seed):
+    """Rows of a noisy linear rule: uniform features, labels 0/1 (about 90 % separable)."""
+    rng = np.random.default_rng(seed)
+    X = rng.random((n_samples, len(WEIGHTS))) - 0.5
+    noise = rng.normal(scale=0.1, size=n_samples)
+    return X, (X @ WEIGHTS + noise > 0).astype(np.int8)
+
+
+def write_store(path, n_chunks, chunk_rows, n_features=N_FEATURES):
+    """A Zarr store of *n_chunks* generated chunk by chunk (never whole in memory)."""
+    weights = np.linspace(-1.0, 1.0, n_features)
+    shape = (n_chunks * chunk_rows, n_features)
+    X = zarr.create_array(
+        f"{path}/X",
+        shape=shape,
+        chunks=(chunk_rows, n_features),
+        dtype="f8",
+        compressors=None,
+        overwrite=True,
+    )
+    y = zarr.create_array(
+        f"{path}/y",
+        shape=shape[:1],
+        chunks=(chunk_rows,),
+        dtype="i1",
+        compressors=None,
+        overwrite=True,
+    )
+    for i in range(n_chunks):
+        rng = np.random.default_rng([7, i])
+        block = rng.random((chunk_rows, n_features)) - 0.5
+        rows = slice(i * chunk_rows, (i + 1) * chunk_rows)
+        X[rows] = block
+        y[rows] = (block @ weights + rng.normal(scale=0.1, size=chunk_rows) > 0).astype(np.int8)
+    return da.from_zarr(f"{path}/X"), da.from_zarr(f"{path}/y")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address=None
+    ) as local:
+        yield local
+
+
+@pytest.fixture
+def client(cluster):
+    with Client(cluster) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def small_store(tmp_path_factory):
+    return write_store(tmp_path_factory.mktemp("store"), n_chunks=10, chunk_rows=2_000)
+
+
+@pytest.mark.parametrize("strategy", ["sync", "async"])
+def test_streaming_trains_what_persisting_trains(client, small_store, strategy):
+    """A streamed sync training equals a persisted one bit for bit; async trains and says so."""
+    X, y = small_store
+    results = {
+        data: train(
+            SGDClassifier(random_state=0),
+            X,
+            y,
+            strategy=strategy,
+            epochs=2,
+            sync_every=2,
+            random_state=0,
+            data=data,
+        )
+        for data in ("persist", "stream")
+    }
+    assert results["stream"].stats["data"]["mode"] == "stream"
+    assert results["stream"].stats["data"]["streamed"] is True
+    assert results["persist"].stats["data"]["streamed"] is False
+    if strategy == "sync":
+        np.testing.assert_array_equal(
+            results["stream"].estimator.coef_, results["persist"].estimator.coef_
+        )
+    else:
+        assert results["stream"].estimator.score(*dask.compute(X, y)) > 0.9
+
+
+def test_streaming_without_a_cluster_matches(small_store):
+    """Threads of this process stream too, with the same arithmetic as on a cluster."""
+    X, y = small_store
+    streamed, persisted = (
+        train(
+            SGDClassifier(random_state=0),
+            X,
+            y,
+            epochs=2,
+            sync_every=1,
+            random_state=0,
+            n_replicas=2,
+            data=data,
+            client=False,
+        )
+        for data in ("stream", "persist")
+    )
+    assert streamed.stats["data"]["streamed"] is True
+    np.testing.assert_array_equal(streamed.estimator.coef_, persisted.estimator.coef_)
+
+
+@pytest.mark.parametrize("prefetch", [0, 1, 3])
+def test_read_ahead_holds_at_most_prefetch_plus_one_chunks(prefetch):
+    """While a chunk is trained on, at most prefetch + 1 read chunks exist."""
+    alive = []
+
+    def make(i):
+        block = np.full((1_000, 2), float(i))
+        alive.append(weakref.ref(block))
+        return block
+
+    array = da.concatenate(
+        [da.from_delayed(dask.delayed(make)(i), (1_000, 2), float) for i in range(8)]
+    )
+    found = _stream.sources(array)
+    chunks = [Chunk(source, None, None, i) for i, source in enumerate(found.values())]
+    most, seen = 0, []
+    reading = _stream.read_ahead(chunks, prefetch)
+    for _ in range(len(chunks)):
+        chunk = next(reading)
+        seen.append(chunk.X[0, 0])
+        del chunk
+        gc.collect()
+        most = max(most, sum(ref() is not None for ref in alive))
+    assert seen == list(range(8))
+    assert most <= prefetch + 1
+
+
+def test_a_read_error_is_raised_where_the_chunk_is_trained():
+    """A chunk that cannot be read fails the training with the reader's error."""
+
+    def broken():
+        raise OSError("chunk file vanished")
+
+    array = da.from_delayed(dask.delayed(broken)(), (10, 2), float)
+    chunks = [Chunk(source, None, None, 0) for source in _stream.sources(array).values()]
+    with pytest.raises(OSError, match="chunk file vanished"):
+        list(_stream.read_ahead(chunks, 2))
+
+
+@pytest.mark.parametrize(
+    ("data", "nbytes", "limits", "persisted", "mode"),
+    [
+        ("auto", 100, [100, 100], False, "persist"),  # half the memory: persist
+        ("auto", 101, [100, 100], False, "stream"),
+        ("auto", 10**12, [100, 100], True, "persist"),  # already in memory
+        ("auto", 10**12, [0, 100], False, "persist"),  # a worker without a limit
+        ("stream", 1, [100], False, "stream"),
+        ("persist", 10**12, [100], False, "persist"),
+    ],
+)
+def test_auto_streams_data_over_half_the_workers_memory(data, nbytes, limits, persisted, mode):
+    """data="auto" persists what takes at most half the memory limits, streams the rest."""
+    assert _stream.choose(data, nbytes, limits, persisted)[0] == mode
+
+
+def test_an_unknown_data_mode_is_refused():
+    """A misspelt data mode names the valid ones."""
+    with pytest.raises(ValueError, match="data must be one of auto, persist, stream, got 'steam'"):
+        _stream.choose("steam", 1, [1], False)
+
+
+def test_a_streamed_search_equals_a_persisted_one(client, small_store):
+    """ASHA over streamed chunks runs the same steps and scores as over persisted ones."""
+    X, y = small_store
+    searches = {}
+    for data in ("persist", "stream"):
+        search = ASHASearchCV(
+            SGDClassifier(random_state=0),
+            {"alpha": [1e-5, 1e-4, 1e-3, 1e-2]},
+            max_epochs=3,
+            random_state=0,
+            parallel={"data": data, "strategy": "sequential"},
+        )
+        searches[data] = search.fit(X, y)
+    streamed, persisted = searches["stream"], searches["persist"]
+    assert streamed.metadata_["data"]["mode"] == "stream"
+    assert {entry["mode"] for entry in streamed.history_} == {"streamed"}
+    assert streamed.best_params_ == persisted.best_params_
+    scores = [[entry["score"] for entry in s.history_] for s in (streamed, persisted)]
+    assert scores[0] == scores[1]
+    np.testing.assert_array_equal(streamed.best_estimator_.coef_, persisted.best_estimator_.coef_)
+
+
+# --------------------------------------------------------------------------------------------
+# Data four times the workers' memory.
+
+WORKER_MEMORY = 600 * 2**20
+BIG_FEATURES = 40
+BIG_CHUNK_ROWS = 100_000
+BIG_CHUNKS = 170  # 17M rows x 40 float64: 5.07 GiB, 4.2x the two workers' 1.17 GiB
+
+
+@pytest.fixture(scope="module")
+def big_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("big")
+    X, y = write_store(path, BIG_CHUNKS, BIG_CHUNK_ROWS, BIG_FEATURES)
+    assert X.nbytes >= 4 * 2 * WORKER_MEMORY
+    yield X, y
+    for part in ("X", "y"):  # 5 GiB: not left for the session's end
+        import shutil
+
+        shutil.rmtree(path / part)
+
+
+@pytest.fixture(scope="module")
+def small_workers():
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            memory_limit=WORKER_MEMORY,
+            host="127.0.0.1",
+            dashboard_address=None,
+        ) as local,
+        Client(local) as client,
+    ):
+        yield client
+
+
+def _peaks(client):
+    """Every worker's process and peak resident memory (bytes) since it started."""
+    return client.run(
+        lambda: (os.getpid(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    )
+
+
+def _holdout(n_features):
+    rng = np.random.default_rng(99)
+    X = rng.random((200_000, n_features)) - 0.5
+    weights = np.linspace(-1.0, 1.0, n_features)
+    return X, (X @ weights + rng.normal(scale=0.1, size=len(X)) > 0).astype(np.int8)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_training_on_a_store_four_times_the_workers_memory(small_workers, big_store):
+    """DataParallel streams a 5 GiB store through two 600 MiB workers: peaks stay below the
+    limits, no worker restarts, and accuracy is within 0.5 pp of training on a fraction."""
+    client = small_workers
+    X, y = big_store
+    before = _peaks(client)
+    model = DataParallel(SGDClassifier(random_state=0), random_state=0).fit(X, y)
+    after = _peaks(client)
+    assert model.stats_["data"]["mode"] == "stream"
+    assert {w: pid for w, (pid, _) in after.items()} == {w: pid for w, (pid, _) in before.items()}
+    assert all(peak < WORKER_MEMORY for _, peak in after.values()), after
+    fraction = DataParallel(SGDClassifier(random_state=0), random_state=0, data="persist")
+    fraction.fit(X[: 10 * BIG_CHUNK_ROWS], y[: 10 * BIG_CHUNK_ROWS])
+    X_test, y_test = _holdout(BIG_FEATURES)
+    assert abs(model.score(X_test, y_test) - fraction.score(X_test, y_test)) <= 0.005
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_asha_search_on_a_store_four_times_the_workers_memory(small_workers, big_store):
+    """ASHA streams the same store: peaks below the limits, no restarts, and its best model
+    within 0.5 pp of the same search on a fraction that fits in memory."""
+    client = small_workers
+    X, y = big_store
+    before = _peaks(client)
+    space = {"alpha": [1e-5, 1e-4, 1e-3]}
+    search = ASHASearchCV(SGDClassifier(random_state=0), space, max_epochs=2, random_state=0)
+    search.fit(X, y)
+    after = _peaks(client)
+    assert search.metadata_["data"]["mode"] == "stream"
+    assert {w: pid for w, (pid, _) in after.items()} == {w: pid for w, (pid, _) in before.items()}
+    assert all(peak < WORKER_MEMORY for _, peak in after.values()), after
+    fraction = ASHASearchCV(
+        SGDClassifier(random_state=0),
+        space,
+        max_epochs=2,
+        random_state=0,
+        parallel={"data": "persist", "strategy": "sequential"},
+    ).fit(X[: 10 * BIG_CHUNK_ROWS], y[: 10 * BIG_CHUNK_ROWS])
+    X_test, y_test = _holdout(BIG_FEATURES)
+    assert abs(search.score(X_test, y_test) - fraction.score(X_test, y_test)) <= 0.005
