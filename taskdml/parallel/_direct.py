@@ -83,6 +83,11 @@ def steps(n_replicas, rank):
     return schedule
 
 
+ABORT_FLUSH_S = 2.0
+"""Seconds a failing replica waits for its abort messages to go out (one to a worker that
+died would wait for the connect timeout) before it leaves."""
+
+
 class DirectAllReduce:
     """The all-reduce of one training, between replica tasks on the given workers.
 
@@ -164,7 +169,11 @@ class DirectAllReduce:
         for peer in range(len(self.addresses)):
             if peer != self._rank:
                 self._send(peer, "abort", abort=message)
-        self._flush(timeout=5.0)
+        with contextlib.suppress(Exception):
+            self._flush(timeout=ABORT_FLUSH_S)
+        for _, future in self._sends:  # to a worker that is gone: connecting would take long
+            future.cancel()
+        self._sends = []
 
     def leave(self, rank):
         """End this replica's part: wait for its last messages to go out and drop its
@@ -413,3 +422,12 @@ def handler_state(dask_worker):
     if dask_worker.handlers.get(HANDLER) is not receive:
         return f"the '{HANDLER}' handler is not installed"
     return None
+
+
+def abort_training(training, message):
+    """Make every replica of *training* in this process raise at its next wait (run on the
+    workers by ``Client.run`` when one of the training's workers left)."""
+    with _MAILBOXES_LOCK:
+        boxes = [box for (name, _), box in _MAILBOXES.items() if name == training]
+    for box in boxes:
+        box.fail(message)

@@ -49,6 +49,7 @@ import concurrent.futures
 import contextlib
 import copy
 import dataclasses
+import math
 import threading
 import time
 import uuid
@@ -62,6 +63,7 @@ from taskdml.parallel import (
     _chunks,
     _collective,
     _direct,
+    _elastic,
     _period,
     _replica,
     _stream,
@@ -109,6 +111,12 @@ class TrainingPlan:
     most_blocks: int = 0  # the most blocks of a replica: the rounds of an epoch cover them
     rule: object = None  # the estimator's merge rule (sync/async), set with the rounds
     prefetch: int = _stream.DEFAULT_PREFETCH  # chunks a streaming replica reads ahead
+    # A segment of an elastic training (taskdml.parallel._elastic); the defaults: all of it.
+    first_epoch: int = 0  # the epoch this segment starts in
+    resumed: bool = False  # starts from a global state (no prepare, no broadcast)
+    resume_blocks: int = 0  # the most blocks left of the first epoch on a replica, if resumed
+    training: str = ""  # the segment's id: replicas asked to stop look it up
+    checkpoint_s: float = _elastic.CHECKPOINT_S  # rank 0 ends a segment after this long
 
 
 @dataclasses.dataclass
@@ -372,7 +380,6 @@ def _data_mode(data, client, arrays, persisted, workers):
     """``(mode, facts)`` of :func:`taskdml.parallel._stream.choose` for these arrays, against
     the memory limits of the workers the training may use (this machine's memory without a
     client)."""
-    import math
 
     nbytes = sum(array.nbytes for array in arrays)
     nbytes = 0 if math.isnan(nbytes) else nbytes
@@ -766,84 +773,264 @@ def _replicated(
         return _replicated_locally(
             estimator, chunks, plan, strategy, staleness, n_replicas or 1, clock
         )
+    rule = get_merge_rule(estimator)
+    plan = dataclasses.replace(plan, rule=rule)
+    if strategy == "async":
+        threads = _worker_threads(client, workers)
+        count = _replica_count(n_replicas, threads, len(chunks))
+        owned = _owned(chunks, count)
+        segment = _segment(
+            client,
+            estimator,
+            owned,
+            None,
+            dataclasses.replace(_with_rounds(plan, owned), training=uuid.uuid4().hex),
+            strategy,
+            staleness,
+            threads,
+            clock,
+        )
+        return segment.result(strategy, count)
+    return _elastic_sync(estimator, chunks, plan, client, n_replicas, clock, workers)
+
+
+def _elastic_sync(estimator, chunks, plan, client, n_replicas, clock, workers):
+    """Sync replicas on a cluster, in segments re-planned as workers join and leave
+    (:mod:`taskdml.parallel._elastic`)."""
+    by_index = {chunk.index: chunk for chunk in chunks}
+    may_grow = workers is None and n_replicas is None
+    state, prepared, epoch, left = estimator, False, 0, None
+    segments, replans, used, reason, lost_in_a_row = [], [], set(), None, 0
+    while True:
+        threads = _worker_threads(client, workers)
+        count = _replica_count(n_replicas, threads, len(chunks))
+        owned = _owned(chunks, count)
+        if left is not None and len(left) != count:
+            left = _elastic.deal(chunks, [c.index for share in left for c in share], count)
+        segment_plan = dataclasses.replace(
+            _with_rounds(plan, owned),
+            first_epoch=epoch,
+            resumed=prepared,
+            resume_blocks=max(len(share) for share in left) if left else 0,
+            training=uuid.uuid4().hex,
+            checkpoint_s=_elastic.checkpoint_seconds(),
+        )
+        if reason is not None:
+            replans[-1].update(replicas=count)
+            reason = None
+        began = time.perf_counter()
+
+        def grows(now, count=count):
+            return len(now) > count and count < len(chunks)
+
+        segment = _segment(
+            client,
+            state,
+            owned,
+            left,
+            segment_plan,
+            "sync",
+            None,
+            threads,
+            clock,
+            grows if may_grow else None,
+        )
+        used.update(segment.addresses)
+        if segment.gone:
+            lost_in_a_row += 1
+            if lost_in_a_row > 1:
+                raise _lost_again(segment, epoch)
+            reason = "left"
+            replans.append(
+                {
+                    "epoch": epoch + 1,
+                    "reason": "left",
+                    "workers": sorted(segment.gone),
+                    "repeated_s": time.perf_counter() - began,
+                }
+            )
+            continue
+        segments.append(segment.result("sync", count))
+        lost_in_a_row = 0
+        position = segment.outcomes[0][2]["position"]
+        if position is None:
+            break
+        state, prepared = segments[-1].estimator, True
+        epoch, indices = position
+        left = None
+        if indices is not None:
+            left = [[by_index[i] for i in o[2]["position"][1]] for o in segment.outcomes]
+        joined = set(_worker_threads(client, workers)) - set(segment.addresses)
+        reason = "joined" if joined else None
+        if joined:
+            replans.append({"epoch": epoch + 1, "reason": "joined", "workers": sorted(joined)})
+    return _joined(segments, replans, used)
+
+
+def _lost_again(segment, epoch):
+    """The error of a training that lost a worker again before it got any further: something
+    in the training itself may be ending the worker processes, so it is not tried again."""
+    rank = next(r for r, address in enumerate(segment.addresses) if address in segment.gone)
+    return ConnectionError(
+        f"replica {rank}'s worker {segment.addresses[rank]} left the cluster during epoch "
+        f"{epoch + 1}, right after the training had lost a worker at the same point and "
+        "started again without it: something in the training (a chunk, the estimator) may "
+        "be ending the worker processes, so it stops here. The workers' logs say why they "
+        "ended."
+    )
+
+
+def _joined(segments, replans, used):
+    """One result from a training's segments: the last one's estimator and replica facts,
+    every segment's history, the re-plans (also in the history entry of their epoch)."""
+    result = segments[-1]
+    history = [entry for segment in segments for entry in segment.history]
+    for replan in replans:
+        for entry in history:
+            if entry["epoch"] >= replan["epoch"]:
+                entry.setdefault("replans", []).append(replan)
+                break
+    result.stats.update(
+        rounds=sum(entry["rounds"] for entry in history),
+        workers=sorted(used),
+        segments=len(segments),
+        replans=replans,
+        ran=(segments[0].stats["ran"][0], result.stats["ran"][1]),
+    )
+    return dataclasses.replace(result, history=history)
+
+
+def _worker_threads(client, workers):
+    """``{address: threads}`` of the workers a training may use now."""
     threads = client.nthreads()
-    if workers is not None:
-        unknown = sorted(set(workers) - set(threads))
-        if unknown:
-            raise ValueError(f"workers {unknown} are not in the cluster: {sorted(threads)}.")
-        threads = {address: threads[address] for address in workers}
-    n_replicas = min(n_replicas or len(threads), len(chunks))
-    if n_replicas > sum(threads.values()):
+    if workers is None:
+        return threads
+    unknown = sorted(set(workers) - set(threads))
+    if unknown:
+        raise ValueError(f"workers {unknown} are not in the cluster: {sorted(threads)}.")
+    return {address: threads[address] for address in workers}
+
+
+def _replica_count(n_replicas, threads, n_chunks):
+    if not threads:
+        raise RuntimeError(
+            "the training has no worker left to run on: the cluster lost them all; add "
+            "workers (or restart the cluster) and train again."
+        )
+    count = min(n_replicas or len(threads), n_chunks)
+    if count > sum(threads.values()):
         raise ValueError(
-            f"n_replicas={n_replicas} needs {n_replicas} worker threads at once (every replica "
+            f"n_replicas={count} needs {count} worker threads at once (every replica "
             f"runs for the whole training and waits for the others each round), but the "
             f"cluster has {sum(threads.values())}; use n_replicas <= {sum(threads.values())} "
             "or add workers."
         )
-    owned = _owned(chunks, n_replicas)
-    _in_memory(client, chunks)  # before placement, which follows where the chunks are
+    return count
+
+
+@dataclasses.dataclass
+class _Segment:
+    """One submission of a training's replicas: what came back, or the workers that left."""
+
+    outcomes: list
+    collective: object
+    plan: TrainingPlan
+    addresses: list
+    setup_s: float
+    gone: set = None
+
+    def result(self, strategy, count):
+        timings = [_outcome_stats(strategy, outcome) for outcome in self.outcomes]
+        result = _result(strategy, self.outcomes, self.collective, self.plan, count)
+        result.stats.update(
+            setup_s=self.setup_s,
+            workers=sorted(set(self.addresses)),
+            ran=(min(t["started"] for t in timings), max(t["ended"] for t in timings)),
+        )
+        return result
+
+
+def _segment(client, state, owned, left, plan, strategy, staleness, threads, clock, grows=None):
+    """Run the replicas once, from *state*, on the chunks *owned* (and *left* of the first
+    epoch); see :class:`_Segment`."""
+    _in_memory(client, [c for share in owned for c in share])  # placement follows them
     placement = _place(client, owned, threads)
     clock.lap("place_s")
-    rule = get_merge_rule(estimator)
     # The actor and the replicas hold the state of this one training, so their keys are new
     # on every call: with a key of its inputs alone, a call made while the scheduler still
     # held the last one's actor got that actor back, its state and version included.
     name = _keys.key_name(
         "train",
-        _estimator_token(estimator),
-        [c.X.key for c in chunks],
+        _estimator_token(state),
+        [c.X.key for share in owned for c in share],
         plan.seed,
         strategy,
-        uuid.uuid4().hex,
+        plan.training,
         phase="replica",
     )
-    plan = dataclasses.replace(_with_rounds(plan, owned), rule=rule)
-    addresses = [placement[rank] for rank in range(n_replicas)]
+    addresses = [placement[rank] for rank in range(len(owned))]
     if strategy == "sync":
-        collective, actor_future = _sync_collective(client, addresses, rule, name)
+        collective, actor_future = _sync_collective(client, addresses, plan.rule, name)
     else:
-        first = chunks[0]
+        first = owned[0][0]
         start = client.submit(
-            prepare_start,
-            estimator,
+            _prepare_start,
+            state,
             first.X,
             first.y,
             plan.fit_kwargs.get("classes"),
-            rule=rule,
+            plan.rule,
             key=_keys.key_name("train", name, phase="prepare"),
         )
         actor_future = client.submit(
             _collective.ParameterServerActor,
             start,
-            n_replicas,
+            len(owned),
             staleness,
-            rule,
+            plan.rule,
             actor=True,
             workers=[placement[0]],
             key=_keys.key_name("train", name, phase="server"),
         )
         collective = actor_future.result()
     # An actor lives as long as its future does: ``actor_future`` is kept to the end.
-    replica, start_args = _replica_task(strategy, estimator)
+    replica, start_args = _replica_task(strategy, state)
     clock.lap("collective_s")
     with _taking_turns(client, addresses):
         clock.lap("lock_s")
         tasks = _submit_together(
-            client, replica, start_args, owned, collective, plan, addresses, name
+            client, replica, start_args, owned, left, collective, plan, addresses, name
         )
         setup_s, submitted = clock.since_start(), time.time()
         clock.lap("submit_s")
+        gone = _elastic.Watch(client, tasks, addresses, grows, plan.training).wait()
+        if gone:
+            _stop(client, tasks, collective, addresses, gone)
+            return _Segment(None, collective, plan, addresses, setup_s, gone)
         outcomes = client.gather(tasks)
     timings = [_outcome_stats(strategy, outcome) for outcome in outcomes]
     clock.replicas(submitted, timings)
-    result = _result(strategy, outcomes, collective, plan, n_replicas)
-    result.stats.update(
-        setup_s=setup_s,
-        workers=sorted(set(addresses)),
-        ran=(min(t["started"] for t in timings), max(t["ended"] for t in timings)),
-    )
     del actor_future
-    return result
+    return _Segment(outcomes, collective, plan, addresses, setup_s)
+
+
+def _stop(client, tasks, collective, addresses, gone):
+    """Stop the replicas of a segment that lost the workers *gone*."""
+    import contextlib
+
+    client.cancel(tasks)
+    message = f"the workers {sorted(gone)} left the cluster"
+    live = sorted(set(addresses) - set(gone))
+    with contextlib.suppress(Exception):
+        if isinstance(collective, _direct.DirectAllReduce):
+            client.run(_direct.abort_training, collective.training, message, workers=live)
+        else:
+            _collective.call(collective, "abort", message)
+
+
+def _prepare_start(estimator, X, y, classes, rule):
+    """:func:`prepare_start` on the first chunk, read here if it streams (a task)."""
+    return prepare_start(estimator, _stream.read_part(X), _stream.read_part(y), classes, rule=rule)
 
 
 def _in_memory(client, chunks):
@@ -862,7 +1049,7 @@ def _in_memory(client, chunks):
         pass
 
 
-def _submit_together(client, function, start_args, owned, collective, plan, workers, name):
+def _submit_together(client, function, start_args, owned, left, collective, plan, workers, name):
     """Submit replica ``rank``'s task (*function* on its chunks ``owned[rank]``) pinned to
     ``workers[rank]``, all in one message to the scheduler: the client batches its messages
     (one every 10 ms), so one ``submit`` per replica could start the last replica 10 ms
@@ -871,6 +1058,7 @@ def _submit_together(client, function, start_args, owned, collective, plan, work
 
     tasks = []
     for rank, (chunks, worker) in enumerate(zip(owned, workers)):
+        resume = None if left is None else [tuple(c) for c in left[rank]]
         with dask.annotate(workers=[worker], allow_other_workers=False):
             task = dask.delayed(_replica_task_entry, pure=False)(
                 function,
@@ -879,16 +1067,21 @@ def _submit_together(client, function, start_args, owned, collective, plan, work
                 [tuple(c) for c in chunks],
                 collective,
                 plan,
+                resume,
                 dask_key_name=(name, rank),
             )
         tasks.append(task)
     return client.compute(tasks)
 
 
-def _replica_task_entry(function, rank, start_args, chunks, collective, plan):
+def _replica_task_entry(function, rank, start_args, chunks, collective, plan, resume=None):
     """A replica task. Its chunks come as plain tuples, where a graph finds their futures
-    (it passes a NamedTuple's fields on unread)."""
-    return function(rank, *start_args, [Chunk(*c) for c in chunks], collective, plan)
+    (it passes a NamedTuple's fields on unread); *resume*: those left of the first epoch
+    (sync only)."""
+    chunks = [Chunk(*c) for c in chunks]
+    if resume is None:
+        return function(rank, *start_args, chunks, collective, plan)
+    return function(rank, *start_args, chunks, collective, plan, [Chunk(*c) for c in resume])
 
 
 def _sync_collective(client, addresses, rule, name):
@@ -940,6 +1133,12 @@ _PER_CLIENT_LOCK = threading.Lock()  # for the per-client caches (_DIRECT_READY,
 
 def _direct_unavailable(client, addresses):
     """Why replicas on *addresses* cannot all-reduce directly, or ``None`` if they can."""
+    if any(address.startswith("inproc://") for address in addresses):
+        return (
+            "the workers are threads of one process on inproc:// (the direct messages "
+            "are written for separate processes; a LocalCluster with processes=False "
+            "and protocol='tcp://' uses them)"
+        )
     with _PER_CLIENT_LOCK:
         known = _DIRECT_READY.get(client)
         if known is None or any(address not in known for address in addresses):
@@ -1089,7 +1288,7 @@ def _replicated_locally(estimator, chunks, plan, strategy, staleness, n_replicas
     n_replicas = min(n_replicas, len(chunks))
     owned = _owned(chunks, n_replicas)
     rule = get_merge_rule(estimator)
-    plan = dataclasses.replace(_with_rounds(plan, owned), rule=rule)
+    plan = dataclasses.replace(_with_rounds(plan, owned), rule=rule, checkpoint_s=math.inf)
     if strategy == "sync":
         collective = _collective.AllReduceLocal(n_replicas, rule)
     else:

@@ -64,21 +64,25 @@ def _coordinated(collective, rank):
     timings["ended"] = time.time()
 
 
-def sync_replica(rank, estimator, chunks, collective, plan):
-    """See :func:`_sync_replica`, from the start rank 0 prepares on its first block and
-    broadcasts; a failure here is passed on to the other replicas."""
+def sync_replica(rank, estimator, chunks, collective, plan, resume=None):
+    """See :func:`_sync_replica`. In a training's first segment rank 0 prepares the start on
+    its first block and broadcasts it; a later segment (``plan.resumed``) continues from
+    *estimator*, the global state where the last one stopped. A failure here is passed on to
+    the other replicas."""
     with _coordinated(collective, rank) as timings:
-        start = None
-        if rank == 0:
-            first = read_chunk(chunks[0])
-            classes = plan.fit_kwargs.get("classes")
-            start = prepare_start(estimator, first.X, first.y, classes, rule=plan.rule)
-        start = call(collective, "broadcast", "start", rank, start)
-        state, history, stats = _sync_replica(rank, start, chunks, collective, plan)
+        start = estimator
+        if not plan.resumed:
+            start = None
+            if rank == 0:
+                first = read_chunk(chunks[0])
+                classes = plan.fit_kwargs.get("classes")
+                start = prepare_start(estimator, first.X, first.y, classes, rule=plan.rule)
+            start = call(collective, "broadcast", "start", rank, start)
+        state, history, stats = _sync_replica(rank, start, chunks, collective, plan, resume)
     return state, history, {**stats, **timings}
 
 
-def _sync_replica(rank, start, chunks, collective, plan):
+def _sync_replica(rank, start, chunks, collective, plan, resume=None):
     """Train one replica synchronously; rank 0 returns ``(estimator, history, stats)``.
 
     Each round the replica copies the global estimator, ``partial_fit``\\s its next blocks
@@ -89,21 +93,37 @@ def _sync_replica(rank, start, chunks, collective, plan):
     the same reduces with the same round ids. After an epoch's last round rank 0 scores the
     global estimator on the validation data (if any) and reports; every replica reads the
     report to decide whether to go on (early stopping).
+
+    A training runs in *segments* (:mod:`taskdml.parallel._elastic`): this one starts at
+    epoch ``plan.first_epoch``, where *resume* (the chunks left of that epoch, in order,
+    ``plan.resume_blocks`` at most on any replica) replaces the epoch's own order when the
+    last segment stopped inside it. Each reduce also carries whether a re-plan is wanted;
+    since every replica receives every replica's wish, all stop after the same round, and
+    ``stats["position"]`` says where: ``(epoch, indices of the chunks left of it)``, or
+    ``None`` when the training is over.
     """
     state, history, busy, waiting = start, [], 0.0, 0.0
-    validation, period, overhead = plan.validation, Period(plan.sync_every, plan.most_blocks), None
+    validation, overhead = plan.validation, None
+    period = Period(plan.sync_every, plan.most_blocks)
+    epochs = range(plan.first_epoch, plan.epochs)
     orders = [
-        epoch_order(chunks, (plan.seed, epoch, rank), plan.shuffle) for epoch in range(plan.epochs)
+        resume
+        if resume is not None and epoch == plan.first_epoch
+        else epoch_order(chunks, (plan.seed, epoch, rank), plan.shuffle)
+        for epoch in epochs
     ]
     reading = read_ahead([chunk for order in orders for chunk in order], plan.prefetch)
-    for epoch in range(plan.epochs):
+    segment_began, position = time.perf_counter(), None
+    for epoch, order in zip(epochs, orders):
         epoch_started = time.perf_counter()
+        resumed = resume is not None and epoch == plan.first_epoch
+        period.most_blocks = plan.resume_blocks if resumed else plan.most_blocks
         done, round_index = 0, 0
         while (size := period.blocks(done)) > 0:
             copying = time.perf_counter()
             replica, rows = copy.deepcopy(state), 0
             began = time.perf_counter()
-            n_blocks = len(orders[epoch][done : done + size])
+            n_blocks = len(order[done : done + size])
             for _ in range(n_blocks):
                 chunk = next(reading)
                 rows += _fit_chunk(replica, chunk, plan, epoch)
@@ -111,13 +131,20 @@ def _sync_replica(rank, start, chunks, collective, plan):
             reduced = time.perf_counter()
             busy += reduced - began
             info = period.info(reduced - began, n_blocks, overhead)
-            round_id = (epoch, round_index)
-            state, infos = call(collective, "reduce", round_id, rank, replica, rows, info)
+            wish = replan_wanted(plan, rank, reduced - segment_began)
+            state, infos = call(
+                collective, "reduce", (epoch, round_index), rank, replica, rows, (info, wish)
+            )
             returned = time.perf_counter()
             waiting += returned - reduced
             overhead = (began - copying) + (returned - reduced)
-            period.observe(infos)
+            period.observe([entry[0] for entry in infos])
             done, round_index = done + size, round_index + 1
+            if any(entry[1] for entry in infos) and period.blocks(done) > 0:
+                position = (epoch, [chunk.index for chunk in order[done:]])
+                break
+        if position is not None:
+            break
         facts = period.end_epoch()
         report = None
         if rank == 0:
@@ -132,9 +159,21 @@ def _sync_replica(rank, start, chunks, collective, plan):
         history.append(report)
         if report.get("stop"):
             break
+        if any(entry[1] for entry in infos) and epoch + 1 < plan.epochs:
+            position = (epoch + 1, None)
+            break
     reading.close()
-    stats = {"rank": rank, "busy_s": busy, "reduce_wait_s": waiting}
+    stats = {"rank": rank, "busy_s": busy, "reduce_wait_s": waiting, "position": position}
     return (state, history, stats) if rank == 0 else (None, None, stats)
+
+
+def replan_wanted(plan, rank, segment_s):
+    """Whether this replica asks the others to stop after this round: the client asked its
+    worker to (workers joined or left), or rank 0 has run ``plan.checkpoint_s`` in this
+    segment (the client then holds the state, and a lost worker costs at most that)."""
+    from taskdml.parallel._elastic import requested
+
+    return requested(plan.training) or (rank == 0 and segment_s > plan.checkpoint_s)
 
 
 def epoch_scores(estimator, validation, plan):

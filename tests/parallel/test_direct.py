@@ -213,3 +213,20 @@ def test_direct_when_required_but_blocked_is_an_error_naming_the_setting():
     ):
         with pytest.raises(RuntimeError, match="taskdml.collective is 'direct' but"):
             train(SGDClassifier(random_state=0), X, y, classes=[0, 1], client=client)
+
+
+def test_workers_in_one_process_fall_back_to_the_actor():
+    """Workers that are threads of one process (inproc://) all-reduce through the actor,
+    with a warning saying why."""
+    from distributed import Client, LocalCluster
+
+    X, y = _data(n_samples=2_000, chunk_size=250)
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+        pytest.warns(RuntimeWarning, match="threads of one process on inproc://"),
+    ):
+        result = train(SGDClassifier(random_state=0), X, y, classes=[0, 1], client=client)
+    assert result.stats["collective"] == "actor"
