@@ -88,14 +88,24 @@ def _run_dir_option(function):
 @click.argument("pipeline_file", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
 @click.option(
-    "--scheduler", metavar="ADDRESS", help="Use a running scheduler (tcp://127.0.0.1:8786)."
+    "--scheduler",
+    metavar="ADDRESS",
+    help="Use a running scheduler (tcp://127.0.0.1:8786, or tls://... with cluster.security).",
+)
+@click.option(
+    "--cluster",
+    "cluster_class",
+    metavar="MODULE:CLASS",
+    help="Start this cluster manager (dask_jobqueue:SLURMCluster): sets cluster.spec.class; "
+    "give its kwargs, scale or adapt in the file or as overrides like "
+    "+cluster.spec.kwargs.cores=4.",
 )
 @click.option("--workers", type=click.IntRange(min=1), help="Workers of the embedded LocalCluster.")
 @_run_dir_option
 @click.option("--dry-run", is_flag=True, help="Validate and print the plan; run nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 @_errors
-def run(pipeline_file, overrides, scheduler, workers, run_dir, dry_run, as_json):
+def run(pipeline_file, overrides, scheduler, cluster_class, workers, run_dir, dry_run, as_json):
     """Run PIPELINE_FILE, with OVERRIDES like seed=3, a.b=1, +new=1, ~gone."""
     from cli.progress import Progress
     from taskdml import load_pipeline, run_pipeline
@@ -103,9 +113,11 @@ def run(pipeline_file, overrides, scheduler, workers, run_dir, dry_run, as_json)
     from taskdml.render import render
     from taskdml.runs import run_summary
 
+    if cluster_class:  # the same as an override: the file's cluster block names the class
+        overrides = (f"++cluster.spec.class={cluster_class}", *overrides)
     pipeline = load_pipeline(pipeline_file, overrides=overrides)
     if dry_run:
-        where = scheduler or pipeline.cluster.get("address") or _local(pipeline, workers)
+        where = scheduler or _where(pipeline) or _local(pipeline, workers)
         if as_json:
             click.echo(
                 json.dumps(
@@ -126,7 +138,11 @@ def run(pipeline_file, overrides, scheduler, workers, run_dir, dry_run, as_json)
     )
     try:
         result = run_pipeline(
-            pipeline, run_root=run_dir, scheduler=scheduler, n_workers=workers, on_event=progress
+            pipeline,
+            run_root=run_dir,
+            scheduler=scheduler,
+            n_workers=workers,
+            on_event=progress,
         )
     except StepFailed as error:
         if as_json and error.run_dir is not None:
@@ -150,6 +166,13 @@ def run(pipeline_file, overrides, scheduler, workers, run_dir, dry_run, as_json)
             )
         )
         click.echo(f"\nrun {result.run_id} succeeded; recorded in {result.path}")
+
+
+def _where(pipeline):
+    spec = pipeline.to_dict().get("cluster", {}).get("spec")
+    if spec:
+        return f"{spec['class']} started with {spec.get('kwargs', {})!r}"
+    return pipeline.cluster.get("address")
 
 
 def _local(pipeline, workers):

@@ -55,6 +55,7 @@ _LAZY = {
     "builds_graph": "taskdml.steps.call",
     "init_project": "taskdml.templates",
     "ProjectError": "taskdml.exceptions",
+    "VersionMismatchWarning": "taskdml.exceptions",
 }
 
 __all__ = [
@@ -77,6 +78,7 @@ __all__ = [
     "StepFailed",
     "TaskdmlError",
     "TrainResult",
+    "VersionMismatchWarning",
     "__version__",
     "available_metrics",
     "builds_graph",

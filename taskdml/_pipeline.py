@@ -355,7 +355,9 @@ class Pipeline:
             object.__setattr__(self, field, freeze(getattr(self, field) or {}))
         problems = _schema.check(self.to_dict(), _schema.SCHEMA)
         if not problems:
-            problems = self._graph_problems() or self._target_problems()
+            problems = (
+                self._graph_problems() or self._target_problems() or _cluster_problems(self.cluster)
+            )
         if problems:
             raise PipelineError(problems=problems)
 
@@ -489,6 +491,38 @@ class Pipeline:
                 continue
             problems += [(("steps", step.name) + p, t) for p, t in _argument_problems(step, target)]
         return problems
+
+
+def _cluster_problems(cluster):
+    """What the schema cannot say about a ``cluster`` block: choices that exclude each other."""
+    problems = []
+    spec = cluster.get("spec", {})
+    if "address" in cluster and spec:
+        problems.append(
+            (
+                ("cluster", "spec"),
+                "give either address (a running scheduler) or spec (a cluster class to start), "
+                "not both; remove one.",
+            )
+        )
+    if "scale" in spec and "adapt" in spec:
+        problems.append(
+            (
+                ("cluster", "spec", "adapt"),
+                "give either scale (a fixed number of workers) or adapt (a range), not both; "
+                "remove one.",
+            )
+        )
+    adapt = spec.get("adapt", {})
+    if adapt.get("minimum", 0) > adapt.get("maximum", float("inf")):
+        problems.append(
+            (
+                ("cluster", "spec", "adapt"),
+                f"expected minimum <= maximum, found minimum={adapt['minimum']!r} and "
+                f"maximum={adapt['maximum']!r}; swap them.",
+            )
+        )
+    return problems
 
 
 def resolve_callable(path, allow=DEFAULT_ALLOW):

@@ -11,9 +11,11 @@ that context. A step's thread builds the step's Dask graph inside
 values — persisted ``xarray.Dataset``s and ``Future``s — so data stays on the workers.
 
 Before any step, the user's own packages that the pipeline names are shipped to the scheduler
-and every worker, and every module the pipeline names is checked to import there
-(:mod:`taskdml._project`); a module that does not is a :class:`ClusterUnavailable` (exit 4)
-that names it, the process and the fix, with nothing run.
+and every worker, the workers' package versions are compared with the client's
+(:func:`taskdml._versions.check_cluster`), and every module the pipeline names is checked to
+import there (:mod:`taskdml._project`); a package missing or too far apart, or a module that
+does not import, is a :class:`ClusterUnavailable` (exit 4) that names it, the process and the
+fix, with nothing run.
 
 When a step fails, steps that do not depend on it still run (what can be computed is kept);
 its dependants are skipped. The run directory (:mod:`taskdml.runs`) is updated at every
@@ -30,7 +32,7 @@ import time
 import traceback
 
 from taskdml import _keys
-from taskdml._versions import versions
+from taskdml._versions import check_cluster, required_distributions, versions
 from taskdml.exceptions import ClusterUnavailable, StepFailed, TaskdmlError
 from taskdml.runs import RunDirectory, load_model
 from taskdml.steps import KINDS
@@ -249,8 +251,10 @@ def run_pipeline(
     StepFailed
         When a step failed; ``error.run_dir`` holds what was recorded.
     ClusterUnavailable
-        When the cluster cannot be reached, or a module the pipeline names does not import on
-        its scheduler or a worker (checked before any step runs).
+        When the cluster cannot be reached, a worker lacks a package the run needs or runs a
+        version that breaks runs (dask, distributed, a scikit-learn minor version, ...), or a
+        module the pipeline names does not import on its scheduler or a worker (checked before
+        any step runs). Harmless differences are a ``VersionMismatchWarning``.
 
     Notes
     -----
@@ -300,8 +304,13 @@ def run_pipeline(
                 run_dir=str(directory.path) if directory else None,
                 **info,
             )
-            try:  # before any step: the user's code on the cluster, every named module there
-                _project.check(active, pipeline, shipped=_project.ship(active, pipeline))
+            try:  # before any step: the user's code on the cluster, the versions, the imports
+                shipped = _project.ship(active, pipeline)
+                check_cluster(
+                    active,
+                    required_distributions(clusters.pipeline_modules(pipeline), shipped),
+                )
+                _project.check(active, pipeline, shipped=shipped)
             except ClusterUnavailable as error:
                 if directory is not None:
                     directory.update_manifest(error=str(error))

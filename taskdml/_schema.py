@@ -172,6 +172,17 @@ STEP = {
     },
 }
 
+SECURITY_FILES = (
+    "tls_ca_file",
+    "tls_client_cert",
+    "tls_client_key",
+    "tls_scheduler_cert",
+    "tls_scheduler_key",
+    "tls_worker_cert",
+    "tls_worker_key",
+)
+"""The ``security`` keys that name files (PEM); with the other keys, Security's arguments."""
+
 CLUSTER = {
     "type": "object",
     "description": (
@@ -198,6 +209,40 @@ CLUSTER = {
                     "description": "a cluster class, e.g. dask_jobqueue:SLURMCluster",
                 },
                 "kwargs": {"type": "object"},
+                "scale": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "ask the cluster manager for this many workers",
+                },
+                "adapt": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "description": "let the cluster manager add and remove workers",
+                    "properties": {
+                        "minimum": {"type": "integer", "minimum": 0},
+                        "maximum": {"type": "integer", "minimum": 1},
+                        "minimum_jobs": {"type": "integer", "minimum": 0},
+                        "maximum_jobs": {"type": "integer", "minimum": 1},
+                        "interval": {"type": "string", "description": "e.g. 1s"},
+                        "wait_count": {"type": "integer", "minimum": 1},
+                        "target_duration": {"type": "string", "description": "e.g. 5s"},
+                    },
+                },
+            },
+        },
+        "security": {
+            "type": "object",
+            "additionalProperties": False,
+            "description": (
+                "TLS for a tls:// scheduler: keyword arguments of distributed.security.Security"
+            ),
+            "properties": {
+                **{name: {"type": "string"} for name in SECURITY_FILES},
+                "require_encryption": {"type": "boolean"},
+                "tls_ciphers": {"type": "string"},
+                "tls_min_version": {"enum": [1.2, 1.3], "description": "TLS 1.2 or 1.3"},
+                "tls_max_version": {"enum": [1.2, 1.3], "description": "TLS 1.2 or 1.3"},
+                "extra_conn_args": {"type": "object"},
             },
         },
     },

@@ -1,9 +1,18 @@
 """Start or reach the Dask cluster a run uses.
 
-Precedence: an explicit ``Client`` > an address given on the command line > the pipeline's
-``cluster`` block (``address``, ``spec`` or LocalCluster settings) > a LocalCluster with one
-single-threaded worker process per core. Everything taskdml starts itself binds to 127.0.0.1;
-a cluster class named in ``spec`` is the user's choice and binds where it is told. The
+Precedence: an explicit ``Client`` > an address given on the command line (``--scheduler``) >
+the pipeline's ``cluster`` block (``taskdml run --cluster MODULE:CLASS`` sets its ``spec.class``)
+(``address``, ``spec`` or LocalCluster settings) > a LocalCluster with one single-threaded
+worker process per core. Everything taskdml starts itself binds to 127.0.0.1; a cluster class
+named in ``spec`` is the user's choice and binds where it is told.
+
+Any deployment, one pipeline file: an address may be ``tcp://`` or ``tls://``, the latter with
+the block's ``security`` (the keyword arguments of ``distributed.security.Security``, also given
+to a cluster class started here). A ``spec`` class is any cluster manager the allow-list
+:data:`CLUSTER_CLASSES` admits (``distributed:LocalCluster``, ``dask_jobqueue:SLURMCluster``,
+``dask_kubernetes.operator:KubeCluster``, ...), started with ``spec.kwargs`` and then sized with
+``scale: N`` or ``adapt: {minimum, maximum}``: nothing here is particular to one of them. The
+runner then checks that the workers run the client's versions (:mod:`taskdml._versions`). The
 client is never made the process-wide default: the runner activates it per step with
 ``Client.as_current``, so embedding taskdml in a program with its own client is safe.
 
@@ -34,6 +43,7 @@ import os
 import time
 
 from taskdml._pipeline import resolve_callable, thaw
+from taskdml._schema import SECURITY_FILES
 from taskdml.exceptions import ClusterUnavailable
 
 CLUSTER_CLASSES = (
@@ -69,7 +79,14 @@ def default_workers():
 
 
 @contextlib.contextmanager
-def connect(cluster=None, *, scheduler=None, n_workers=None, client=None, warm_modules=()):
+def connect(
+    cluster=None,
+    *,
+    scheduler=None,
+    n_workers=None,
+    client=None,
+    warm_modules=(),
+):
     """Yield a ``distributed.Client`` for a run, and close what this call started.
 
     Parameters
@@ -77,7 +94,8 @@ def connect(cluster=None, *, scheduler=None, n_workers=None, client=None, warm_m
     cluster : mapping, optional
         The pipeline's ``cluster`` block.
     scheduler : str, optional
-        Address of a running scheduler; overrides *cluster*.
+        Address of a running scheduler (``tcp://`` or ``tls://``, with the block's
+        ``security`` for the latter); overrides *cluster*'s address and spec.
     n_workers : int, optional
         Worker count of an embedded LocalCluster; overrides ``cluster.n_workers``.
     client : distributed.Client, optional
@@ -100,30 +118,61 @@ def connect(cluster=None, *, scheduler=None, n_workers=None, client=None, warm_m
     if client is not None:
         yield client
         return
-    cluster = dict(cluster or {})
+    cluster = thaw(cluster or {})
     address = scheduler or cluster.get("address")
+    security = _security(cluster.get("security"))
     with contextlib.ExitStack() as stack:
         if address:
-            yield stack.enter_context(_client(address, f"the scheduler at {address}"))
+            yield stack.enter_context(_client(address, f"the scheduler at {address}", security))
             return
-        deployment = stack.enter_context(_start(cluster, n_workers))
+        deployment = stack.enter_context(_start(cluster, n_workers, security))
         started = stack.enter_context(
             _client(deployment, f"the cluster {type(deployment).__name__}")
         )
+        _size(deployment, cluster.get("spec", {}))
         if warm_modules:
             warm(started, warm_modules)
         yield started
 
 
-def _start(cluster, n_workers):
+def _security(block):
+    """``distributed.security.Security`` from the block's ``security`` keys, or ``None``.
+
+    The keys are Security's keyword arguments (the schema lists them, so a misspelt one is a
+    pipeline error with a "did you mean"); TLS versions are written 1.2 or 1.3.
+    """
+    if not block:
+        return None
+    import ssl
+
+    from distributed.security import Security
+
+    versions = {1.2: ssl.TLSVersion.TLSv1_2, 1.3: ssl.TLSVersion.TLSv1_3}
+    kwargs = {
+        key: versions[value] if key in ("tls_min_version", "tls_max_version") else value
+        for key, value in block.items()
+    }
+    missing = [kwargs[key] for key in SECURITY_FILES if key in kwargs]
+    missing = [path for path in missing if not os.path.isfile(path)]
+    if missing:
+        raise ClusterUnavailable(
+            f"the cluster's security block names {missing[0]!r}, which is not a file. Give the "
+            "PEM files' paths, relative to the pipeline file with ${path:certs/client.pem}."
+        )
+    return Security(**kwargs)
+
+
+def _start(cluster, n_workers, security):
     from distributed import LocalCluster
 
     spec = cluster.get("spec")
     if spec:
         cls = resolve_callable(spec["class"], CLUSTER_CLASSES)
-        kwargs = thaw(spec.get("kwargs", {}))  # plain dicts inside too (scheduler_kwargs)
+        kwargs = dict(spec.get("kwargs", {}))
         if n_workers:
             kwargs["n_workers"] = n_workers
+        if security is not None:
+            kwargs.setdefault("security", security)
         return _guarded(cls, kwargs)
     kwargs = {
         "n_workers": n_workers or cluster.get("n_workers") or default_workers(),
@@ -139,6 +188,22 @@ def _start(cluster, n_workers):
     return _guarded(LocalCluster, kwargs)
 
 
+def _size(deployment, spec):
+    """``scale: N`` or ``adapt: {minimum, maximum}`` on a cluster manager started here."""
+    try:
+        if "scale" in spec:
+            deployment.scale(spec["scale"])
+        elif "adapt" in spec:
+            deployment.adapt(**spec["adapt"])
+    except Exception as error:  # a manager without scale/adapt, or one that refuses
+        raise ClusterUnavailable(
+            f"could not size {type(deployment).__name__} with "
+            f"{'scale' if 'scale' in spec else 'adapt'}: {type(error).__name__}: {error}. "
+            "Use a cluster manager that can scale (any distributed.SpecCluster: LocalCluster, "
+            "dask_jobqueue's SLURMCluster, dask_kubernetes' KubeCluster), or remove it."
+        ) from error
+
+
 def _guarded(cls, kwargs):
     try:
         return cls(**kwargs)
@@ -150,17 +215,32 @@ def _guarded(cls, kwargs):
         ) from error
 
 
-def _client(target, what):
+def _client(target, what, security=None):
     from distributed import Client
 
+    if isinstance(target, str) and target.startswith("tls://") and security is None:
+        from distributed.security import Security
+
+        if Security().get_connection_args("client")["ssl_context"] is None:
+            raise ClusterUnavailable(
+                f"{target} is a TLS address but nothing says which certificates to use. Add a "
+                "security block to the cluster block (tls_ca_file, tls_client_cert, "
+                "tls_client_key), or set distributed.comm.tls in dask's configuration."
+            )
     try:
-        return Client(target, timeout=CONNECT_TIMEOUT, set_as_default=False)
+        return Client(
+            target, timeout=CONNECT_TIMEOUT, set_as_default=False, **_given(security=security)
+        )
     except (OSError, TimeoutError) as error:
         raise ClusterUnavailable(
             f"could not connect to {what} within {CONNECT_TIMEOUT}: {error}. Start one with "
             "'dask scheduler --host 127.0.0.1' and 'dask worker tcp://127.0.0.1:8786', or fix "
             "the address (cluster.address in the file or --scheduler)."
         ) from error
+
+
+def _given(**kwargs):
+    return {key: value for key, value in kwargs.items() if value is not None}
 
 
 def describe(client):

@@ -124,3 +124,8 @@ def dotted(path):
     for part in path:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text or "(top level)"
+
+
+class VersionMismatchWarning(UserWarning):
+    """A package differs between the client and the cluster in a way that should not break a
+    run (a numpy patch release, a tornado minor release); pin it to silence the warning."""

@@ -1,0 +1,453 @@
+"""Any Dask deployment, one pipeline file: a scheduler address (tcp:// and tls://), a cluster
+class from the file or the command line with scale/adapt, and the version check before a run.
+
+The clusters here are real processes: ``dask scheduler`` and ``dask worker`` from this
+environment's ``bin``, on 127.0.0.1, stopped by PID at teardown. The version tests give a
+worker a different installed package the way an environment really differs: a directory on
+the worker's ``PYTHONPATH`` holding an installed distribution (its module and its
+``.dist-info``, the files pip writes), which the worker's ``importlib.metadata`` finds first.
+"""
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cli.main import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+QUICK = ["n_samples=4000", "chunk_size=1000", "epochs=1"]
+"""quickstart.yaml, small: a few seconds on two workers."""
+START_TIMEOUT = 60
+
+
+def _free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def processes(tmp_path):
+    """Start commands from this environment's bin; every one is stopped by PID at teardown."""
+    started, logs = [], contextlib.ExitStack()
+
+    def start(*args, env=None, name="process"):
+        log = logs.enter_context(open(tmp_path / f"{name}-{len(started)}.log", "w"))  # noqa: SIM115
+        process = subprocess.Popen(
+            [str(BIN / args[0]), *args[1:]],
+            cwd=tmp_path,
+            env={**os.environ, **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        started.append(process)
+        return process
+
+    try:
+        yield start
+    finally:
+        for process in reversed(started):
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=20)
+        logs.close()  # the logs stay in tmp_path, to read when a test fails
+
+
+def _cluster(start, *, workers=(None,), scheduler=None, protocol="tcp", tls=()):
+    """A `dask scheduler` (with *scheduler*: extra environment variables) and one
+    single-threaded `dask worker` per entry of *workers* (the same, or None); returns the
+    scheduler's address once they have all joined."""
+    from distributed import Client
+    from distributed.security import Security
+
+    port = _free_port()
+    address = f"{protocol}://127.0.0.1:{port}"
+    flags = []
+    for option, path in tls:
+        flags += [option, str(path)]
+    start(
+        "dask",
+        "scheduler",
+        "--protocol",
+        protocol,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dashboard-address",
+        "127.0.0.1:0",
+        *flags,
+        env=scheduler,
+        name="scheduler",
+    )
+    for env in workers:
+        start(
+            "dask",
+            "worker",
+            address,
+            "--nthreads",
+            "1",
+            "--host",
+            "127.0.0.1",
+            "--dashboard-address",
+            "127.0.0.1:0",
+            "--no-nanny",
+            *flags,
+            env=env,
+            name="worker",
+        )
+    security = None
+    if tls:
+        files = dict(tls)
+        security = Security(
+            tls_ca_file=str(files["--tls-ca-file"]),
+            tls_client_cert=str(files["--tls-cert"]),
+            tls_client_key=str(files["--tls-key"]),
+            require_encryption=True,
+        )
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:  # the scheduler may not listen yet
+        try:
+            with Client(address, timeout="5s", set_as_default=False, security=security) as client:
+                client.wait_for_workers(len(workers), timeout=START_TIMEOUT)
+            return address
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _run(*args):
+    """`taskdml run ...` through the CLI, in this process."""
+    return CliRunner().invoke(cli, ["run", *map(str, args)])
+
+
+def _pipeline(tmp_path, cluster, name="pipeline.yaml"):
+    """quickstart.yaml with its cluster line replaced by *cluster* (YAML flow text)."""
+    text = (ROOT / "pipelines" / "quickstart.yaml").read_text()
+    original = "cluster: {n_workers: 2, threads_per_worker: 1}"
+    assert original in text
+    path = tmp_path / name
+    path.write_text(text.replace(original, f"cluster: {cluster}"))
+    return path
+
+
+def _manifest(runs):
+    (path,) = Path(runs).glob("*/manifest.json")
+    return json.loads(path.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_scheduler_address_from_the_command_line_and_from_the_file(processes, tmp_path):
+    """quickstart runs unchanged on `dask scheduler` + two `dask worker`s via --scheduler, and
+    with the same address written in the file's cluster block."""
+    address = _cluster(processes, workers=(None, None))
+    for where, args in {
+        "cli": [ROOT / "pipelines" / "quickstart.yaml", "--scheduler", address],
+        "file": [_pipeline(tmp_path, f"{{address: '{address}'}}")],
+    }.items():
+        runs = tmp_path / f"runs-{where}"
+        result = _run(*args, *QUICK, "--run-dir", runs)
+        assert result.exit_code == 0, result.output
+        cluster = _manifest(runs)["cluster"]
+        assert (cluster["scheduler"], cluster["cluster"], cluster["workers"]) == (
+            address,
+            "address",
+            2,
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "sizing", ["scale: 2", "adapt: {minimum: 1, maximum: 2}"], ids=["scale", "adapt"]
+)
+def test_cluster_class_from_the_file_with_scale_or_adapt(sizing, tmp_path):
+    """A spec naming distributed:LocalCluster with no workers of its own, sized by scale or
+    adapt, runs quickstart; the manifest names the class."""
+    kwargs = "{n_workers: 0, threads_per_worker: 1, host: 127.0.0.1, dashboard_address: null}"
+    path = _pipeline(
+        tmp_path, f"{{spec: {{class: 'distributed:LocalCluster', kwargs: {kwargs}, {sizing}}}}}"
+    )
+    result = _run(path, *QUICK, "--run-dir", tmp_path / "runs")
+    assert result.exit_code == 0, result.output
+    assert _manifest(tmp_path / "runs")["cluster"]["cluster"] == "LocalCluster"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_cluster_class_from_the_command_line(tmp_path):
+    """--cluster MODULE:CLASS starts that class with kwargs and scale given as overrides."""
+    result = _run(
+        ROOT / "pipelines" / "quickstart.yaml",
+        *QUICK,
+        "+cluster.spec.kwargs.n_workers=0",
+        "+cluster.spec.kwargs.host=127.0.0.1",
+        "+cluster.spec.kwargs.dashboard_address=null",
+        "+cluster.spec.scale=2",
+        "--cluster",
+        "distributed:LocalCluster",
+        "--run-dir",
+        tmp_path / "runs",
+    )
+    assert result.exit_code == 0, result.output
+    assert _manifest(tmp_path / "runs")["cluster"]["cluster"] == "LocalCluster"
+
+
+def _certificate(directory):
+    """A self-signed certificate and its key, used as CA and by every role (as
+    Security.temporary does), written with the openssl command."""
+    key, cert = directory / "key.pem", directory / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+        + ["-subj", "/CN=dask-internal", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return cert, key
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_tls_scheduler_with_the_security_block(processes, tmp_path):
+    """A `dask scheduler --protocol tls` with certificates: the file's address tls://... and its
+    security block (paths through ${path:...}) run quickstart; without the block, exit 4."""
+    cert, key = _certificate(tmp_path)
+    tls = [("--tls-ca-file", cert), ("--tls-cert", cert), ("--tls-key", key)]
+    address = _cluster(processes, protocol="tls", tls=tls)
+    security = (
+        "{tls_ca_file: '${path:cert.pem}', tls_client_cert: '${path:cert.pem}', "
+        "tls_client_key: '${path:key.pem}', require_encryption: true, tls_min_version: 1.2}"
+    )
+    path = _pipeline(tmp_path, f"{{address: '{address}', security: {security}}}")
+    result = _run(path, *QUICK, "--run-dir", tmp_path / "runs")
+    assert result.exit_code == 0, result.output
+    assert _manifest(tmp_path / "runs")["cluster"]["scheduler"] == address
+
+    bare = _pipeline(tmp_path, f"{{address: '{address}'}}", name="bare.yaml")
+    result = _run(bare, *QUICK, "--run-dir", tmp_path / "runs")
+    assert result.exit_code == 4
+    assert "is a TLS address but nothing says which certificates to use" in result.output
+    assert "Add a security block" in result.output
+
+
+@pytest.mark.parametrize(
+    ("cluster", "code", "message"),
+    [
+        (
+            "{address: 'tls://127.0.0.1:9', security: {tls_ca_fil: x}}",
+            3,
+            "cluster.security.tls_ca_fil: unknown key 'tls_ca_fil'. Did you mean 'tls_ca_file'?",
+        ),
+        (
+            "{address: 'tls://127.0.0.1:9', security: {tls_ca_file: '${path:nowhere.pem}'}}",
+            4,
+            "nowhere.pem', which is not a file. Give the PEM files' paths",
+        ),
+        (
+            "{address: 'tcp://127.0.0.1:9', spec: {class: 'distributed:LocalCluster'}}",
+            3,
+            "cluster.spec: give either address (a running scheduler) or spec",
+        ),
+        (
+            "{spec: {class: 'distributed:LocalCluster', scale: 2, adapt: {maximum: 2}}}",
+            3,
+            "give either scale (a fixed number of workers) or adapt (a range), not both",
+        ),
+        (
+            "{spec: {class: 'distributed:LocalCluster', adapt: {minimum: 3, maximum: 2}}}",
+            3,
+            "expected minimum <= maximum, found minimum=3 and maximum=2; swap them.",
+        ),
+        (
+            "{spec: {class: 'distributed:LocalCluster', adapt: {maximun: 2}}}",
+            3,
+            "unknown key 'maximun'. Did you mean 'maximum'?",
+        ),
+    ],
+    ids=["misspelt-key", "missing-file", "address-and-spec", "scale-and-adapt", "range", "typo"],
+)
+def test_cluster_block_errors(cluster, code, message, tmp_path):
+    """Mistakes in the cluster block: a pipeline error (3) or an unusable cluster (4), each
+    saying what to fix; nothing is started."""
+    result = _run(_pipeline(tmp_path, cluster), "--run-dir", tmp_path / "runs")
+    assert result.exit_code == code, result.output
+    assert message in " ".join(result.output.split()), result.output
+    assert "Traceback" not in result.output
+
+
+def test_tls_address_without_certificates_exits_4(tmp_path):
+    """--scheduler tls://... with no security block and no TLS configuration: exit 4, and the
+    message says what to add."""
+    result = _run(
+        ROOT / "pipelines" / "quickstart.yaml",
+        "--scheduler",
+        "tls://127.0.0.1:9",
+        "--run-dir",
+        tmp_path / "runs",
+    )
+    assert result.exit_code == 4
+    assert "tls://127.0.0.1:9 is a TLS address but nothing says which certificates" in result.output
+
+
+def test_help_names_the_cluster_option():
+    """`taskdml run --help` offers --cluster MODULE:CLASS next to --scheduler."""
+    result = CliRunner().invoke(cli, ["run", "--help"])
+    assert "--cluster MODULE:CLASS" in result.output and "--scheduler ADDRESS" in result.output
+
+
+def test_security_keys_are_securitys_arguments():
+    """The schema's security keys are exactly distributed.security.Security's."""
+    from distributed.security import Security
+
+    from taskdml import schema
+
+    keys = schema()["properties"]["cluster"]["properties"]["security"]["properties"]
+    assert set(keys) == set(Security.__slots__)
+
+
+def test_dry_run_names_a_cluster_class(tmp_path):
+    """--dry-run with --cluster says which class would be started, not the LocalCluster."""
+    result = _run(
+        ROOT / "pipelines" / "quickstart.yaml",
+        "--cluster",
+        "dask_jobqueue:SLURMCluster",
+        "+cluster.spec.kwargs.cores=4",
+        "--dry-run",
+    )
+    assert result.exit_code == 0, result.output
+    assert "would run on: dask_jobqueue:SLURMCluster started with {'cores': 4}" in result.output
+
+
+# --- the version check -------------------------------------------------------------------
+
+
+def _install(site, name, version, code="def ones(n=3):\n    return [1] * n\n"):
+    """Install a one-module distribution *name* at *version* into *site*, as pip lays it out."""
+    site.mkdir(parents=True, exist_ok=True)
+    (site / f"{name}.py").write_text(code)
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "top_level.txt").write_text(f"{name}\n")
+    (info / "RECORD").write_text(f"{name}.py,,\n{info.name}/METADATA,,\n{info.name}/RECORD,,\n")
+    (info / "INSTALLER").write_text("pip\n")
+    return site
+
+
+def _probe_pipeline(tmp_path):
+    """A pipeline that calls probe_tdml:ones; its folder holds no probe_tdml (not shipped)."""
+    folder = tmp_path / "pipeline"
+    folder.mkdir()
+    path = folder / "probe.yaml"
+    path.write_text(
+        "taskdml: 1\nname: probe\nimports: {allow: ['probe_tdml.*']}\n"
+        "steps:\n  ones:\n    call: probe_tdml:ones\n    with: {n: 3}\n"
+    )
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("worker_version", "code", "expected"),
+    [
+        (
+            None,
+            4,
+            "probe_tdml: 1.0.0 here, missing on worker tcp://127.0.0.1:",
+        ),
+        ("1.0.5", 0, "probe_tdml: 1.0.0 here, 1.0.5 on worker tcp://127.0.0.1:"),
+    ],
+    ids=["missing-fails", "patch-apart-warns"],
+)
+def test_package_the_pipeline_names_is_checked_on_the_workers(
+    worker_version, code, expected, processes, tmp_path, monkeypatch
+):
+    """A distribution the pipeline names, installed here: missing on the worker, the run
+    stops with exit 4 and the pip command; another version there (not a critical package),
+    the run goes on with a VersionMismatchWarning."""
+    from taskdml import VersionMismatchWarning
+
+    monkeypatch.syspath_prepend(str(_install(tmp_path / "client-site", "probe_tdml", "1.0.0")))
+    env = None
+    if worker_version:
+        site = _install(tmp_path / "worker-site", "probe_tdml", worker_version)
+        env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    address = _cluster(processes, workers=(env,), scheduler=env)  # it imports what steps name
+    with pytest.warns(VersionMismatchWarning) if code == 0 else _no_warning() as caught:
+        result = _run(
+            _probe_pipeline(tmp_path), "--scheduler", address, "--run-dir", tmp_path / "runs"
+        )
+    assert result.exit_code == code, result.output
+    if code == 4:
+        assert expected in result.output and ": the run needs it there" in result.output
+        assert "Fix: install them with pip install 'probe_tdml==1.0.0' where the scheduler" in (
+            " ".join(result.output.split())
+        )
+    else:
+        assert expected in str(caught[0].message)
+        assert "harmless for a run; pin them to silence this" in str(caught[0].message)
+
+
+class _no_warning:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_worker_with_another_taskdml_release_fails_before_the_run(processes, tmp_path):
+    """A worker whose environment has another minor release of taskdml installed (its code and
+    its dist-info first on the worker's path): exit 4 before any step, naming the package, the
+    two versions, why it matters and the pip command."""
+    import importlib.metadata
+
+    import taskdml
+
+    mine = importlib.metadata.version("taskdml")
+    major, minor = mine.split(".")[:2]
+    other = f"{major}.{int(minor) + 1}.0"
+    site = tmp_path / "worker-site"
+    shutil.copytree(Path(taskdml.__file__).parent, site / "taskdml")
+    info = site / f"taskdml-{other}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: taskdml\nVersion: {other}\n")
+    (info / "top_level.txt").write_text("taskdml\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    address = _cluster(processes, workers=(env,))
+    result = _run(
+        ROOT / "pipelines" / "quickstart.yaml",
+        *QUICK,
+        "--scheduler",
+        address,
+        "--run-dir",
+        tmp_path / "runs",
+    )
+    assert result.exit_code == 4, result.output
+    text = " ".join(result.output.split())
+    assert f"taskdml: {mine} here, {other} on worker tcp://127.0.0.1:" in text
+    assert "task functions and merge rules must be the same code on both sides" in text
+    assert f"pip install 'taskdml=={mine}'" in text
+    manifest = _manifest(tmp_path / "runs")
+    assert manifest["status"] == "failed"
+    assert {step["state"] for step in manifest["steps"].values()} == {"pending"}
