@@ -32,3 +32,142 @@ def client(cluster):
 def seed():
     """The seed tests use unless they sweep seeds."""
     return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Clusters of separate processes: `dask scheduler` and `dask worker` from this environment.
+
+START_TIMEOUT = 60
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def processes(tmp_path):
+    """Start commands from this environment's bin; every one is stopped by PID at teardown
+    (their logs stay in tmp_path, to read when a test fails)."""
+    import contextlib
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    started, logs = [], contextlib.ExitStack()
+    bin_dir = Path(sys.executable).parent
+
+    def start(*args, env=None, name="process"):
+        log = logs.enter_context(open(tmp_path / f"{name}-{len(started)}.log", "w"))  # noqa: SIM115
+        process = subprocess.Popen(
+            [str(bin_dir / args[0]), *args[1:]],
+            cwd=tmp_path,
+            env={**os.environ, **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        started.append(process)
+        return process
+
+    try:
+        yield start
+    finally:
+        for process in reversed(started):
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=20)
+        logs.close()
+
+
+class DaskProcesses:
+    """A `dask scheduler` and single-threaded `dask worker` processes on 127.0.0.1."""
+
+    def __init__(self, start):
+        self._start = start
+        self.flags = []
+
+    def start(self, *, workers=(None,), scheduler=None, protocol="tcp", tls=()):
+        """The scheduler (with *scheduler*: extra environment variables) and one worker per
+        entry of *workers* (its environment, or None); the address once they all joined."""
+        from distributed.security import Security
+
+        port = _free_port()
+        address = f"{protocol}://127.0.0.1:{port}"
+        self.flags = [str(part) for option in tls for part in option]
+        self._start(
+            "dask",
+            "scheduler",
+            "--protocol",
+            protocol,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dashboard-address",
+            "127.0.0.1:0",
+            *self.flags,
+            env=scheduler,
+            name="scheduler",
+        )
+        for env in workers:
+            self.add_worker(address, env)
+        self.security = None
+        if tls:
+            files = dict(tls)
+            self.security = Security(
+                tls_ca_file=str(files["--tls-ca-file"]),
+                tls_client_cert=str(files["--tls-cert"]),
+                tls_client_key=str(files["--tls-key"]),
+                require_encryption=True,
+            )
+        self.wait_for(address, len(workers))
+        return address
+
+    def add_worker(self, address, env=None):
+        """One more worker process (not waited for)."""
+        return self._start(
+            "dask",
+            "worker",
+            address,
+            "--nthreads",
+            "1",
+            "--host",
+            "127.0.0.1",
+            "--dashboard-address",
+            "127.0.0.1:0",
+            "--no-nanny",
+            *self.flags,
+            env=env,
+            name="worker",
+        )
+
+    def wait_for(self, address, n_workers):
+        import time
+
+        from distributed import Client
+
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:  # the scheduler may not listen yet
+            try:
+                with Client(
+                    address, timeout="5s", set_as_default=False, security=self.security
+                ) as client:
+                    client.wait_for_workers(n_workers, timeout=START_TIMEOUT)
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+
+@pytest.fixture
+def dask_cluster(processes):
+    """:class:`DaskProcesses`, stopped by PID at teardown."""
+    return DaskProcesses(processes)

@@ -8,14 +8,10 @@ the worker's ``PYTHONPATH`` holding an installed distribution (its module and it
 ``.dist-info``, the files pip writes), which the worker's ``importlib.metadata`` finds first.
 """
 
-import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,110 +20,8 @@ from click.testing import CliRunner
 from cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 QUICK = ["n_samples=4000", "chunk_size=1000", "epochs=1"]
 """quickstart.yaml, small: a few seconds on two workers."""
-START_TIMEOUT = 60
-
-
-def _free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@pytest.fixture
-def processes(tmp_path):
-    """Start commands from this environment's bin; every one is stopped by PID at teardown."""
-    started, logs = [], contextlib.ExitStack()
-
-    def start(*args, env=None, name="process"):
-        log = logs.enter_context(open(tmp_path / f"{name}-{len(started)}.log", "w"))  # noqa: SIM115
-        process = subprocess.Popen(
-            [str(BIN / args[0]), *args[1:]],
-            cwd=tmp_path,
-            env={**os.environ, **(env or {})},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        started.append(process)
-        return process
-
-    try:
-        yield start
-    finally:
-        for process in reversed(started):
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=20)
-        logs.close()  # the logs stay in tmp_path, to read when a test fails
-
-
-def _cluster(start, *, workers=(None,), scheduler=None, protocol="tcp", tls=()):
-    """A `dask scheduler` (with *scheduler*: extra environment variables) and one
-    single-threaded `dask worker` per entry of *workers* (the same, or None); returns the
-    scheduler's address once they have all joined."""
-    from distributed import Client
-    from distributed.security import Security
-
-    port = _free_port()
-    address = f"{protocol}://127.0.0.1:{port}"
-    flags = []
-    for option, path in tls:
-        flags += [option, str(path)]
-    start(
-        "dask",
-        "scheduler",
-        "--protocol",
-        protocol,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--dashboard-address",
-        "127.0.0.1:0",
-        *flags,
-        env=scheduler,
-        name="scheduler",
-    )
-    for env in workers:
-        start(
-            "dask",
-            "worker",
-            address,
-            "--nthreads",
-            "1",
-            "--host",
-            "127.0.0.1",
-            "--dashboard-address",
-            "127.0.0.1:0",
-            "--no-nanny",
-            *flags,
-            env=env,
-            name="worker",
-        )
-    security = None
-    if tls:
-        files = dict(tls)
-        security = Security(
-            tls_ca_file=str(files["--tls-ca-file"]),
-            tls_client_cert=str(files["--tls-cert"]),
-            tls_client_key=str(files["--tls-key"]),
-            require_encryption=True,
-        )
-    deadline = time.monotonic() + START_TIMEOUT
-    while True:  # the scheduler may not listen yet
-        try:
-            with Client(address, timeout="5s", set_as_default=False, security=security) as client:
-                client.wait_for_workers(len(workers), timeout=START_TIMEOUT)
-            return address
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
 
 
 def _run(*args):
@@ -152,10 +46,10 @@ def _manifest(runs):
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_scheduler_address_from_the_command_line_and_from_the_file(processes, tmp_path):
+def test_scheduler_address_from_the_command_line_and_from_the_file(dask_cluster, tmp_path):
     """quickstart runs unchanged on `dask scheduler` + two `dask worker`s via --scheduler, and
     with the same address written in the file's cluster block."""
-    address = _cluster(processes, workers=(None, None))
+    address = dask_cluster.start(workers=(None, None))
     for where, args in {
         "cli": [ROOT / "pipelines" / "quickstart.yaml", "--scheduler", address],
         "file": [_pipeline(tmp_path, f"{{address: '{address}'}}")],
@@ -225,12 +119,12 @@ def _certificate(directory):
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
-def test_tls_scheduler_with_the_security_block(processes, tmp_path):
+def test_tls_scheduler_with_the_security_block(dask_cluster, tmp_path):
     """A `dask scheduler --protocol tls` with certificates: the file's address tls://... and its
     security block (paths through ${path:...}) run quickstart; without the block, exit 4."""
     cert, key = _certificate(tmp_path)
     tls = [("--tls-ca-file", cert), ("--tls-cert", cert), ("--tls-key", key)]
-    address = _cluster(processes, protocol="tls", tls=tls)
+    address = dask_cluster.start(protocol="tls", tls=tls)
     security = (
         "{tls_ca_file: '${path:cert.pem}', tls_client_cert: '${path:cert.pem}', "
         "tls_client_key: '${path:key.pem}', require_encryption: true, tls_min_version: 1.2}"
@@ -378,7 +272,7 @@ def _probe_pipeline(tmp_path):
     ids=["missing-fails", "patch-apart-warns"],
 )
 def test_package_the_pipeline_names_is_checked_on_the_workers(
-    worker_version, code, expected, processes, tmp_path, monkeypatch
+    worker_version, code, expected, dask_cluster, tmp_path, monkeypatch
 ):
     """A distribution the pipeline names, installed here: missing on the worker, the run
     stops with exit 4 and the pip command; another version there (not a critical package),
@@ -390,7 +284,7 @@ def test_package_the_pipeline_names_is_checked_on_the_workers(
     if worker_version:
         site = _install(tmp_path / "worker-site", "probe_tdml", worker_version)
         env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
-    address = _cluster(processes, workers=(env,), scheduler=env)  # it imports what steps name
+    address = dask_cluster.start(workers=(env,), scheduler=env)  # it imports what steps name
     with pytest.warns(VersionMismatchWarning) if code == 0 else _no_warning() as caught:
         result = _run(
             _probe_pipeline(tmp_path), "--scheduler", address, "--run-dir", tmp_path / "runs"
@@ -416,7 +310,7 @@ class _no_warning:
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_worker_with_another_taskdml_release_fails_before_the_run(processes, tmp_path):
+def test_worker_with_another_taskdml_release_fails_before_the_run(dask_cluster, tmp_path):
     """A worker whose environment has another minor release of taskdml installed (its code and
     its dist-info first on the worker's path): exit 4 before any step, naming the package, the
     two versions, why it matters and the pip command."""
@@ -434,7 +328,7 @@ def test_worker_with_another_taskdml_release_fails_before_the_run(processes, tmp
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: taskdml\nVersion: {other}\n")
     (info / "top_level.txt").write_text("taskdml\n")
     env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
-    address = _cluster(processes, workers=(env,))
+    address = dask_cluster.start(workers=(env,))
     result = _run(
         ROOT / "pipelines" / "quickstart.yaml",
         *QUICK,

@@ -6,11 +6,8 @@ epoch are dealt. The slow one runs against ``dask scheduler`` and ``dask worker`
 started here: a worker joins and another leaves during a sync training.
 """
 
-import contextlib
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -89,10 +86,10 @@ def _wait_for(condition, timeout, what):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_worker_joins_and_another_leaves_during_sync_training(processes):
+def test_a_worker_joins_and_another_leaves_during_sync_training(dask_cluster):
     """A worker that joins gets a replica, one that leaves has its chunks dealt out again:
     the training completes within 0.5 pp of the same training on a fixed cluster."""
-    address, start_worker = processes(workers=2)
+    address = dask_cluster.start(workers=(None, None))
     X, y = linear_data(240_000, 20, 4_000, seed=3)
     X_test, y_test = dask.compute(*linear_data(50_000, 20, 50_000, seed=4))
     options = dict(epochs=40, sync_every=1, random_state=0)
@@ -108,7 +105,7 @@ def test_a_worker_joins_and_another_leaves_during_sync_training(processes):
         runner = threading.Thread(target=training)
         runner.start()
         _wait_for(lambda: _replicas_on(client), 60, "the replicas to start")
-        start_worker()
+        dask_cluster.add_worker(address)
         _wait_for(lambda: _replicas_on(client) - first, 60, "a replica on the new worker")
         leaving = sorted(first)[1]
         os.kill(client.run(os.getpid, workers=[leaving])[leaving], signal.SIGTERM)
@@ -122,82 +119,3 @@ def test_a_worker_joins_and_another_leaves_during_sync_training(processes):
     assert (
         abs(result.estimator.score(X_test, y_test) - fixed.estimator.score(X_test, y_test)) <= 0.005
     )
-
-
-@pytest.fixture
-def processes(tmp_path):
-    """``processes(workers=n)``: a `dask scheduler` and *n* single-threaded `dask worker`
-    processes on 127.0.0.1; returns the address and a function that starts one more worker.
-    Every process is stopped by PID at teardown."""
-    import socket
-
-    started = []
-    bin_dir = os.path.dirname(sys.executable)
-
-    def start(*args):
-        log = open(tmp_path / f"process-{len(started)}.log", "w")  # noqa: SIM115
-        started.append(
-            (
-                subprocess.Popen(
-                    [os.path.join(bin_dir, "dask"), *args],
-                    cwd=tmp_path,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                ),
-                log,
-            )
-        )
-
-    def cluster(workers):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        address = f"tcp://127.0.0.1:{port}"
-        start(
-            "scheduler",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--dashboard-address",
-            "127.0.0.1:0",
-        )
-
-        def worker():
-            start(
-                "worker",
-                address,
-                "--nthreads",
-                "1",
-                "--host",
-                "127.0.0.1",
-                "--dashboard-address",
-                "127.0.0.1:0",
-                "--no-nanny",
-            )
-
-        for _ in range(workers):
-            worker()
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with Client(address, timeout="5s", set_as_default=False) as client:
-                    client.wait_for_workers(workers, timeout=60)
-                return address, worker
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-
-    try:
-        yield cluster
-    finally:
-        for process, log in reversed(started):
-            with contextlib.suppress(ProcessLookupError):
-                process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=20)
-            log.close()
