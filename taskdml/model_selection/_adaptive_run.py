@@ -242,7 +242,14 @@ def prepare(X, y, *, client, n_chunks_min, data="auto"):
         bounds = split_rows(X.shape[0], chunk_count(X.shape[0], n_chunks_min))
         chunks = [ChunkXY(X[a:b], None if y is None else y[a:b]) for a, b in bounds]
         if client is not None:
-            flat = client.scatter([part for chunk in chunks for part in chunk if part is not None])
+            # Tasks that hold the data, not scattered data: Dask computes them again if a
+            # worker holding them leaves (scattered data would be lost with it).
+            flat = [
+                client.submit(data_chunk, part, pure=False)
+                for chunk in chunks
+                for part in chunk
+                if part is not None
+            ]
             step = 1 if y is None else 2
             chunks = [
                 ChunkXY(flat[i], None if y is None else flat[i + 1])
@@ -293,6 +300,11 @@ def find_classes(chunks, client, name):
         [client.submit(_labels, y, key=(name, i)) for i, (_, y) in enumerate(chunks)]
     )
     return np.unique(np.concatenate(labels))
+
+
+def data_chunk(part):
+    """One chunk of in-memory training data, as a task (its data travels in the task)."""
+    return part
 
 
 def _labels(y):
@@ -365,12 +377,10 @@ class ClusterBackend:
             self._dataset(fold.valid) if plan.metric and not self.streamed else None
             for fold in layout.folds
         ]
-        nthreads = client.nthreads()
-        self.workers = sorted(nthreads)
-        self.n_workers, self.n_threads = len(nthreads), sum(nthreads.values())
-        fused = plan.partial_fit and not self.streamed and self._fits_everywhere()
-        self.held = self._hold() if fused else {}
-        self.load = dict.fromkeys(self.held, 0)  # fused tasks in flight per worker
+        self.workers, self.n_workers, self.n_threads, self.looked = [], 0, 0, -math.inf
+        self.held, self.load = {}, {}  # fused steps: the data and the tasks in flight per worker
+        self.fused = plan.partial_fit and not self.streamed and self._fits_everywhere()
+        self.follow_workers()
 
     def _fits_everywhere(self):
         """Whether a copy of the training data fits in every worker's memory share."""
@@ -383,21 +393,40 @@ class ClusterBackend:
         ]
         return bool(limits) and size <= HELD_MEMORY_SHARE * min(limits)
 
-    def _hold(self):
-        """``{worker: future}``: every chunk on every worker, for the fused steps."""
+    def follow_workers(self):
+        """Take the workers there are now (at most every ``WATCH_S`` seconds): a worker that
+        joined gets a copy of the data for the fused steps, and trials like the others; one
+        that left is dropped (its steps in flight are computed again elsewhere by Dask)."""
+        from taskdml.parallel._elastic import WATCH_S
+
+        if time.monotonic() < self.looked + WATCH_S:
+            return
+        self.looked = time.monotonic()
+        nthreads = self.client.nthreads()
+        if sorted(nthreads) == self.workers:
+            return
+        self.workers = sorted(nthreads)
+        self.n_workers, self.n_threads = len(nthreads), sum(nthreads.values())
+        if not self.fused:
+            return
+        for worker in [w for w in self.held if w not in nthreads]:
+            del self.held[worker], self.load[worker]
+        for worker in self.workers:
+            if worker not in self.held:
+                self.held[worker], self.load[worker] = self._hold(worker), 0
+
+    def _hold(self, worker):
+        """Every chunk in one object on *worker*, for the fused steps."""
         parts = [part for chunk in self.chunks for part in chunk if part is not None]
-        return {
-            worker: self.client.submit(
-                hold_chunks,
-                parts,
-                self.layout.supervised,
-                key=(self.names["trial-data"], i),
-                workers=[worker],
-                allow_other_workers=True,
-                priority=10_000,
-            )
-            for i, worker in enumerate(sorted(self.client.nthreads()))
-        }
+        return self.client.submit(
+            hold_chunks,
+            parts,
+            self.layout.supervised,
+            key=(self.names["trial-data"], worker),
+            workers=[worker],
+            allow_other_workers=True,
+            priority=10_000,
+        )
 
     def mode(self, job):
         """How *job*'s step trains: ``subsample``, ``replicated``, ``streamed``, ``fused`` or
@@ -447,6 +476,7 @@ class ClusterBackend:
 
     def launch(self, job):
         """Submit one step of every fold and its scoring; the handle is the score's future."""
+        self.follow_workers()
         job.mode = self.mode(job)
         states, scores, workers = self._step(job, range(self.layout.n_folds), score=True)
         result = self.client.submit(
@@ -638,7 +668,8 @@ class ClusterBackend:
         """``(states, result)`` of a finished step; raises the step's error."""
         states, workers = self.handles.pop(handle)
         for worker in workers:
-            self.load[worker] -= 1
+            if worker in self.load:  # not if it left meanwhile
+                self.load[worker] -= 1
         return states, handle.result()
 
     def train_all(self, job):
@@ -816,7 +847,6 @@ class Driver:
         self.parallel, self.patience, self.tol = parallel, patience, tol
         self.raise_errors = raise_errors
         self.n_folds = backend.layout.n_folds
-        self.capacity = max(1, STEPS_PER_THREAD * backend.n_threads)
         self.in_flight = {}
         self.epoch_seconds = []  # per single-replica step: seconds per epoch and fold
         self.history = []
@@ -824,6 +854,11 @@ class Driver:
 
     def clock(self):
         return time.perf_counter() - self.started
+
+    def capacity(self):
+        """Fold chains in flight: :data:`STEPS_PER_THREAD` per thread of the workers there
+        are now."""
+        return max(1, STEPS_PER_THREAD * self.backend.n_threads)
 
     def run(self):
         self._fill()
@@ -843,7 +878,7 @@ class Driver:
             trial.states = None
 
     def _fill(self):
-        while not self.in_flight or len(self.in_flight) * self.n_folds < self.capacity:
+        while not self.in_flight or len(self.in_flight) * self.n_folds < self.capacity():
             job = self.policy.next_job()
             if job is None:
                 return

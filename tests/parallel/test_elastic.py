@@ -3,13 +3,14 @@
 The fast tests check that cutting a training into segments changes nothing (a checkpoint
 every round gives the estimator of one segment, bit for bit) and how the chunks left of an
 epoch are dealt. The slow one runs against ``dask scheduler`` and ``dask worker`` processes
-started here: a worker joins and another leaves during a sync training.
+started here: `taskdml run` while a worker joins and another leaves during its sync training.
 """
 
+import json
 import os
 import signal
-import threading
 import time
+from pathlib import Path
 
 import dask
 import dask.array as da
@@ -71,9 +72,23 @@ def test_the_chunks_left_are_dealt_by_index():
 # Workers that join and leave: separate `dask scheduler` and `dask worker` processes.
 
 
-def _replicas_on(client):
-    """The workers running a replica task now."""
-    return {w for w, keys in client.processing().items() if any("replica" in str(k) for k in keys)}
+QUICKSTART = Path(__file__).resolve().parents[2] / "pipelines" / "quickstart.yaml"
+LONG_TRAINING = [
+    "n_samples=240000",
+    "chunk_size=4000",
+    "epochs=40",
+    "++steps.model.parallel.sync_every=1",
+]
+"""quickstart.yaml with a model step of 960 sync rounds: long enough to change the workers."""
+
+
+def _replicas_on(client, step):
+    """The workers running a replica of *step*'s training now."""
+    return {
+        worker
+        for worker, keys in client.processing().items()
+        if any(str(key).startswith(f"('{step}-replica-") for key in keys)
+    }
 
 
 def _wait_for(condition, timeout, what):
@@ -84,38 +99,51 @@ def _wait_for(condition, timeout, what):
         time.sleep(0.05)
 
 
+def _run(processes, address, run_dir):
+    return processes(
+        "taskdml",
+        "run",
+        str(QUICKSTART),
+        *LONG_TRAINING,
+        "--scheduler",
+        address,
+        "--run-dir",
+        str(run_dir),
+        name="taskdml",
+    )
+
+
+def _outcome(run_dir):
+    (manifest,) = run_dir.glob("*/manifest.json")
+    (metrics,) = run_dir.glob("*/metrics.json")
+    training = json.loads(manifest.read_text())["steps"]["model"]["training"]
+    return training, json.loads(metrics.read_text())["report"]["accuracy"]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_worker_joins_and_another_leaves_during_sync_training(dask_cluster):
-    """A worker that joins gets a replica, one that leaves has its chunks dealt out again:
-    the training completes within 0.5 pp of the same training on a fixed cluster."""
+def test_a_worker_joins_and_another_leaves_during_a_pipelines_training(
+    dask_cluster, processes, tmp_path
+):
+    """`taskdml run` on separate scheduler and worker processes: a worker that joins during
+    the sync training gets a replica, one that leaves has its chunks dealt out again, and
+    the run completes within 0.5 pp of the same run on the fixed cluster."""
     address = dask_cluster.start(workers=(None, None))
-    X, y = linear_data(240_000, 20, 4_000, seed=3)
-    X_test, y_test = dask.compute(*linear_data(50_000, 20, 50_000, seed=4))
-    options = dict(epochs=40, sync_every=1, random_state=0)
+    assert _run(processes, address, tmp_path / "fixed").wait(timeout=200) == 0
     with Client(address, set_as_default=False) as client:
-        X, y = client.persist([X, y])
-        fixed = train(SGDClassifier(random_state=0), X, y, client=client, **options)
         first = set(client.nthreads())
-        outcome = {}
-
-        def training():
-            outcome["result"] = train(SGDClassifier(random_state=0), X, y, client=client, **options)
-
-        runner = threading.Thread(target=training)
-        runner.start()
-        _wait_for(lambda: _replicas_on(client), 60, "the replicas to start")
+        run = _run(processes, address, tmp_path / "elastic")
+        _wait_for(lambda: _replicas_on(client, "model"), 120, "the model's replicas")
         dask_cluster.add_worker(address)
-        _wait_for(lambda: _replicas_on(client) - first, 60, "a replica on the new worker")
+        _wait_for(lambda: _replicas_on(client, "model") - first, 60, "a replica on the new worker")
         leaving = sorted(first)[1]
         os.kill(client.run(os.getpid, workers=[leaving])[leaving], signal.SIGTERM)
-        runner.join(timeout=200)
-        assert not runner.is_alive()
-    result = outcome["result"]
-    reasons = [(replan["reason"], replan["replicas"]) for replan in result.stats["replans"]]
-    assert reasons == [("joined", 3), ("left", 2)]
-    assert [entry["epoch"] for entry in result.history] == list(range(1, 41))
-    assert sum("replans" in entry for entry in result.history) >= 1
-    assert (
-        abs(result.estimator.score(X_test, y_test) - fixed.estimator.score(X_test, y_test)) <= 0.005
-    )
+        assert run.wait(timeout=200) == 0
+    training, accuracy = _outcome(tmp_path / "elastic")
+    fixed_training, fixed_accuracy = _outcome(tmp_path / "fixed")
+    replans = training["stats"]["replans"]
+    assert [(r["reason"], r["replicas"]) for r in replans] == [("joined", 3), ("left", 2)]
+    assert [entry["epoch"] for entry in training["history"]] == list(range(1, 41))
+    assert any("replans" in entry for entry in training["history"])
+    assert fixed_training["stats"]["replans"] == []
+    assert abs(accuracy - fixed_accuracy) <= 0.005

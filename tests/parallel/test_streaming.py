@@ -8,7 +8,6 @@ four times larger than the workers' memory limits and check every worker's peak 
 
 import gc
 import os
-import resource
 import weakref
 
 import dask
@@ -256,11 +255,17 @@ def small_workers():
         yield client
 
 
+def _peak_rss():
+    """This process's peak resident memory in bytes (``VmHWM``: ``ru_maxrss`` of a spawned
+    worker would start from its parent's peak)."""
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
+
+
 def _peaks(client):
     """Every worker's process and peak resident memory (bytes) since it started."""
-    return client.run(
-        lambda: (os.getpid(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    )
+    return client.run(lambda: (os.getpid(), _peak_rss()))
 
 
 def _holdout(n_features):
