@@ -69,15 +69,13 @@ import datetime
 import math
 import multiprocessing
 import os
-import platform
-import re
 import statistics
-import subprocess
 import sys
 import threading
 import time
 import warnings
 
+import _results
 import numpy as np
 import psutil
 
@@ -89,9 +87,7 @@ REPEATS = 5
 TRAIN_FRACTION = 0.8
 CLASSES = [0, 1]
 MIB = 2**20
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
-BEGIN = "<!-- data_parallel.py: generated, begin -->"
-END = "<!-- data_parallel.py: generated, end -->"
+RESULTS = _results.RESULTS
 # The targets of the issue this benchmark answers (issue 9).
 TARGET_DEFAULT_CEILING = 0.90
 TARGET_DEFAULT_VS_INCREMENTAL = 2.0
@@ -99,6 +95,17 @@ TARGET_ROUND_MS = 1.0
 TARGET_FIXED_MS = 10.0
 TARGET_ASYNC_PP = 1.0
 MODEL_WORKERS = [4, 16, 64, 256]
+DATA_PARALLEL_PACKAGES = (
+    "taskdml",
+    "numpy",
+    "scipy",
+    "scikit-learn",
+    "dask",
+    "distributed",
+    "dask-ml",
+    "xarray",
+    "psutil",
+)
 STARTED = time.perf_counter()
 
 
@@ -1128,57 +1135,6 @@ def target_checks(rows, per_chunk):
 # Machine, versions, report.
 
 
-def machine():
-    model = "unknown"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
-        fields = dict(
-            re.findall(r"^(model name|cpu family|model)\s*:\s*(.*)$", cpuinfo.read(), re.M)
-        )
-        model = (
-            f"{fields.get('model name', '?')} (family {fields.get('cpu family', '?')}, "
-            f"model {fields.get('model', '?')})"
-        )
-    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {
-        "nproc": nproc,
-        "memory_gib": psutil.virtual_memory().total / 2**30,
-        "cpu": model,
-        "platform": platform.platform(),
-    }
-
-
-def versions():
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = {"python": platform.python_version()}
-    for name in (
-        "taskdml",
-        "numpy",
-        "scipy",
-        "scikit-learn",
-        "dask",
-        "distributed",
-        "dask-ml",
-        "xarray",
-        "psutil",
-    ):
-        with contextlib.suppress(PackageNotFoundError):
-            found[name] = version(name)
-    with contextlib.suppress(OSError, subprocess.CalledProcessError):
-        here = os.path.dirname(os.path.abspath(__file__))
-
-        def git(*words):
-            return subprocess.run(
-                ["git", *words], cwd=here, check=True, capture_output=True, text=True
-            ).stdout.strip()
-
-        commit = git("rev-parse", "--short", "HEAD")
-        if git("status", "--porcelain", "--", os.path.join(here, "..", "taskdml")):
-            commit += ", with uncommitted changes in taskdml/"
-        found["taskdml"] = f"{found.get('taskdml', '?')} (git {commit})"
-    return found
-
-
 def report(args, facts, rows, per_chunk, parameters, checks_table):
     m, load = facts["machine"], facts["load"]
     busy_note = (
@@ -1193,9 +1149,8 @@ def report(args, facts, rows, per_chunk, parameters, checks_table):
     lines = [
         f"Command: `{facts['command']}`  ",
         f"Date: {facts['date']}  ",
-        f"Machine: {m['nproc']} CPUs, {m['cpu']}, {m['memory_gib']:.1f} GiB memory, "
-        f"{m['platform']}  ",
-        "Versions: " + ", ".join(f"{k} {v}" for k, v in facts["versions"].items()),
+        f"Machine: {_results.machine_line(m)}  ",
+        "Versions: " + _results.versions_line(facts["versions"]),
         "",
         busy_note + f" Load average before/after: {load['before']} / {load['after']}; CPU steal "
         f"during the run: {load['steal_s']:.1f} s.",
@@ -1305,29 +1260,6 @@ def report(args, facts, rows, per_chunk, parameters, checks_table):
     return "\n".join(lines)
 
 
-def write_section(path, body):
-    """Replace the generated block of this benchmark's section (create the file or section)."""
-    block = f"{BEGIN}\n{body}\n{END}"
-    if os.path.exists(path):
-        with open(path) as existing:
-            text = existing.read()
-    else:
-        text = "# Benchmark results\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        text = (
-            text.rstrip("\n")
-            + "\n\n## Data-parallel training (`benchmarks/data_parallel.py`)\n\n"
-            + block
-            + "\n"
-        )
-    with open(path + ".tmp", "w") as out:
-        out.write(text)
-    os.replace(path + ".tmp", path)
-
-
 # ---------------------------------------------------------------------------------------------
 
 
@@ -1430,8 +1362,8 @@ def main(argv=None):
     facts = {
         "command": command,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine(),
-        "versions": versions(),
+        "machine": _results.machine(detail=True),
+        "versions": _results.versions(DATA_PARALLEL_PACKAGES),
         "n_train": n_train_rows(args.n_samples),
     }
     helpers = Helpers(args.workers, args.n_samples, args.chunk_sizes[0])
@@ -1534,7 +1466,12 @@ def main(argv=None):
     text = report(args, facts, rows, per_chunk, parameters, checks_table)
     print(text)
     if args.write:
-        write_section(args.results, text)
+        _results.write_section(
+            args.results,
+            text,
+            "data_parallel.py",
+            "Data-parallel training (`benchmarks/data_parallel.py`)",
+        )
         print(f"\nwritten to {args.results}", file=sys.stderr)
 
 

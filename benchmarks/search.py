@@ -68,8 +68,6 @@ import contextlib
 import datetime
 import json
 import os
-import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -78,12 +76,12 @@ import threading
 import time
 import warnings
 
+import _results
 import numpy as np
 import psutil
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
-BEGIN = "<!-- search.py: generated, begin -->"
-END = "<!-- search.py: generated, end -->"
+RESULTS = _results.RESULTS
+SEARCH_PACKAGES = ("taskdml", "numpy", "scikit-learn", "dask", "distributed", "dask-ml", "optuna")
 SIZES = [300_000, 1_000_000]
 N_FEATURES = 50
 N_CHUNKS = 16
@@ -929,40 +927,6 @@ def checks_table(checks):
 # Machine, versions, report.
 
 
-def machine():
-    model = "unknown"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
-        found = re.search(r"^model name\s*:\s*(.*)$", cpuinfo.read(), re.M)
-        model = found.group(1) if found else model
-    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (
-        f"{nproc} CPUs, {model}, {psutil.virtual_memory().total / 2**30:.1f} GiB memory, "
-        f"{platform.platform()}"
-    )
-
-
-def versions():
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = {"python": platform.python_version()}
-    for name in ("taskdml", "numpy", "scikit-learn", "dask", "distributed", "dask-ml", "optuna"):
-        with contextlib.suppress(PackageNotFoundError):
-            found[name] = version(name)
-    with contextlib.suppress(OSError, subprocess.CalledProcessError):
-        here = os.path.dirname(os.path.abspath(__file__))
-
-        def git(*words):
-            return subprocess.run(
-                ["git", *words], cwd=here, check=True, capture_output=True, text=True
-            ).stdout.strip()
-
-        commit = git("rev-parse", "--short", "HEAD")
-        if git("status", "--porcelain", "--", os.path.join(here, "..", "taskdml")):
-            commit += ", with uncommitted changes in taskdml/"
-        found["taskdml"] = f"{found.get('taskdml', '?')} (git {commit})"
-    return ", ".join(f"{k} {v}" for k, v in found.items())
-
-
 def report(args, facts, grid_rows, adaptive_rows, info, skipped, checks):
     foreign = facts["foreign_cores"]
     load_note = (
@@ -975,8 +939,8 @@ def report(args, facts, grid_rows, adaptive_rows, info, skipped, checks):
     lines = [
         f"Command: `{facts['command']}`  ",
         f"Date: {facts['date']}; whole benchmark {facts['total_s']:.0f} s  ",
-        f"Machine: {machine()}  ",
-        f"Versions: {versions()}  ",
+        f"Machine: {_results.machine_line()}  ",
+        f"Versions: {_results.versions_line(_results.versions(SEARCH_PACKAGES))}  ",
         f"Cluster: LocalCluster, {args.workers} worker processes × 1 thread, 127.0.0.1; BLAS "
         "limited to one thread everywhere.",
         "",
@@ -1027,29 +991,6 @@ def report(args, facts, grid_rows, adaptive_rows, info, skipped, checks):
         lines += ["", skipped]
     lines += ["", "Targets (issue 10):", "", checks_table(checks)]
     return "\n".join(lines) + "\n"
-
-
-def write_section(path, body):
-    """Replace the generated block of the search section (create the file or section)."""
-    block = f"{BEGIN}\n{body}\n{END}"
-    if os.path.exists(path):
-        with open(path) as existing:
-            text = existing.read()
-    else:
-        text = "# Benchmark results\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        text = (
-            text.rstrip("\n")
-            + "\n\n## Hyperparameter search (`benchmarks/search.py`)\n\n"
-            + block
-            + "\n"
-        )
-    with open(path + ".tmp", "w") as out:
-        out.write(text)
-    os.replace(path + ".tmp", path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1165,7 +1106,9 @@ def main(argv=None):
     text = report(args, facts, grid_rows, adaptive_rows, info, skipped, checks)
     print(text)
     if args.write:
-        write_section(args.results, text)
+        _results.write_section(
+            args.results, text, "search.py", "Hyperparameter search (`benchmarks/search.py`)"
+        )
         print(f"written to {args.results}", file=sys.stderr)
 
 
