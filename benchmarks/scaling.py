@@ -1,0 +1,798 @@
+"""How sync data-parallel training scales with the workers, and what it holds in memory.
+
+One estimator, ``SGDClassifier(loss="hinge", alpha=1e-5, random_state=0)`` with classes
+``[0, 1]``, trained by ``taskdml.train(..., strategy="sync")`` (the engine's other defaults:
+``sync_every="auto"``, shuffled chunk order) on synthetic data (taskdml's chunk-independent
+``make_classification``: ``--features`` float64 columns, 20 informative and 10 redundant,
+in chunks of ``--chunk-rows``), written once, chunk by chunk, to a Zarr store in a temporary
+directory and read with ``da.from_zarr``. Four parts:
+
+1. **Speed-up.** For every count ``w`` of ``--workers``, a fresh ``LocalCluster(n_workers=w,
+   threads_per_worker=1, host="127.0.0.1")``; the ``--rows`` rows are persisted on it (timed
+   apart), one untimed ``train`` (imports, first calls), then ``--repeats`` timed calls of
+   ``--epochs`` epochs. *Seconds per epoch* = the median over the epochs after the first (the
+   first runs the period's probe rounds) of rank 0's epoch durations (``history``), median over
+   the calls. Speed-up = that of 1 worker / that of ``w``; efficiency = speed-up / ``w``.
+2. **The cost of a round**, from ``TrainResult.stats`` (read the engine:
+   ``taskdml/parallel/_engine.py`` and ``_direct.py``), per round, mean over replicas:
+   *compute* = ``busy_s`` (``partial_fit``); *serialise* = ``serialize_s`` (pickling its own
+   model, unpickling the others'); *wire* = ``wire_s`` (from a message's send to its arrival,
+   as far as the receiver was blocked on it); *waiting* = ``wait_s`` (blocked on a peer that had
+   not sent yet: load imbalance); *merge* = ``merge_s`` (merging the R models); *other* = the
+   rest of the epoch's time (copying the global model, the epoch's broadcast, bookkeeping).
+   ``collective_round_s`` is the engine's median round of the replica that waited least.
+3. **Streaming against persisting** (when ``train`` takes ``data=``), on the same Zarr store
+   at the most workers: ``data="persist"`` and ``data="stream"`` (prefetch as the engine's
+   default), interleaved, seconds per epoch both ways and their ratio.
+4. **Peak memory** (when ``train`` takes ``data=``): for every multiple ``m`` of
+   ``--memory-multiples``, data of ``m`` × the workers' total memory limit (``--memory-limit``
+   per worker, at the most workers) in a Zarr store that is not persisted, one epoch with
+   ``data="auto"`` on a fresh cluster; the peak RSS of every worker process
+   (``getrusage(RUSAGE_SELF).ru_maxrss``) before and after, and the engine's ``stats["data"]``.
+   Data over ``--max-gib`` is skipped with a note.
+
+Then :func:`modelled_epoch_s` extrapolates the measured costs to 8-256 workers (its assumptions
+are in its docstring and in the report).
+
+``python benchmarks/scaling.py --help`` for the options; ``--quick`` is a smoke run (< 1 min)
+that prints only. A full run rewrites the generated block of the scaling section of
+``benchmarks/RESULTS.md`` (``--out``) and leaves the rest of the file alone.
+"""
+
+import argparse
+import contextlib
+import datetime
+import inspect
+import math
+import os
+import pickle
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+
+import _results
+import psutil
+
+CLASSES = [0, 1]
+MIB = 2**20
+GIB = 2**30
+MODEL_WORKERS = [8, 16, 32, 64, 128, 256]
+BANDWIDTH_GBIT = 10.0
+TARGET_STREAM_RATIO = 1.10
+PACKAGES = ("taskdml", "numpy", "scikit-learn", "dask", "distributed", "zarr", "psutil")
+STARTED = time.perf_counter()
+
+
+def progress(message):
+    """One line of progress on stderr, with the seconds since the start."""
+    print(f"[{time.perf_counter() - STARTED:5.0f} s] {message}", file=sys.stderr, flush=True)
+
+
+def make_model():
+    from sklearn.linear_model import SGDClassifier
+
+    return SGDClassifier(loss="hinge", alpha=1e-5, random_state=0)
+
+
+def row_bytes(n_features):
+    """Bytes of one row of X (float64) and y (int64)."""
+    return 8 * n_features + 8
+
+
+def write_store(directory, n_rows, n_features, chunk_rows):
+    """Generate the data chunk by chunk and write it to a Zarr store in *directory*, in this
+    process's threads (never more than a few chunks in memory); return the seconds taken."""
+    import dask
+
+    from taskdml.datasets import make_classification
+
+    began = time.perf_counter()
+    data = make_classification(
+        n_rows,
+        n_features,
+        n_informative=min(20, n_features),
+        n_redundant=min(10, max(0, n_features - 20)),
+        chunk_size=chunk_rows,
+        random_state=0,
+    )
+    writes = [
+        array.to_zarr(os.path.join(directory, name), compute=False, compressors=None)
+        for name, array in (("X", data.X.data), ("y", data.y.data))
+    ]
+    dask.compute(*writes, scheduler="threads", num_workers=2)
+    return time.perf_counter() - began
+
+
+def read_store(directory):
+    import dask.array as da
+
+    return da.from_zarr(os.path.join(directory, "X")), da.from_zarr(os.path.join(directory, "y"))
+
+
+@contextlib.contextmanager
+def cluster(n_workers, memory_limit="auto"):
+    """A fresh ``LocalCluster`` of single-threaded worker processes on 127.0.0.1, its client."""
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=1,
+            host="127.0.0.1",
+            dashboard_address=None,
+            memory_limit=memory_limit,
+        ) as local,
+        Client(local) as client,
+    ):
+        client.run(_worker_imports)
+        yield client
+
+
+def _worker_imports():
+    import sklearn.linear_model  # noqa: F401
+
+    import taskdml.parallel  # noqa: F401
+
+
+def _peak_rss_kib():
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def takes_data_option():
+    """Whether :func:`taskdml.train` has the streaming option ``data=``."""
+    import taskdml
+
+    return "data" in inspect.signature(taskdml.train).parameters
+
+
+def train(client, X, y, epochs, **options):
+    import taskdml
+
+    began = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = taskdml.train(
+            make_model(),
+            X,
+            y,
+            classes=CLASSES,
+            strategy="sync",
+            epochs=epochs,
+            random_state=0,
+            client=client,
+            **options,
+        )
+    return result, time.perf_counter() - began
+
+
+def epoch_s(result):
+    """Rank 0's median epoch after the first (the first runs the probe rounds), else the only."""
+    durations = [entry["duration_s"] for entry in result.history]
+    return statistics.median(durations[1:] or durations)
+
+
+def round_split(result):
+    """Per round, mean over replicas, in seconds: compute, serialise, wire, waiting, merge,
+    other, and the engine's median collective round; ``rounds``; ``period`` (the median sync
+    period of the epochs after the first)."""
+    stats, rounds = result.stats, max(1, result.stats["rounds"])
+
+    def mean(key):
+        values = stats.get(key)
+        return None if values is None else statistics.fmean(values) / rounds
+
+    split = {key: mean(key + "_s") for key in ("busy", "serialize", "wire", "wait", "merge")}
+    epochs_s = sum(entry["duration_s"] for entry in result.history)
+    known = sum(value or 0.0 for value in split.values())
+    periods = [entry.get("sync_every") for entry in result.history]
+    periods = [p for p in periods if p is not None]
+    return {
+        **split,
+        "other": max(0.0, epochs_s / rounds - known),
+        "collective_round": stats.get("collective_round_s"),
+        "rounds": stats["rounds"],
+        "rounds_per_epoch": stats["rounds"] / len(result.history),
+        "period": statistics.median(periods[1:] or periods) if periods else None,
+        "blocks": stats["blocks"],
+        "replicas": stats["replicas"],
+        "model_bytes": len(pickle.dumps(result.estimator, protocol=5)),
+    }
+
+
+def _median_split(splits):
+    return {
+        key: (
+            None
+            if any(s[key] is None for s in splits)
+            else statistics.median(s[key] for s in splits)
+        )
+        for key in splits[0]
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The measurements.
+
+
+def scaling_part(args, store):
+    """Per worker count: seconds per epoch, the round split, the persist time."""
+    rows = []
+    for workers in args.workers:
+        progress(f"scaling: {workers} worker(s)")
+        with cluster(workers) as client:
+            X, y = read_store(store)
+            began = time.perf_counter()
+            X, y = client.persist([X, y])
+            from distributed import wait
+
+            wait([X, y])
+            persist_s = time.perf_counter() - began
+            train(client, X, y, min(args.epochs, 2))  # warm-up
+            runs = [train(client, X, y, args.epochs) for _ in range(args.repeats)]
+        rows.append(
+            {
+                "workers": workers,
+                "persist_s": persist_s,
+                "epoch_s": statistics.median(epoch_s(r) for r, _ in runs),
+                "call_s": statistics.median(wall for _, wall in runs),
+                "collective": runs[0][0].stats.get("collective"),
+                **_median_split([round_split(r) for r, _ in runs]),
+            }
+        )
+        progress(f"  {rows[-1]['epoch_s']:.3f} s/epoch")
+    one = next((r for r in rows if r["workers"] == 1), None)
+    for row in rows:
+        row["speedup"] = one["epoch_s"] / row["epoch_s"] if one else None
+    return rows
+
+
+def stream_part(args, store):
+    """Seconds per epoch with the data persisted and streamed, at the most workers."""
+    workers = max(args.workers)
+    progress(f"streaming against persisting: {workers} worker(s)")
+    found = {"persist": [], "stream": []}
+    with cluster(workers) as client:
+        X, y = read_store(store)
+        for mode in found:  # warm-up
+            train(client, X, y, min(args.epochs, 2), data=mode)
+        for _ in range(args.repeats):
+            for mode in found:
+                result, wall = train(client, X, y, args.epochs, data=mode)
+                found[mode].append((epoch_s(result), wall, result.stats.get("data")))
+    out = {"workers": workers}
+    for mode, runs in found.items():
+        out[mode] = {
+            "epoch_s": statistics.median(r[0] for r in runs),
+            "call_s": statistics.median(r[1] for r in runs),
+            "data": runs[-1][2],
+        }
+    out["ratio"] = out["stream"]["epoch_s"] / out["persist"]["epoch_s"]
+    return out
+
+
+def memory_part(args, tmp):
+    """Per multiple: peak RSS of every worker training on m × the total memory limit."""
+    workers = max(args.workers)
+    limit = args.memory_limit_mib * MIB
+    rows, skipped = [], []
+    for multiple in args.memory_multiples:
+        n_rows = int(multiple * workers * limit // row_bytes(args.features))
+        gib = n_rows * row_bytes(args.features) / GIB
+        if gib > args.max_gib:
+            skipped.append((multiple, n_rows, gib))
+            progress(f"memory: {multiple}× ({gib:.1f} GiB) skipped: over --max-gib")
+            continue
+        store = os.path.join(tmp, f"memory-{multiple}")
+        progress(f"memory: {multiple}× = {n_rows:,} rows, {gib:.2f} GiB: writing the store")
+        write_s = write_store(store, n_rows, args.features, args.chunk_rows)
+        with cluster(workers, memory_limit=limit) as client:
+            idle = client.run(_peak_rss_kib)
+            X, y = read_store(store)
+            result, wall = train(client, X, y, 1, data="auto")
+            peak = client.run(_peak_rss_kib)
+            lost = workers - len(client.scheduler_info()["workers"])
+        shutil.rmtree(store, ignore_errors=True)
+        rows.append(
+            {
+                "multiple": multiple,
+                "rows": n_rows,
+                "gib": gib,
+                "write_s": write_s,
+                "call_s": wall,
+                "epoch_s": epoch_s(result),
+                "idle_mib": max(idle.values()) / 1024,
+                "peak_mib": sorted(v / 1024 for v in peak.values()),
+                "data": result.stats.get("data"),
+                "workers_lost": lost,
+            }
+        )
+        progress(f"  peak {max(rows[-1]['peak_mib']):.0f} MiB, {rows[-1]['epoch_s']:.1f} s/epoch")
+    return rows, skipped
+
+
+class Load:
+    """The CPU time other processes used while the benchmark ran (the machine may be shared)."""
+
+    def __enter__(self):
+        self.began, self.busy, self.ours = time.perf_counter(), _system_busy_s(), _tree_cpu_s()
+        self.load_before = _loadavg()
+        return self
+
+    def __exit__(self, *exc):
+        wall = time.perf_counter() - self.began
+        foreign = (_system_busy_s() - self.busy) - (_tree_cpu_s() - self.ours)
+        self.foreign_cores = max(0.0, foreign / max(wall, 1e-9))
+        self.load_after = _loadavg()
+
+
+def _system_busy_s():
+    times = psutil.cpu_times()
+    return sum(getattr(times, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))
+
+
+def _tree_cpu_s():
+    total = 0.0
+    for process in [psutil.Process()] + psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            times = process.cpu_times()
+            total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+def _loadavg():
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+# ---------------------------------------------------------------------------------------------
+# The model of larger clusters.
+
+
+def modelled_epoch_s(
+    replicas,
+    blocks,
+    *,
+    block_s,
+    imbalance,
+    round_s,
+    per_model_s,
+    latency_s,
+    model_bytes,
+    bandwidth_bit_s,
+    period=None,
+):
+    """Seconds per epoch of sync training of *blocks* blocks on *replicas* workers.
+
+    With ``R`` replicas (at most one per block, as the engine runs them), ``k = ceil(B / R)``
+    blocks for the busiest one and ``n`` rounds per epoch:
+
+        T(R) = k · block_s · (1 + imbalance)
+               + n · (round_s + per_model_s · R + ceil(log2 R) · (latency_s + 8 · bytes / bw))
+
+        n = ceil(k / p),   p = period, or what ``sync_every="auto"`` chooses from block_s and
+                           the round's cost (``taskdml.parallel._period.choose_period``)
+
+    Compute divides by ``R`` (perfect data locality, one replica per core, compute per block
+    as measured); replicas wait for the slowest a fixed share of their compute (*imbalance*,
+    as measured; none at ``R = 1``). A round is a recursive-doubling all-gather, as the
+    engine's direct collective does it: ``ceil(log2 R)`` message steps, each paying the
+    per-message latency (measured on loopback) and moving the model's bytes over a network of
+    *bandwidth_bit_s* (a step moves up to ``R / 2`` models in the last step; the latency term
+    dominates for small models, so each step is charged one model); then every replica
+    deserialises and merges all ``R`` models (*per_model_s* each), and pays *round_s* once
+    (copying the global model, bookkeeping). Nothing else grows with ``R``.
+
+    Examples
+    --------
+    >>> costs = dict(block_s=0.01, imbalance=0.0, round_s=0.0, per_model_s=0.0, latency_s=0.0,
+    ...              model_bytes=0, bandwidth_bit_s=1e10, period=1)
+    >>> round(modelled_epoch_s(1, 64, **costs) / modelled_epoch_s(4, 64, **costs), 6)
+    4.0
+    >>> costs.update(latency_s=0.01)
+    >>> round(modelled_epoch_s(1, 64, **costs) / modelled_epoch_s(4, 64, **costs), 6)  # 16+32
+    1.333333
+    """
+    from taskdml.parallel._period import choose_period
+
+    replicas = max(1, min(replicas, blocks))
+    busiest = math.ceil(blocks / replicas)
+    steps = math.ceil(math.log2(replicas)) if replicas > 1 else 0
+    per_round = (
+        round_s + per_model_s * replicas + steps * (latency_s + 8 * model_bytes / bandwidth_bit_s)
+    )
+    if period is None:
+        period = choose_period(block_s, per_round, busiest)
+    compute = busiest * block_s * (1 + (imbalance if replicas > 1 else 0.0))
+    return compute + math.ceil(busiest / period) * per_round
+
+
+def model_parameters(rows, bandwidth_gbit):
+    """The model's inputs, from the measured row of the most workers (and the loopback
+    latency from the most workers that sent messages)."""
+    top = max(rows, key=lambda r: r["workers"])
+    replicas, rounds_pe = top["replicas"], top["rounds_per_epoch"]
+    blocks_each = math.ceil(top["blocks"] / replicas)
+    block_s = top["busy"] * rounds_pe / blocks_each  # busy per round × rounds / blocks, per epoch
+    sent = [r for r in rows if r["replicas"] > 1 and r["wire"] is not None]
+    latency_s = None
+    if sent:
+        s = max(sent, key=lambda r: r["workers"])
+        latency_s = s["wire"] / math.ceil(math.log2(s["replicas"]))
+    per_model = ((top["serialize"] or 0.0) + (top["merge"] or 0.0)) / replicas
+    return {
+        "measured_workers": top["workers"],
+        "blocks": top["blocks"],
+        "block_s": block_s,
+        "imbalance": (top["wait"] or 0.0) / top["busy"] if replicas > 1 else 0.0,
+        "round_s": top["other"],
+        "per_model_s": per_model,
+        "latency_s": latency_s if latency_s is not None else 0.0,
+        "latency_measured": latency_s is not None,
+        "model_bytes": top["model_bytes"],
+        "bandwidth_bit_s": bandwidth_gbit * 1e9,
+    }
+
+
+def model_rows(parameters, counts):
+    """Modelled speed-up (and efficiency) per worker count: strong (the measured blocks) and
+    weak (the measured blocks per worker, the data growing with the workers)."""
+    costs = {k: parameters[k] for k in _MODEL_COSTS}
+    blocks = parameters["blocks"]
+    per_worker = blocks / parameters["measured_workers"]
+    out = []
+    for r in counts:
+        strong = modelled_epoch_s(1, blocks, **costs) / modelled_epoch_s(r, blocks, **costs)
+        weak_blocks = max(1, round(per_worker * r))
+        weak = r * modelled_epoch_s(1, max(1, round(per_worker)), **costs)
+        weak /= modelled_epoch_s(r, weak_blocks, **costs)
+        out.append({"workers": r, "strong": strong, "weak": weak})
+    return out
+
+
+_MODEL_COSTS = (
+    "block_s",
+    "imbalance",
+    "round_s",
+    "per_model_s",
+    "latency_s",
+    "model_bytes",
+    "bandwidth_bit_s",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# The report.
+
+
+def _fmt(value, spec, missing="–"):
+    return missing if value is None else format(value, spec)
+
+
+def _ms(value):
+    return _fmt(None if value is None else value * 1e3, ".3f")
+
+
+def scaling_table(rows):
+    lines = [
+        "| workers | s/epoch | speed-up | efficiency | train() call s | rounds/epoch | period "
+        "| persist s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        speedup = r["speedup"]
+        lines.append(
+            f"| {r['workers']} | {r['epoch_s']:.3f} | {_fmt(speedup, '.2f')}× "
+            f"| {_fmt(None if speedup is None else speedup / r['workers'], '.0%')} "
+            f"| {r['call_s']:.2f} | {r['rounds_per_epoch']:.1f} | {_fmt(r['period'], 'g')} "
+            f"| {r['persist_s']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def round_table(rows):
+    lines = [
+        "| workers | collective | compute | serialise | wire | waiting | merge | other "
+        "| round total | engine's median round |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        parts = ("busy", "serialize", "wire", "wait", "merge", "other")
+        total = sum(r[k] or 0.0 for k in parts)
+        lines.append(
+            f"| {r['workers']} | {r['collective'] or '–'} | "
+            + " | ".join(_ms(r[k]) for k in parts)
+            + f" | {_ms(total)} | {_ms(r['collective_round'])} |"
+        )
+    return "\n".join(lines)
+
+
+def _data_facts(data):
+    if not data:
+        return "–"
+    if isinstance(data, dict):
+        return ", ".join(f"{k}={v}" for k, v in data.items())
+    return str(data)
+
+
+def stream_lines(found):
+    met = "met" if found["ratio"] <= TARGET_STREAM_RATIO else "**missed**"
+    return [
+        "| data | s/epoch | train() call s | engine's choice (`stats['data']`) |",
+        "|---|---|---|---|",
+        *(
+            f"| {mode} | {found[mode]['epoch_s']:.3f} | {found[mode]['call_s']:.2f} "
+            f"| {_data_facts(found[mode]['data'])} |"
+            for mode in ("persist", "stream")
+        ),
+        "",
+        f"Streaming / persisting, seconds per epoch: **{found['ratio']:.2f}×** "
+        f"(target ≤ {TARGET_STREAM_RATIO:.2f}×: {met}).",
+    ]
+
+
+def memory_lines(rows, skipped, args):
+    workers = max(args.workers)
+    lines = [
+        "| data × total limit | rows | data GiB | worker peak RSS MiB (each) | idle peak MiB "
+        "| s/epoch | store written s | engine's choice (`stats['data']`) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lost = f" ({r['workers_lost']} worker(s) lost)" if r["workers_lost"] else ""
+        lines.append(
+            f"| {r['multiple']:g}× | {r['rows']:,} | {r['gib']:.2f} "
+            f"| {', '.join(f'{p:.0f}' for p in r['peak_mib'])}{lost} | {r['idle_mib']:.0f} "
+            f"| {r['epoch_s']:.2f} | {r['write_s']:.1f} | {_data_facts(r['data'])} |"
+        )
+    for multiple, n_rows, gib in skipped:
+        lines.append(
+            f"| {multiple:g}× | {n_rows:,} | {gib:.1f} | skipped: over --max-gib "
+            f"{args.max_gib:g} | | | | |"
+        )
+    lines += [
+        "",
+        f"{workers} workers × {args.memory_limit_mib:,} MiB memory limit "
+        f"({workers * args.memory_limit_mib / 1024:.2f} GiB in all); one epoch with "
+        '`data="auto"` on a fresh cluster per size, from a Zarr store that is not persisted. '
+        "*idle peak*: the largest worker's peak before training (imports done).",
+    ]
+    return lines
+
+
+def model_lines(parameters, counts, rows):
+    p = parameters
+    modelled = model_rows(p, counts)
+    measured = {r["workers"]: r["speedup"] for r in rows}
+    lines = [
+        "Inputs, measured at "
+        f"{p['measured_workers']} worker(s): {p['blocks']} blocks, "
+        f"compute {p['block_s'] * 1e3:.2f} ms per block, waiting {p['imbalance']:.1%} of "
+        f"compute, {p['round_s'] * 1e3:.3f} ms once per round (other), "
+        f"{p['per_model_s'] * 1e3:.3f} ms per model and round (serialise + merge), "
+        f"{p['latency_s'] * 1e3:.3f} ms per message step"
+        + (" (wire, loopback)" if p["latency_measured"] else " (not measured: no messages)")
+        + f", model {p['model_bytes']:,} bytes pickled, network {p['bandwidth_bit_s'] / 1e9:g} "
+        "Gbit/s (assumed).",
+        "",
+        "| workers | " + " | ".join(str(m["workers"]) for m in modelled) + " |",
+        "|---|" + "---|" * len(modelled),
+        "| strong (same data) | "
+        + " | ".join(f"{m['strong']:.1f}× ({m['strong'] / m['workers']:.0%})" for m in modelled)
+        + " |",
+        "| weak (same data per worker) | "
+        + " | ".join(f"{m['weak']:.1f}× ({m['weak'] / m['workers']:.0%})" for m in modelled)
+        + " |",
+        "| measured | "
+        + " | ".join(
+            f"{measured[m['workers']]:.2f}×" if measured.get(m["workers"]) else "–"
+            for m in modelled
+        )
+        + " |",
+    ]
+    return lines
+
+
+def report(args, facts, rows, streamed, memory, model_parameters_):
+    m = facts["machine"]
+    busy = facts["foreign_cores"]
+    load_note = (
+        f"**The machine was not idle**: other processes used {busy:.2f} of {m['nproc']} cores "
+        "on average; timings are inflated and noisy, rerun on a calm machine."
+        if busy > 0.1
+        else f"The machine was idle apart from this benchmark (other processes: {busy:.2f} "
+        "cores on average)."
+    )
+    lines = [
+        f"Command: `{facts['command']}`  ",
+        f"Date: {facts['date']}; whole benchmark {facts['total_s']:.0f} s  ",
+        f"Machine: {_results.machine_line(m)}  ",
+        f"Versions: {_results.versions_line(facts['versions'])}",
+        "",
+        f"{load_note} Load average before/after: {facts['load_before']} / {facts['load_after']}.",
+        *([""] + [f"Note: {args.note}"] if args.note else []),
+        "",
+        f"Data: {args.rows:,} × {args.features} float64 "
+        f"({args.rows * row_bytes(args.features) / MIB:,.0f} MiB for X and y) in "
+        f"{args.chunk_rows:,}-row chunks, from a Zarr store (written in {facts['write_s']:.1f} s) "
+        'persisted on each cluster; `SGDClassifier(loss="hinge", alpha=1e-5)`, '
+        f'`train(strategy="sync", epochs={args.epochs})`, the engine\'s default `sync_every` '
+        f'("auto"). Per worker count: a fresh cluster, one warm-up call, the median of '
+        f"{args.repeats} calls.",
+        "",
+        "### Speed-up",
+        "",
+        scaling_table(rows),
+        "",
+        "*s/epoch*: rank 0's epochs after the first (the first runs the probe rounds of the "
+        "sync period), median; *speed-up* = s/epoch at 1 worker / s/epoch; *efficiency* = "
+        'speed-up / workers; *period*: blocks per round chosen by `sync_every="auto"`.',
+        "",
+        "### Cost of a round (ms per round, mean over replicas)",
+        "",
+        round_table(rows),
+        "",
+        "*compute* = `busy_s` (partial_fit); *serialise* = `serialize_s` (pickling its model, "
+        "unpickling the others'); *wire* = `wire_s` (send to arrival of the messages it was "
+        "blocked on); *waiting* = `wait_s` (blocked on a peer that had not sent: load "
+        "imbalance); *merge* = `merge_s`; *other* = the rest of the epochs' time per round "
+        "(copying the global model, the epoch's broadcast, bookkeeping); *engine's median "
+        "round* = `collective_round_s`, the collective's own cost. All over every round of "
+        "the call, first epoch's probe rounds included.",
+    ]
+    lines += ["", "### Streaming against persisting", ""]
+    if streamed:
+        lines += [
+            f"The same Zarr store at {streamed['workers']} worker(s); median of {args.repeats} "
+            "interleaved calls after a warm-up of each.",
+            "",
+            *stream_lines(streamed),
+        ]
+    else:
+        lines.append(facts["no_stream"])
+    lines += ["", "### Peak memory per worker against data size", ""]
+    if memory is not None:
+        lines += memory_lines(*memory, args)
+    else:
+        lines.append(facts["no_stream"])
+    if model_parameters_:
+        lines += [
+            "",
+            "### A model of the speed-up at more workers",
+            "",
+            "`modelled_epoch_s` in this script: T(R) = k · block · (1 + waiting share) + n · "
+            "(once + per model · R + ceil(log2 R) · (latency + 8 · model bytes / bandwidth)), "
+            "k = ceil(blocks / R) blocks for the busiest replica, n = ceil(k / period) rounds "
+            'per epoch, the period chosen as `sync_every="auto"` chooses it from the block '
+            "and round costs (at least 4 rounds an epoch). Assumed: compute per block as "
+            "measured at the most workers, divided among R replicas (perfect locality, one "
+            "replica per core); the waiting share (load imbalance) held at its measured value; "
+            "the collective a recursive-doubling all-gather (ceil(log2 R) message steps, each "
+            "charged the loopback latency measured here plus one model over the network); "
+            "every replica deserialising and merging R models at the measured cost per model; "
+            "the cost once per round held fixed; nothing else grows with R; never more "
+            "replicas than blocks. *Strong*: the measured data over R workers (speed-up over "
+            "the model's 1 worker). *Weak*: the measured blocks per worker, the data growing "
+            "with R (throughput over 1 worker). Cells: speed-up (efficiency).",
+            "",
+            *model_lines(model_parameters_, facts["model_counts"], rows),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _int_list(text):
+    return [int(part) for part in text.split(",") if part]
+
+
+def _float_list(text):
+    return [float(part) for part in text.split(",") if part]
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run (< 1 min): 120,000 rows, workers 1,2, 1 repeat, memory 0.5× of 2 × "
+        "600 MiB; prints only",
+    )
+    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    default_workers = ",".join(str(2**k) for k in range(nproc.bit_length()) if 2**k <= nproc)
+    parser.add_argument(
+        "--workers",
+        type=_int_list,
+        default=_int_list(default_workers),
+        help=f"worker counts, comma-separated (default powers of two up to the CPUs: "
+        f"{default_workers})",
+    )
+    parser.add_argument("--rows", type=int, default=4_000_000, help="rows (default 4,000,000)")
+    parser.add_argument("--features", type=int, default=40, help="features (default 40)")
+    parser.add_argument("--chunk-rows", type=int, default=50_000, help="rows per chunk")
+    parser.add_argument("--epochs", type=int, default=4, help="epochs per call (default 4)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per worker count")
+    parser.add_argument(
+        "--memory-multiples",
+        type=_float_list,
+        default=[1.0, 4.0, 16.0],
+        help="data sizes of the memory part, as multiples of the workers' total memory limit",
+    )
+    parser.add_argument(
+        "--memory-limit",
+        dest="memory_limit_mib",
+        type=int,
+        default=700,
+        help="memory limit per worker in the memory part, MiB (default 700)",
+    )
+    parser.add_argument(
+        "--max-gib",
+        type=float,
+        default=6.0,
+        help="skip memory-part data sets larger than this, GiB (default 6)",
+    )
+    parser.add_argument(
+        "--bandwidth-gbit",
+        type=float,
+        default=BANDWIDTH_GBIT,
+        help="network bandwidth the model assumes",
+    )
+    parser.add_argument("--tmp", default=None, help="directory for the Zarr stores")
+    parser.add_argument("--out", default=_results.RESULTS, help="markdown file to update")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--note", default="", help="a sentence recorded with the results")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.workers = [w for w in args.workers if w <= 2] or [1]
+        args.rows, args.chunk_rows, args.epochs, args.repeats = 120_000, 10_000, 3, 1
+        args.memory_multiples, args.memory_limit_mib, args.no_write = [0.5], 600, True
+    args.workers = sorted(set(args.workers))
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    streaming = takes_data_option()
+    tmp = tempfile.mkdtemp(prefix="taskdml-scaling-", dir=args.tmp)
+    facts = {
+        "command": " ".join(["python benchmarks/scaling.py", *sys.argv[1:]]),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": _results.machine(detail=True),
+        "versions": _results.versions(PACKAGES),
+        "model_counts": sorted(set(args.workers) | set(MODEL_WORKERS)),
+        "no_stream": "Not measured: `taskdml.train` has no `data=` option (streaming) in this "
+        "version.",
+    }
+    try:
+        with Load() as load:
+            store = os.path.join(tmp, "data")
+            progress(f"writing {args.rows:,} rows to {store}")
+            facts["write_s"] = write_store(store, args.rows, args.features, args.chunk_rows)
+            rows = scaling_part(args, store)
+            streamed = stream_part(args, store) if streaming else None
+            shutil.rmtree(store, ignore_errors=True)
+            memory = memory_part(args, tmp) if streaming else None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    facts.update(
+        foreign_cores=load.foreign_cores,
+        load_before=load.load_before,
+        load_after=load.load_after,
+        total_s=time.perf_counter() - STARTED,
+    )
+    parameters = model_parameters(rows, args.bandwidth_gbit)
+    text = report(args, facts, rows, streamed, memory, parameters)
+    print(text)
+    if not args.no_write:
+        _results.write_section(args.out, text, "scaling.py", "Scaling (`benchmarks/scaling.py`)")
+        progress(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
