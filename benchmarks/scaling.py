@@ -43,6 +43,7 @@ import argparse
 import contextlib
 import datetime
 import inspect
+import logging
 import math
 import os
 import pickle
@@ -124,6 +125,7 @@ def cluster(n_workers, memory_limit="auto"):
             host="127.0.0.1",
             dashboard_address=None,
             memory_limit=memory_limit,
+            silence_logs=logging.ERROR,
         ) as local,
         Client(local) as client,
     ):
@@ -537,21 +539,22 @@ def stream_lines(found):
 def memory_lines(rows, skipped, args):
     workers = max(args.workers)
     lines = [
-        "| data × total limit | rows | data GiB | worker peak RSS MiB (each) | idle peak MiB "
-        "| s/epoch | store written s | engine's choice (`stats['data']`) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| data × total limit | rows | data GiB | worker peak RSS MiB (each) | most / limit "
+        "| idle peak MiB | s/epoch | store written s | engine's choice (`stats['data']`) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lost = f" ({r['workers_lost']} worker(s) lost)" if r["workers_lost"] else ""
         lines.append(
             f"| {r['multiple']:g}× | {r['rows']:,} | {r['gib']:.2f} "
-            f"| {', '.join(f'{p:.0f}' for p in r['peak_mib'])}{lost} | {r['idle_mib']:.0f} "
+            f"| {', '.join(f'{p:.0f}' for p in r['peak_mib'])}{lost} "
+            f"| {max(r['peak_mib']) / args.memory_limit_mib:.0%} | {r['idle_mib']:.0f} "
             f"| {r['epoch_s']:.2f} | {r['write_s']:.1f} | {_data_facts(r['data'])} |"
         )
     for multiple, n_rows, gib in skipped:
         lines.append(
             f"| {multiple:g}× | {n_rows:,} | {gib:.1f} | skipped: over --max-gib "
-            f"{args.max_gib:g} | | | | |"
+            f"{args.max_gib:g} | | | | | |"
         )
     lines += [
         "",
