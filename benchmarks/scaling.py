@@ -40,6 +40,7 @@ that prints only. A full run rewrites the generated block of the scaling section
 """
 
 import argparse
+import concurrent.futures
 import contextlib
 import datetime
 import inspect
@@ -295,9 +296,18 @@ def memory_part(args, tmp):
         with cluster(workers, memory_limit=limit) as client:
             idle = client.run(_peak_rss_kib)
             X, y = read_store(store)
-            result, wall = train(client, X, y, 1, data="auto")
+            pool = concurrent.futures.ThreadPoolExecutor(1)
+            call = pool.submit(train, client, X, y, 1, data="auto")
+            try:
+                result, wall = call.result(timeout=args.memory_timeout)
+                failed = None
+            except Exception as error:  # a worker killed for memory, or a hang
+                result, wall = None, None
+                failed = f"{type(error).__name__}: {error}"[:200] or "timed out"
             peak = client.run(_peak_rss_kib)
-            lost = workers - len(client.scheduler_info()["workers"])
+            # A worker the nanny restarted (over its memory limit) comes back at a new address.
+            lost = len(set(idle) - set(peak))
+        pool.shutdown(wait=False)
         shutil.rmtree(store, ignore_errors=True)
         rows.append(
             {
@@ -306,14 +316,18 @@ def memory_part(args, tmp):
                 "gib": gib,
                 "write_s": write_s,
                 "call_s": wall,
-                "epoch_s": epoch_s(result),
+                "epoch_s": epoch_s(result) if result else None,
                 "idle_mib": max(idle.values()) / 1024,
                 "peak_mib": sorted(v / 1024 for v in peak.values()),
-                "data": result.stats.get("data"),
+                "data": result.stats.get("data") if result else None,
                 "workers_lost": lost,
+                "failed": failed,
             }
         )
-        progress(f"  peak {max(rows[-1]['peak_mib']):.0f} MiB, {rows[-1]['epoch_s']:.1f} s/epoch")
+        progress(
+            f"  peak {max(rows[-1]['peak_mib']):.0f} MiB, "
+            + (f"failed: {failed}" if failed else f"{rows[-1]['epoch_s']:.1f} s/epoch")
+        )
     return rows, skipped
 
 
@@ -513,11 +527,20 @@ def round_table(rows):
 
 
 def _data_facts(data):
+    """``stats["data"]`` in a few words: the mode (and what was asked), why, the bound."""
     if not data:
         return "–"
-    if isinstance(data, dict):
-        return ", ".join(f"{k}={v}" for k, v in data.items())
-    return str(data)
+    if not isinstance(data, dict):
+        return str(data)
+    words = [f"{data.get('mode')} (asked {data.get('requested')})"]
+    if data.get("reason"):
+        words.append(data["reason"])
+    if data.get("streamed"):
+        words.append(
+            f"prefetch {data.get('prefetch')}, chunk {data.get('chunk_bytes', 0) / MIB:.1f} MiB, "
+            f"bound {data.get('memory_bound_bytes', 0) / MIB:.1f} MiB per worker"
+        )
+    return "; ".join(words)
 
 
 def stream_lines(found):
@@ -544,12 +567,13 @@ def memory_lines(rows, skipped, args):
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        lost = f" ({r['workers_lost']} worker(s) lost)" if r["workers_lost"] else ""
+        lost = f" ({r['workers_lost']} worker(s) restarted)" if r["workers_lost"] else ""
+        choice = _data_facts(r["data"]) if not r["failed"] else f"**failed**: {r['failed']}"
         lines.append(
             f"| {r['multiple']:g}× | {r['rows']:,} | {r['gib']:.2f} "
             f"| {', '.join(f'{p:.0f}' for p in r['peak_mib'])}{lost} "
             f"| {max(r['peak_mib']) / args.memory_limit_mib:.0%} | {r['idle_mib']:.0f} "
-            f"| {r['epoch_s']:.2f} | {r['write_s']:.1f} | {_data_facts(r['data'])} |"
+            f"| {_fmt(r['epoch_s'], '.2f')} | {r['write_s']:.1f} | {choice} |"
         )
     for multiple, n_rows, gib in skipped:
         lines.append(
@@ -704,7 +728,7 @@ def parse_args(argv=None):
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="smoke run (< 1 min): 120,000 rows, workers 1,2, 1 repeat, memory 0.5× of 2 × "
+        help="smoke run (< 1 min): 120,000 rows, workers 1,2, 1 repeat, memory 1× of 2 × "
         "600 MiB; prints only",
     )
     nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -746,6 +770,12 @@ def parse_args(argv=None):
         default=BANDWIDTH_GBIT,
         help="network bandwidth the model assumes",
     )
+    parser.add_argument(
+        "--memory-timeout",
+        type=float,
+        default=900.0,
+        help="seconds a memory-part training may take before it counts as failed",
+    )
     parser.add_argument("--tmp", default=None, help="directory for the Zarr stores")
     parser.add_argument("--out", default=_results.RESULTS, help="markdown file to update")
     parser.add_argument("--no-write", action="store_true", help="print only")
@@ -754,7 +784,8 @@ def parse_args(argv=None):
     if args.quick:
         args.workers = [w for w in args.workers if w <= 2] or [1]
         args.rows, args.chunk_rows, args.epochs, args.repeats = 120_000, 10_000, 3, 1
-        args.memory_multiples, args.memory_limit_mib, args.no_write = [0.5], 600, True
+        args.memory_multiples, args.memory_limit_mib, args.no_write = [1.0], 600, True
+        args.memory_timeout = 60.0
     args.workers = sorted(set(args.workers))
     return args
 
