@@ -718,7 +718,11 @@ def report(args, facts, rows, streamed, memory, model_parameters_):
             "the cost once per round held fixed; nothing else grows with R; never more "
             "replicas than blocks. *Strong*: the measured data over R workers (speed-up over "
             "the model's 1 worker). *Weak*: the measured blocks per worker, the data growing "
-            "with R (throughput over 1 worker). Cells: speed-up (efficiency).",
+            "with R (throughput over 1 worker). Cells: speed-up (efficiency). The *measured* "
+            "row is the model's check: its 1 worker runs at the most workers' compute per "
+            "block, so what the measured workers lose to each other (shared cores, memory "
+            "bandwidth, other load) shows as the gap between the modelled and the measured "
+            "speed-up.",
             "",
             *model_lines(model_parameters_, facts["model_counts"], rows),
         ]
