@@ -328,7 +328,9 @@ def _aligned(rows, y, sample_weight):
             aligned.append(None)
             continue
         if is_frame(array) or hasattr(array, "to_dask_array"):  # a dask Series
-            array = array.to_dask_array(lengths=True)
+            # Optimised first: a column read alone may be read in fewer, larger partitions
+            # than the frame it came from, and the lengths must count those.
+            array = array.optimize().to_dask_array(lengths=True)
         if not isinstance(array, da.Array):
             array = np.asarray(array)
             array = da.from_array(array, chunks=(rows,) + array.shape[1:])

@@ -318,3 +318,74 @@ def test_asha_search_on_a_store_four_times_the_workers_memory(small_workers, big
     ).fit(X[: 10 * BIG_CHUNK_ROWS], y[: 10 * BIG_CHUNK_ROWS])
     X_test, y_test = _holdout(BIG_FEATURES)
     assert abs(search.score(X_test, y_test) - fraction.score(X_test, y_test)) <= 0.005
+
+
+@pytest.fixture(scope="module")
+def file_sources(tmp_path_factory):
+    """The same rows as a directory of Parquet files and as a NetCDF file."""
+    import pandas as pd
+    import xarray as xr
+
+    path = tmp_path_factory.mktemp("files")
+    X, y = blobs(20_000, seed=5)
+    (path / "table").mkdir()
+    for i in range(10):
+        rows = slice(i * 2_000, (i + 1) * 2_000)
+        frame = pd.DataFrame(X[rows], columns=[f"f{j}" for j in range(N_FEATURES)])
+        frame.assign(y=y[rows]).to_parquet(path / "table" / f"part-{i:02d}.parquet")
+    data = xr.Dataset({"X": (("sample", "feature"), X), "y": (("sample",), y)})
+    data.chunk({"sample": 2_000}).to_netcdf(path / "data.nc")
+    return path
+
+
+@pytest.mark.parametrize("source", ["parquet", "netcdf"])
+def test_files_stream_as_they_persist(client, file_sources, source):
+    """A Parquet directory read by dask.dataframe and a NetCDF file opened by xarray train
+    the same estimator streamed as persisted."""
+    import dask.dataframe as dd
+    import xarray as xr
+
+    if source == "parquet":
+        frame = dd.read_parquet(file_sources / "table")
+        data = (frame[[f"f{j}" for j in range(N_FEATURES)]], frame["y"])
+    else:
+        data = (xr.open_dataset(file_sources / "data.nc", chunks={"sample": 2_000}),)
+    results = {
+        mode: train(SGDClassifier(random_state=0), *data, sync_every=1, random_state=0, data=mode)
+        for mode in ("persist", "stream")
+    }
+    assert results["stream"].stats["data"]["mode"] == "stream"
+    np.testing.assert_array_equal(
+        results["stream"].estimator.coef_, results["persist"].estimator.coef_
+    )
+
+
+def test_readers_of_one_chunk_at_the_same_time_share_its_read():
+    """Two steps on one worker reading the same chunk at once read it once."""
+    import threading
+
+    reads = []
+    started = threading.Barrier(2)
+
+    def slow_block():
+        reads.append(1)
+        threading.Event().wait(0.3)  # long enough for the second reader to arrive
+        return np.ones((10, 2))
+
+    (source,) = _stream.sources(
+        da.from_delayed(dask.delayed(slow_block)(), (10, 2), float)
+    ).values()
+    results = []
+
+    def reader():
+        started.wait()
+        results.append(source.read())
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(reads) == 1 and len(results) == 2
+    assert results[0] is results[1]
+    assert _stream._READS == {}  # nothing kept once both have it
