@@ -52,7 +52,7 @@ PARALLEL = {
             "enum": ["auto", "persist", "stream"],
             "description": "persist the data in the workers' memory, or stream it: replicas "
             "read their chunks as they train (auto: stream when the data is over half the "
-            "workers' memory)",
+            "memory the workers have free)",
         },
         "prefetch": {
             "type": "integer",

@@ -268,10 +268,10 @@ def prepare(X, y, *, client, n_chunks_min, data="auto"):
     if client is None:
         blocks = dask.compute(*[a.to_delayed().ravel().tolist() for a in arrays])
     else:
-        limits = [
-            w.get("memory_limit") for w in client.scheduler_info(n_workers=-1)["workers"].values()
-        ]
-        mode, facts = _stream.choose(data, sum(a.nbytes for a in arrays), limits, False)
+        infos = client.scheduler_info(n_workers=-1)["workers"].values()
+        limits = [info.get("memory_limit") for info in infos]
+        used = [info.get("metrics", {}).get("memory", 0) for info in infos]
+        mode, facts = _stream.choose(data, sum(a.nbytes for a in arrays), limits, False, used)
         if mode == "stream":
             blocks = [list(_stream.sources(a).values()) for a in arrays]
         else:

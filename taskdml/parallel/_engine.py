@@ -248,8 +248,8 @@ def train(
         streamed — read by the replicas as they train, *prefetch* ahead, and dropped after
         use, so that memory is bounded by the chunk size, not the data size
         (:mod:`taskdml.parallel._stream`). ``"auto"`` persists data already persisted or
-        taking at most half the workers' memory limit, and streams larger data. The choice
-        and its inputs are in ``stats["data"]``.
+        taking at most half the memory the workers have free under their limits, and
+        streams larger data. The choice and its inputs are in ``stats["data"]``.
     prefetch : int, default=2
         Chunks a streaming replica reads ahead in a background thread (0: read each when
         it is needed).
@@ -386,15 +386,17 @@ def _data_mode(data, client, arrays, persisted, workers):
     if client is None:
         import psutil
 
-        limits = [psutil.virtual_memory().total]
+        memory = psutil.virtual_memory()
+        limits, used = [memory.total], [memory.total - memory.available]
     else:
-        infos = client.scheduler_info(n_workers=-1)["workers"]
-        limits = [
-            info.get("memory_limit")
-            for address, info in infos.items()
+        infos = [
+            info
+            for address, info in client.scheduler_info(n_workers=-1)["workers"].items()
             if workers is None or address in workers
         ]
-    return _stream.choose(data, nbytes, limits, persisted)
+        limits = [info.get("memory_limit") for info in infos]
+        used = [info.get("metrics", {}).get("memory", 0) for info in infos]
+    return _stream.choose(data, nbytes, limits, persisted, used)
 
 
 def _data_stats(facts, strategy, result, chunk_facts, arrays, plan):

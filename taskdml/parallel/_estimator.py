@@ -126,7 +126,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         How dask input reaches the replicas: persisted in the workers' memory, or streamed
         (each replica reads its chunks as it trains, ``prefetch`` ahead, and drops them), so
         that data larger than the workers' memory trains in bounded memory. ``"auto"``
-        streams data over half the workers' total memory limit; ``stats_["data"]`` says
+        streams data over half the memory the workers have free; ``stats_["data"]`` says
         what ran and why (see :func:`taskdml.train`).
     prefetch : int, default=2
         Chunks a streaming replica reads ahead.

@@ -172,19 +172,22 @@ def test_a_read_error_is_raised_where_the_chunk_is_trained():
 
 
 @pytest.mark.parametrize(
-    ("data", "nbytes", "limits", "persisted", "mode"),
+    ("data", "nbytes", "limits", "used", "persisted", "mode"),
     [
-        ("auto", 100, [100, 100], False, "persist"),  # half the memory: persist
-        ("auto", 101, [100, 100], False, "stream"),
-        ("auto", 10**12, [100, 100], True, "persist"),  # already in memory
-        ("auto", 10**12, [0, 100], False, "persist"),  # a worker without a limit
-        ("stream", 1, [100], False, "stream"),
-        ("persist", 10**12, [100], False, "persist"),
+        ("auto", 100, [100, 100], None, False, "persist"),  # half the memory: persist
+        ("auto", 101, [100, 100], None, False, "stream"),
+        ("auto", 300, [600, 600], [280, 280], False, "persist"),  # half of the 640 free
+        ("auto", 330, [600, 600], [280, 280], False, "stream"),  # under half of 1200, but
+        ("auto", 10**12, [100, 100], None, True, "persist"),  # already in memory
+        ("auto", 10**12, [0, 100], None, False, "persist"),  # a worker without a limit
+        ("stream", 1, [100], None, False, "stream"),
+        ("persist", 10**12, [100], None, False, "persist"),
     ],
 )
-def test_auto_streams_data_over_half_the_workers_memory(data, nbytes, limits, persisted, mode):
-    """data="auto" persists what takes at most half the memory limits, streams the rest."""
-    assert _stream.choose(data, nbytes, limits, persisted)[0] == mode
+def test_auto_streams_data_over_half_the_free_memory(data, nbytes, limits, used, persisted, mode):
+    """data="auto" persists what takes at most half the memory the workers have free under
+    their limits (an idle worker already holds its imports), and streams the rest."""
+    assert _stream.choose(data, nbytes, limits, persisted, used)[0] == mode
 
 
 def test_an_unknown_data_mode_is_refused():
