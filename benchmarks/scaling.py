@@ -21,10 +21,10 @@ directory and read with ``da.from_zarr``. Four parts:
    not sent yet: load imbalance); *merge* = ``merge_s`` (merging the R models); *other* = the
    rest of the epoch's time (copying the global model, the epoch's broadcast, bookkeeping).
    ``collective_round_s`` is the engine's median round of the replica that waited least.
-3. **Streaming against persisting** (when ``train`` takes ``data=``), on the same Zarr store
+3. **Streaming against persisting**, on the same Zarr store
    at the fewest and the most workers: ``data="persist"`` and ``data="stream"`` (prefetch as
    the engine's default), interleaved, seconds per epoch both ways and their ratio.
-4. **Peak memory** (when ``train`` takes ``data=``): for every multiple ``m`` of
+4. **Peak memory**: for every multiple ``m`` of
    ``--memory-multiples``, data of ``m`` × the workers' total memory limit (``--memory-limit``
    per worker, at the most workers) in a Zarr store that is not persisted, one epoch with
    ``data="auto"`` on a fresh cluster; the peak RSS of every worker process (``VmHWM``, see
@@ -43,7 +43,6 @@ import argparse
 import concurrent.futures
 import contextlib
 import datetime
-import inspect
 import logging
 import math
 import os
@@ -156,13 +155,6 @@ def _peak_rss_kib():
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
-def takes_data_option():
-    """Whether :func:`taskdml.train` has the streaming option ``data=``."""
-    import taskdml
-
-    return "data" in inspect.signature(taskdml.train).parameters
 
 
 def train(client, X, y, epochs, **options):
@@ -683,23 +675,21 @@ def report(args, facts, rows, streamed, memory, model_parameters_):
         "round* = `collective_round_s`, the collective's own cost. All over every round of "
         "the call, first epoch's probe rounds included.",
     ]
-    lines += ["", "### Streaming against persisting", ""]
-    if streamed:
-        lines += [
-            f"The same Zarr store, at the fewest and the most workers; median of "
-            f"{args.repeats} interleaved calls after a warm-up of each; s/epoch as above "
-            '(`data="persist"` reads the store into memory inside the call, before the '
-            "first epoch).",
-            "",
-            *stream_lines(streamed),
-        ]
-    else:
-        lines.append(facts["no_stream"])
-    lines += ["", "### Peak memory per worker against data size", ""]
-    if memory is not None:
-        lines += memory_lines(*memory, args)
-    else:
-        lines.append(facts["no_stream"])
+    lines += [
+        "",
+        "### Streaming against persisting",
+        "",
+        f"The same Zarr store, at the fewest and the most workers; median of "
+        f"{args.repeats} interleaved calls after a warm-up of each; s/epoch as above "
+        '(`data="persist"` reads the store into memory inside the call, before the '
+        "first epoch).",
+        "",
+        *stream_lines(streamed),
+        "",
+        "### Peak memory per worker against data size",
+        "",
+        *memory_lines(*memory, args),
+    ]
     if model_parameters_:
         lines += [
             "",
@@ -811,7 +801,6 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    streaming = takes_data_option()
     tmp = tempfile.mkdtemp(prefix="taskdml-scaling-", dir=args.tmp)
     facts = {
         "command": " ".join(["python benchmarks/scaling.py", *sys.argv[1:]]),
@@ -819,8 +808,6 @@ def main(argv=None):
         "machine": _results.machine(detail=True),
         "versions": _results.versions(PACKAGES),
         "model_counts": sorted(set(args.workers) | set(MODEL_WORKERS)),
-        "no_stream": "Not measured: `taskdml.train` has no `data=` option (streaming) in this "
-        "version.",
     }
     try:
         with Load() as load:
@@ -828,12 +815,10 @@ def main(argv=None):
             progress(f"writing {args.rows:,} rows to {store}")
             facts["write_s"] = write_store(store, args.rows, args.features, args.chunk_rows)
             rows = scaling_part(args, store)
-            streamed = []
-            if streaming:
-                counts = sorted({min(args.workers), max(args.workers)})
-                streamed = [stream_part(args, store, workers) for workers in counts]
+            counts = sorted({min(args.workers), max(args.workers)})
+            streamed = [stream_part(args, store, workers) for workers in counts]
             shutil.rmtree(store, ignore_errors=True)
-            memory = memory_part(args, tmp) if streaming else None
+            memory = memory_part(args, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     facts.update(
