@@ -101,11 +101,19 @@ def _run_dir_option(function):
     "+cluster.spec.kwargs.cores=4.",
 )
 @click.option("--workers", type=click.IntRange(min=1), help="Workers of the embedded LocalCluster.")
+@click.option(
+    "--trust",
+    is_flag=True,
+    help="Trust the file like code: it may name deserialisers and code loaders "
+    "(sets imports.trust).",
+)
 @_run_dir_option
 @click.option("--dry-run", is_flag=True, help="Validate and print the plan; run nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 @_errors
-def run(pipeline_file, overrides, scheduler, cluster_class, workers, run_dir, dry_run, as_json):
+def run(
+    pipeline_file, overrides, scheduler, cluster_class, workers, trust, run_dir, dry_run, as_json
+):
     """Run PIPELINE_FILE, with OVERRIDES like seed=3, a.b=1, +new=1, ~gone."""
     from cli.progress import Progress
     from taskdml import load_pipeline, run_pipeline
@@ -115,7 +123,15 @@ def run(pipeline_file, overrides, scheduler, cluster_class, workers, run_dir, dr
 
     if cluster_class:  # the same as an override: the file's cluster block names the class
         overrides = (f"++cluster.spec.class={cluster_class}", *overrides)
+    if trust:
+        overrides = ("++imports.trust=true", *overrides)
     pipeline = load_pipeline(pipeline_file, overrides=overrides)
+    if pipeline.trust:
+        click.echo(
+            f"trusting {pipeline_file} like code (imports.trust): it may run code it does not "
+            "show, such as pickled objects it loads.",
+            err=True,
+        )
     if dry_run:
         where = scheduler or _where(pipeline) or _local(pipeline, workers)
         if as_json:

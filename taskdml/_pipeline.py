@@ -10,7 +10,6 @@ whose ``problems`` carry key paths, so the file loader can point at lines.
 """
 
 import dataclasses
-import fnmatch
 import graphlib
 import inspect
 import itertools
@@ -18,28 +17,9 @@ import pkgutil
 import types
 
 from taskdml import _schema
+from taskdml._trust import DEFAULT_ALLOW, refusal
 from taskdml.exceptions import PipelineError, did_you_mean
 from taskdml.steps import KINDS
-
-DEFAULT_ALLOW = ("sklearn.*", "taskdml.*", "numpy.*", "scipy.*")
-# Modules that can run arbitrary commands or code; never callable from a pipeline file.
-BLOCKED = (
-    "os",
-    "sys",
-    "subprocess",
-    "shutil",
-    "builtins",
-    "importlib",
-    "pickle",
-    "marshal",
-    "ctypes",
-    "socket",
-    "pty",
-    "runpy",
-    "code",
-    "posix",
-    "multiprocessing",
-)
 
 
 def freeze(value):
@@ -327,7 +307,8 @@ class Pipeline:
     cluster : mapping, optional
         ``{n_workers, threads_per_worker, memory_limit}``, ``{address}`` or ``{spec}``.
     imports : mapping, optional
-        ``{"allow": [module globs]}``; default ``sklearn.*, taskdml.*, numpy.*, scipy.*``.
+        ``{"allow": [module globs], "trust": bool}``; default allow: ``sklearn.*, taskdml.*,
+        numpy, scipy.stats, scipy.sparse`` (:mod:`taskdml._trust`).
     source : PipelineSource, optional
         The file, text and overrides it was loaded from (set by :func:`taskdml.load_pipeline`).
 
@@ -365,6 +346,36 @@ class Pipeline:
     def allow(self):
         """Module globs whose callables steps may name."""
         return tuple(self.imports.get("allow", DEFAULT_ALLOW))
+
+    @property
+    def trust(self):
+        """Whether the file is trusted like code (``imports.trust``; :mod:`taskdml._trust`)."""
+        return bool(self.imports.get("trust", False))
+
+    def resolve(self, step):
+        """The callable *step* names, if this pipeline may call it.
+
+        Parameters
+        ----------
+        step : Step
+
+        Returns
+        -------
+        object
+            The class or function of ``step.target``.
+
+        Raises
+        ------
+        PipelineError
+            When the pipeline may not call it (:mod:`taskdml._trust`).
+
+        Examples
+        --------
+        >>> pipe = Pipeline("demo", [Step("model", fit="sklearn.naive_bayes:GaussianNB")])
+        >>> pipe.resolve(pipe.step("model")).__name__
+        'GaussianNB'
+        """
+        return resolve_callable(step.target, self.allow, trust=self.trust)
 
     def step(self, name):
         """The step called *name*.
@@ -484,8 +495,11 @@ class Pipeline:
             if step.kind == "search":
                 problems += _search_problems(step)
             path = ("steps", step.name, step.kind)
+            arguments = [{**thaw(step.with_ or {}), **params} for _, params in step.foreach_items()]
             try:
-                target = resolve_callable(step.target, self.allow)
+                target = resolve_callable(
+                    step.target, self.allow, trust=self.trust, arguments=arguments
+                )
             except PipelineError as error:
                 problems.append((path, str(error)))
                 continue
@@ -525,8 +539,8 @@ def _cluster_problems(cluster):
     return problems
 
 
-def resolve_callable(path, allow=DEFAULT_ALLOW):
-    """Import ``"module:attr"`` if *allow* permits its module.
+def resolve_callable(path, allow=DEFAULT_ALLOW, *, trust=False, arguments=()):
+    """Import ``"module:attr"`` if *allow* permits its module (see :mod:`taskdml._trust`).
 
     Parameters
     ----------
@@ -534,6 +548,10 @@ def resolve_callable(path, allow=DEFAULT_ALLOW):
         ``"module:attr"``.
     allow : sequence of str
         Module globs (``"sklearn.*"``); modules that run commands are refused whatever it says.
+    trust : bool, default=False
+        The file is trusted like code: deserialisers and code loaders may be named.
+    arguments : iterable of mapping
+        The keyword arguments the step calls it with (``numpy.load`` with ``allow_pickle``).
 
     Returns
     -------
@@ -546,15 +564,9 @@ def resolve_callable(path, allow=DEFAULT_ALLOW):
         When the module is not allowed, cannot be imported, or has no such attribute.
     """
     module = path.partition(":")[0]
-    top = module.split(".")[0]
-    if top in BLOCKED or not any(
-        fnmatch.fnmatchcase(module, glob) or module == glob.removesuffix(".*") for glob in allow
-    ):
-        raise PipelineError(
-            f"{path!r} is outside imports.allow ({', '.join(allow)}). Add a glob for module "
-            f"{module!r} to imports.allow if you trust it"
-            + (f"; modules of {top!r} are never allowed." if top in BLOCKED else ".")
-        )
+    reason = refusal(path, allow, trust=trust, arguments=arguments)
+    if reason is not None:
+        raise PipelineError(reason)
     try:
         return pkgutil.resolve_name(path)
     except ModuleNotFoundError as error:

@@ -274,6 +274,11 @@ SCHEMA = {
                     "items": {"type": "string"},
                     "description": "module globs whose callables may be named",
                 },
+                "trust": {
+                    "type": "boolean",
+                    "description": "the file is trusted like code: it may name deserialisers "
+                    "and code loaders (numpy.load with allow_pickle, joblib.load, ...)",
+                },
             },
         },
         "steps": {

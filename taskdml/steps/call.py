@@ -29,7 +29,7 @@ Which kind of step for the user's own code:
 import operator
 
 from taskdml import _keys
-from taskdml._pipeline import resolve_callable, thaw
+from taskdml._pipeline import thaw
 from taskdml._values import step_data
 from taskdml.exceptions import StepFailed
 
@@ -96,7 +96,7 @@ def run(step, inputs, context):
     dict
         ``{output: value}``, or ``{output: {item: value}}`` for a foreach step.
     """
-    function = resolve_callable(step.target, context.pipeline.allow)
+    function = context.pipeline.resolve(step)
     items = step.foreach_items()
     run_item = _submit
     if is_graph_builder(function):

@@ -13,7 +13,7 @@ client thread, in the step's context (client, span and key names).
 import concurrent.futures
 import contextvars
 
-from taskdml._pipeline import resolve_callable, thaw
+from taskdml._pipeline import thaw
 from taskdml._values import step_data
 from taskdml.parallel import train
 
@@ -35,7 +35,7 @@ def run(step, inputs, context):
         ``{"model": estimator}``, or ``{"model": {item: estimator}}`` with foreach.
     """
     # An estimator class, or a factory that returns an estimator (a Pipeline, say).
-    estimator_class = resolve_callable(step.target, context.pipeline.allow)
+    estimator_class = context.pipeline.resolve(step)
     options = thaw(step.parallel or {})
     preprocess = as_transformers(inputs.get("preprocess", []))
     data = step_data(inputs, "data", context)

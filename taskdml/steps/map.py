@@ -56,10 +56,10 @@ def run(step, inputs, context):
     dict
         ``{"data": dataset}``, or ``{"data": {item: dataset}}`` for a foreach step.
     """
-    from taskdml._pipeline import resolve_callable, thaw
+    from taskdml._pipeline import thaw
     from taskdml._values import step_data
 
-    function = resolve_callable(step.target, context.pipeline.allow)
+    function = context.pipeline.resolve(step)
     data = step_data(inputs, "data", context)
     others = {name: value for name, value in inputs.items() if name != "data"}
     items = step.foreach_items()

@@ -12,7 +12,7 @@ the run directory gets ``trials-<step>.csv`` and ``.png``.
 """
 
 from taskdml._data import is_table, unwrap
-from taskdml._pipeline import resolve_callable, thaw
+from taskdml._pipeline import thaw
 from taskdml._values import step_data
 from taskdml.exceptions import PipelineError
 from taskdml.model_selection._report import plot_trials, trials_frame
@@ -40,7 +40,7 @@ def run(step, inputs, context):
         ``best_model`` (refitted on all the data), ``best_params`` and ``trials`` (the table
         of :func:`taskdml.model_selection.trials_frame`).
     """
-    estimator = resolve_callable(step.target, context.pipeline.allow)(**thaw(step.with_ or {}))
+    estimator = context.pipeline.resolve(step)(**thaw(step.with_ or {}))
     search = make_search(step, estimator)
     data = step_data(inputs, "data", context)
     preprocess = as_transformers(inputs.get("preprocess", []))
