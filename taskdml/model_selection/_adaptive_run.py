@@ -234,6 +234,7 @@ def prepare(X, y, *, client, n_chunks_min, data="auto"):
     """
     import dask
     import dask.array as da
+    from distributed import futures_of
 
     from taskdml.parallel import _stream
 
@@ -268,10 +269,9 @@ def prepare(X, y, *, client, n_chunks_min, data="auto"):
     if client is None:
         blocks = dask.compute(*[a.to_delayed().ravel().tolist() for a in arrays])
     else:
-        infos = client.scheduler_info(n_workers=-1)["workers"].values()
-        limits = [info.get("memory_limit") for info in infos]
-        used = [info.get("metrics", {}).get("memory", 0) for info in infos]
-        mode, facts = _stream.choose(data, sum(a.nbytes for a in arrays), limits, False, used)
+        limits, used = _stream.workers_memory(client)
+        in_memory = any(futures_of(a) for a in arrays)
+        mode, facts = _stream.choose(data, sum(a.nbytes for a in arrays), limits, in_memory, used)
         if mode == "stream":
             blocks = [list(_stream.sources(a).values()) for a in arrays]
         else:

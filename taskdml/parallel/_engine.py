@@ -322,7 +322,8 @@ def train(
         X = _data.outside_annotations(_numeric_array, X)
     arrays = [a for a in (X, y, sample_weight) if a is not None]
     persisted = client is not None and all(_persisted(client, array) for array in arrays)
-    mode, data_facts = _data_mode(data, client, arrays, persisted, workers)
+    in_memory = client is not None and any(_holds_futures(array) for array in arrays)
+    mode, data_facts = _data_mode(data, client, arrays, in_memory, workers)
     if client is not None and mode == "persist" and not persisted:
         arrays = client.persist(arrays)
     chunks = _chunk_lists(arrays, X, y, sample_weight)
@@ -380,22 +381,9 @@ def _data_mode(data, client, arrays, persisted, workers):
     """``(mode, facts)`` of :func:`taskdml.parallel._stream.choose` for these arrays, against
     the memory limits of the workers the training may use (this machine's memory without a
     client)."""
-
     nbytes = sum(array.nbytes for array in arrays)
     nbytes = 0 if math.isnan(nbytes) else nbytes
-    if client is None:
-        import psutil
-
-        memory = psutil.virtual_memory()
-        limits, used = [memory.total], [memory.total - memory.available]
-    else:
-        infos = [
-            info
-            for address, info in client.scheduler_info(n_workers=-1)["workers"].items()
-            if workers is None or address in workers
-        ]
-        limits = [info.get("memory_limit") for info in infos]
-        used = [info.get("metrics", {}).get("memory", 0) for info in infos]
+    limits, used = _stream.workers_memory(client, workers)
     return _stream.choose(data, nbytes, limits, persisted, used)
 
 
@@ -540,6 +528,14 @@ def _persisted(client, array):
 
     held = {future.key for future in futures_of(array) if future.client is client}
     return all(key in held for key in flatten(array.__dask_keys__()))
+
+
+def _holds_futures(array):
+    """Whether *array* is built on futures (persisted, or an earlier step's output): its
+    blocks cannot be read from a graph of their own."""
+    from distributed import futures_of
+
+    return bool(futures_of(array))
 
 
 def _array_blocks(array):

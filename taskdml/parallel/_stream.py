@@ -248,15 +248,16 @@ def choose(data, nbytes, memory_limits, persisted, memory_used=None):
     Parameters
     ----------
     data : {"auto", "persist", "stream"}
-        The caller's choice; ``"auto"`` persists data already persisted and data of at most
-        :data:`PERSIST_SHARE` of the memory the workers have free under their limits, and
-        streams the rest.
+        The caller's choice; ``"auto"`` persists data of at most :data:`PERSIST_SHARE` of the
+        memory the workers have free under their limits, and streams the rest. Data in the
+        workers' memory already stays there, whatever the choice.
     nbytes : int
         The training data's size.
     memory_limits : list of int
         Every worker's memory limit in bytes (``0`` or ``None``: none set).
     persisted : bool
-        Whether the data is already in the workers' memory.
+        Whether the data is in the workers' memory already (built on futures: an earlier
+        step's output, or persisted).
     memory_used : list of int, optional
         What each worker's process holds now (its imports, other data): an idle worker with
         scikit-learn holds about 280 MiB, so half a 600 MiB limit is not free.
@@ -272,10 +273,10 @@ def choose(data, nbytes, memory_limits, persisted, memory_used=None):
         "memory_limit_total": None if unlimited else int(sum(memory_limits)),
         "memory_free_total": free,
     }
-    if data != "auto":
+    if persisted:  # its blocks are futures: there is no graph to read them from
+        mode, facts["reason"] = "persist", "the data is in the workers' memory already"
+    elif data != "auto":
         mode = data
-    elif persisted:
-        mode, facts["reason"] = "persist", "already persisted"
     elif free is None:
         mode, facts["reason"] = "persist", "the workers have no memory limit"
     else:
@@ -286,6 +287,26 @@ def choose(data, nbytes, memory_limits, persisted, memory_used=None):
             f"({'at most' if fits else 'over'} {PERSIST_SHARE:.0%})"
         )
     return mode, dict(facts, mode=mode)
+
+
+def workers_memory(client, workers=None):
+    """``(limits, used)``: each worker's memory limit and what its process holds now (the
+    scheduler's last measurement), for *workers* (default all); this machine's memory
+    without a client."""
+    if client is None:
+        import psutil
+
+        memory = psutil.virtual_memory()
+        return [memory.total], [memory.total - memory.available]
+    infos = [
+        info
+        for address, info in client.scheduler_info(n_workers=-1)["workers"].items()
+        if workers is None or address in workers
+    ]
+    return (
+        [info.get("memory_limit") for info in infos],
+        [info.get("metrics", {}).get("memory", 0) for info in infos],
+    )
 
 
 def memory_bound(replicas_per_worker, chunk_bytes, prefetch, model_bytes, replicas):

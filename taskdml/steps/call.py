@@ -6,7 +6,8 @@ Two kinds of callables meet here:
   and any function marked with :func:`builds_graph` — run in the client thread of the step
   and return lazy Dask collections (an ``xarray.Dataset`` of chunked arrays); the step
   persists them on the workers, so their chunks are computed where they will be used and
-  never travel through the client;
+  never travel through the client — unless they are larger than ``data="auto"`` persists
+  (:mod:`taskdml.parallel._stream`): those stay lazy, and the steps that read them stream;
 - **plain callables** run as one Dask task per ``foreach`` item, keyed ``(step-<token>, i)``.
   Lazy inputs are computed on the workers and arrive in memory; the results stay on the
   cluster as futures, which every step that takes data accepts (:mod:`taskdml._values`).
@@ -118,12 +119,33 @@ def run(step, inputs, context):
 
 
 def _build(function, step, kwargs, index, context):
-    import dask
-
     result = function(**kwargs)
     if isinstance(result, tuple):
-        return tuple(context.client.persist(v) if dask.is_dask_collection(v) else v for v in result)
-    return context.client.persist(result) if dask.is_dask_collection(result) else result
+        return tuple(_held(value, context.client) for value in result)
+    return _held(result, context.client)
+
+
+def _held(value, client):
+    """A graph builder's collection persisted on the workers, unless it is larger than
+    ``data="auto"`` persists (:func:`taskdml.parallel._stream.choose`): then it stays lazy,
+    and the steps that read it stream it (a Zarr store larger than the cluster's memory)."""
+    import math
+
+    import dask
+
+    from taskdml.parallel import _stream
+
+    if not dask.is_dask_collection(value):
+        return value
+    try:
+        nbytes = value.nbytes  # arrays and Datasets; a dask DataFrame does not know its size
+    except (AttributeError, NotImplementedError):
+        nbytes = math.nan
+    if not math.isnan(nbytes):
+        limits, used = _stream.workers_memory(client)
+        if _stream.choose("auto", nbytes, limits, False, used)[0] == "stream":
+            return value
+    return client.persist(value)
 
 
 def _submit(function, step, kwargs, index, context):

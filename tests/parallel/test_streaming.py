@@ -111,6 +111,16 @@ def test_streaming_trains_what_persisting_trains(client, small_store, strategy):
         assert results["stream"].estimator.score(*dask.compute(X, y)) > 0.9
 
 
+def test_data_in_memory_already_is_not_streamed(client, small_store):
+    """Arrays built on futures (an earlier step's output) have no graph of their own to read
+    from: asked to stream, the training uses them where they are, and says why."""
+    X, y = small_store
+    X_held, y_held = client.persist([X, y])
+    result = train(SGDClassifier(random_state=0), X_held[:, :4] * 2.0, y_held, data="stream")
+    assert result.stats["data"]["mode"] == "persist"
+    assert "in the workers' memory already" in result.stats["data"]["reason"]
+
+
 def test_streaming_without_a_cluster_matches(small_store):
     """Threads of this process stream too, with the same arithmetic as on a cluster."""
     X, y = small_store
@@ -181,6 +191,7 @@ def test_a_read_error_is_raised_where_the_chunk_is_trained():
         ("auto", 10**12, [100, 100], None, True, "persist"),  # already in memory
         ("auto", 10**12, [0, 100], None, False, "persist"),  # a worker without a limit
         ("stream", 1, [100], None, False, "stream"),
+        ("stream", 1, [100], None, True, "persist"),  # futures: no graph to read them from
         ("persist", 10**12, [100], None, False, "persist"),
     ],
 )
@@ -392,3 +403,38 @@ def test_readers_of_one_chunk_at_the_same_time_share_its_read():
     assert len(reads) == 1 and len(results) == 2
     assert results[0] is results[1]
     assert _stream._READS == {}  # nothing kept once both have it
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_pipeline_streams_a_store_larger_than_its_clusters_memory_share(tmp_path):
+    """read_zarr's dataset, too large to persist on the file's cluster, stays lazy: the fit
+    step streams it, and the manifest says so."""
+    import json
+
+    import xarray as xr
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    rng = da.random.default_rng(3)
+    X = rng.random((1_600_000, 32), chunks=(50_000, 32)) - 0.5  # 410 MB
+    y = (X @ da.from_array(np.linspace(-1.0, 1.0, 32)) > 0).astype(np.int8)
+    xr.Dataset({"X": (("sample", "feature"), X), "y": (("sample",), y)}).to_zarr(
+        tmp_path / "store.zarr"
+    )
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text(
+        "taskdml: 1\nname: big\n"
+        "cluster: {n_workers: 2, threads_per_worker: 1, memory_limit: 600MiB}\n"
+        "steps:\n"
+        "  data:\n    call: taskdml.datasets:read_zarr\n"
+        f"    with: {{path: '{tmp_path / 'store.zarr'}'}}\n"
+        "  model:\n    fit: sklearn.linear_model:SGDClassifier\n"
+        "    with: {random_state: 0}\n    inputs: {data: data}\n"
+    )
+    result = CliRunner().invoke(cli, ["run", str(pipeline), "--run-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 0, result.output
+    (manifest,) = (tmp_path / "runs").glob("*/manifest.json")
+    data = json.loads(manifest.read_text())["steps"]["model"]["training"]["stats"]["data"]
+    assert data["mode"] == "stream", data
