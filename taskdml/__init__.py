@@ -56,12 +56,14 @@ _LAZY = {
     "init_project": "taskdml.templates",
     "ProjectError": "taskdml.exceptions",
     "VersionMismatchWarning": "taskdml.exceptions",
+    "InsecureConnectionWarning": "taskdml.exceptions",
 }
 
 __all__ = [
     "ASHASearchCV",
     "GridSearchCV",
     "HyperbandSearchCV",
+    "InsecureConnectionWarning",
     "RandomizedSearchCV",
     "SuccessiveHalvingSearchCV",
     "ClusterUnavailable",

@@ -41,10 +41,11 @@ import importlib
 import logging
 import os
 import time
+import warnings
 
 from taskdml._pipeline import resolve_callable, thaw
 from taskdml._schema import SECURITY_FILES
-from taskdml.exceptions import ClusterUnavailable
+from taskdml.exceptions import ClusterUnavailable, InsecureConnectionWarning
 
 CLUSTER_CLASSES = (
     "distributed",
@@ -218,6 +219,14 @@ def _guarded(cls, kwargs):
 def _client(target, what, security=None):
     from distributed import Client
 
+    if isinstance(target, str) and plain_remote(target):
+        warnings.warn(
+            f"connecting to {target} over plain tcp://: the messages, pickled tasks and data "
+            "included, are neither encrypted nor authenticated on the network. Use tls:// "
+            "with a security block in the cluster block (or keep the scheduler on 127.0.0.1).",
+            InsecureConnectionWarning,
+            stacklevel=4,
+        )
     if isinstance(target, str) and target.startswith("tls://") and security is None:
         from distributed.security import Security
 
@@ -241,6 +250,30 @@ def _client(target, what, security=None):
 
 def _given(**kwargs):
     return {key: value for key, value in kwargs.items() if value is not None}
+
+
+def plain_remote(address):
+    """Whether *address* is plain ``tcp://`` to a host other than this one's loopback.
+
+    Examples
+    --------
+    >>> plain_remote("tcp://10.0.0.5:8786"), plain_remote("tcp://127.0.0.1:8786")
+    (True, False)
+    >>> plain_remote("tls://10.0.0.5:8786"), plain_remote("tcp://localhost:8786")
+    (False, False)
+    """
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    if not address.startswith("tcp://"):
+        return False
+    host = urlsplit(address).hostname or ""
+    if host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: not known to be this machine
+        return True
 
 
 def describe(client):

@@ -129,3 +129,8 @@ def dotted(path):
 class VersionMismatchWarning(UserWarning):
     """A package differs between the client and the cluster in a way that should not break a
     run (a numpy patch release, a tornado minor release); pin it to silence the warning."""
+
+
+class InsecureConnectionWarning(UserWarning):
+    """taskdml connects to a scheduler on another host over plain ``tcp://``: messages,
+    pickled tasks included, cross the network unencrypted and unauthenticated."""

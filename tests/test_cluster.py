@@ -85,3 +85,23 @@ def test_docstring_examples_run():
 
     failures, tried = doctest.testmod(taskdml.cluster)
     assert tried > 0 and failures == 0
+
+
+@pytest.mark.parametrize(
+    ("address", "warned"),
+    [
+        ("tcp://127.0.0.1:8786", False),
+        ("tcp://localhost:8786", False),
+        ("tcp://[::1]:8786", False),
+        ("tls://10.0.0.5:8786", False),
+        ("tcp://10.0.0.5:8786", True),
+        ("tcp://[2001:db8::1]:8786", True),
+        ("tcp://scheduler.example:8786", True),
+    ],
+)
+def test_plain_tcp_to_another_host_is_flagged(address, warned):
+    """Plain tcp:// to anything but this machine's loopback gets an InsecureConnectionWarning
+    when taskdml connects (tls:// and loopback do not)."""
+    from taskdml.cluster import plain_remote
+
+    assert plain_remote(address) is warned
