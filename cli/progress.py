@@ -93,6 +93,11 @@ class Progress:
                     self._redraw()
 
     def _step(self, kind, event):
+        if kind == "step_retried":  # still running: say why it starts again
+            self._line(
+                f"  ↻ {event['step']:<16} retrying in {event['wait_s']:g}s after {event['error']}"
+            )
+            return
         entry = self.state[event["step"]]
         entry["state"] = {
             "step_started": "running",

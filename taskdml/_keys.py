@@ -19,17 +19,20 @@ import re
 from dask.base import tokenize
 
 _current_step = contextvars.ContextVar("taskdml_step", default=None)
+_attempt = contextvars.ContextVar("taskdml_attempt", default=0)
 _PHASE = re.compile(r"^[a-z]+(-[a-z]+)*$")
 
 
 @contextlib.contextmanager
-def step_scope(step_name):
-    """Name every key built inside the block after pipeline step *step_name*."""
-    token = _current_step.set(step_name)
+def step_scope(step_name, attempt=0):
+    """Name every key built inside the block after pipeline step *step_name*; a step run
+    again after a failure (*attempt* > 0) gets new keys, not the failed run's results."""
+    token, attempt_token = _current_step.set(step_name), _attempt.set(attempt)
     try:
         yield
     finally:
         _current_step.reset(token)
+        _attempt.reset(attempt_token)
 
 
 def current_step():
@@ -55,4 +58,5 @@ def key_name(default_prefix, *token_parts, phase=None):
         if not _PHASE.match(phase):
             raise ValueError(f"key phase must be lowercase alphabetic words, got {phase!r}")
         prefix = f"{prefix}-{phase}"
-    return f"{prefix}-{tokenize(prefix, *token_parts, ensure_deterministic=False)}"
+    attempt = (_attempt.get(),) if _attempt.get() else ()
+    return f"{prefix}-{tokenize(prefix, *token_parts, *attempt, ensure_deterministic=False)}"

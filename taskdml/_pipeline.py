@@ -103,6 +103,11 @@ class Step:
         (:mod:`taskdml.steps.map`).
     features : int or sequence of str, optional
         The width (or feature names) of the ``X`` a ``map`` function returns.
+    retries : mapping, optional
+        ``{times, errors, backoff_s}``: run the step again, at most ``times`` times, when it
+        fails with one of the exception classes ``errors`` (builtin names or
+        ``"module:Class"``),
+        after ``backoff_s`` seconds (default 1), doubled each time.
     description : str, optional
 
     Examples
@@ -132,6 +137,7 @@ class Step:
     scoring: str | None = None
     map: str | None = None
     features: int | tuple | None = None
+    retries: dict | None = None
     description: str = ""
 
     def __post_init__(self):
@@ -153,6 +159,44 @@ class Step:
     def target(self):
         """The callable path, estimator class path, or metric names."""
         return getattr(self, self.kind)
+
+    def transient(self, allow=DEFAULT_ALLOW, trust=False):
+        """The exception classes ``retries.errors`` names (``()`` without retries).
+
+        Parameters
+        ----------
+        allow : sequence of str
+            The pipeline's ``imports.allow``, for ``"module:Class"`` names.
+        trust : bool, default=False
+
+        Returns
+        -------
+        tuple of type
+
+        Raises
+        ------
+        PipelineError
+            For a name that is not an exception class.
+        """
+        import builtins
+
+        classes = []
+        for name in (self.retries or {}).get("errors", ()):
+            if ":" in name:
+                found = resolve_callable(name, allow, trust=trust)
+            else:
+                found = getattr(builtins, name, None)
+            if not (isinstance(found, type) and issubclass(found, Exception)):
+                hint = did_you_mean(
+                    name, [n for n in dir(builtins) if n.endswith(("Error", "Exception"))]
+                )
+                raise PipelineError(
+                    f"retries.errors names {name!r}, which is not an exception class: give a "
+                    f"builtin exception (ConnectionError, TimeoutError, OSError) or "
+                    f"'module:Class'.{hint}"
+                )
+            classes.append(found)
+        return tuple(classes)
 
     @property
     def output_names(self):
@@ -252,7 +296,7 @@ class Step:
         kind = KINDS[self.kind]
         problems = []
         for key in self.to_dict():
-            if key not in kind.keys | {self.kind, "inputs", "description"}:
+            if key not in kind.keys | {self.kind, "inputs", "description", "retries"}:
                 owners = [k for k, spec in KINDS.items() if key in spec.keys]
                 problems.append(
                     (
@@ -489,6 +533,10 @@ class Pipeline:
     def _target_problems(self):
         problems = []
         for step in self.steps:
+            try:
+                step.transient(self.allow, self.trust)
+            except PipelineError as error:
+                problems.append((("steps", step.name, "retries", "errors"), str(error)))
             if step.kind == "evaluate":
                 problems += _metric_problems(step)
                 continue

@@ -243,8 +243,8 @@ def run_pipeline(
     n_workers : int, optional
         Workers of the embedded LocalCluster.
     on_event : callable, optional
-        Called with each event dict (``run_started``, ``step_started``, ``step_finished``,
-        ``step_failed``, ``step_skipped``, ``run_finished``).
+        Called with each event dict (``run_started``, ``step_started``, ``step_retried``,
+        ``step_finished``, ``step_failed``, ``step_skipped``, ``run_finished``).
 
     Raises
     ------
@@ -436,8 +436,6 @@ def _inputs(step, outputs):
 
 
 def _run_step(pipeline, step, inputs, client, recorder):
-    from distributed import span
-
     started = time.perf_counter()
     try:
         items = [label for label, _ in step.foreach_items() if label is not None]
@@ -447,9 +445,7 @@ def _run_step(pipeline, step, inputs, client, recorder):
             started=datetime.datetime.now().isoformat(timespec="seconds"),
         )
         recorder.event("step_started", step=step.name, kind=step.kind, items=items)
-        context = StepContext(client, pipeline, step, recorder)
-        with span(pipeline.name, step.name), _keys.step_scope(step.name):
-            produced = KINDS[step.kind].runner()(step, inputs, context)
+        produced = _attempts(pipeline, step, inputs, client, recorder)
     except Exception as error:
         if recorder.interrupted:  # the cluster went away under us: already marked interrupted
             raise
@@ -469,6 +465,30 @@ def _run_step(pipeline, step, inputs, client, recorder):
     recorder.step(step.name, state="completed", duration_s=duration, summary=summary)
     recorder.event("step_finished", step=step.name, duration_s=duration, summary=summary)
     return produced
+
+
+def _attempts(pipeline, step, inputs, client, recorder):
+    """Run *step*; run it again after a failure with an exception its ``retries`` marks
+    transient, waiting ``backoff_s`` (doubled each time), at most ``retries.times`` times.
+    Every retry is recorded: the step's ``retried`` (the errors, in order) and an event."""
+    from distributed import span
+
+    transient = step.transient(pipeline.allow, pipeline.trust)
+    retries = dict(step.retries or {})
+    wait, retried = float(retries.get("backoff_s", 1.0)), []
+    while True:
+        context = StepContext(client, pipeline, step, recorder)
+        try:
+            with span(pipeline.name, step.name), _keys.step_scope(step.name, len(retried)):
+                return KINDS[step.kind].runner()(step, inputs, context)
+        except transient as error:
+            if len(retried) >= retries["times"] or recorder.interrupted:
+                raise
+            retried.append(_describe_error(error))
+        recorder.step(step.name, retried=retried)
+        recorder.event("step_retried", step=step.name, error=retried[-1], wait_s=wait)
+        time.sleep(wait)
+        wait *= 2
 
 
 def _describe_error(error):

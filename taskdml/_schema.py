@@ -169,6 +169,27 @@ STEP = {
         "scoring": {"type": "string", "description": "a scikit-learn scorer name"},
         "classes": {"type": "array", "description": "all class labels, when fitting a classifier"},
         "parallel": PARALLEL,
+        "retries": {
+            "type": "object",
+            "description": "run the step again when it fails with an error marked transient",
+            "additionalProperties": False,
+            "required": ["times", "errors"],
+            "properties": {
+                "times": {"type": "integer", "minimum": 1, "description": "retries at most"},
+                "errors": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {"type": "string"},
+                    "description": "exception classes: builtin names (ConnectionError) or "
+                    "'module:Class'",
+                },
+                "backoff_s": {
+                    "type": "number",
+                    "minimum": 0,
+                    "description": "seconds before the first retry, doubled each time (default 1)",
+                },
+            },
+        },
     },
 }
 

@@ -22,6 +22,21 @@ def fail(message="boom"):
     raise RuntimeError(message)
 
 
+def flaky(counter, failures, error="ConnectionError"):
+    """Fail with *error* the first *failures* calls (counted in the file *counter*), then
+    return the number of calls: a service that comes back."""
+    from pathlib import Path
+
+    path = Path(counter)
+    calls = int(path.read_text()) + 1 if path.exists() else 1
+    path.write_text(str(calls))
+    if calls <= failures:
+        raise {"ConnectionError": ConnectionError, "ValueError": ValueError}[error](
+            f"call {calls} failed"
+        )
+    return calls
+
+
 def count_samples(data):
     """Receives an in-memory dataset, as plain callables do."""
     return int(data.sizes["sample"])

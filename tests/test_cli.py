@@ -550,3 +550,45 @@ def test_the_dashboard_link_serves_the_dashboard(client):
         page = response.read().decode()
     assert response.status == 200 and "bokeh" in page.lower()
     assert "dask needs bokeh" not in page.lower()  # the page a scheduler without bokeh shows
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "attempts"), [("ConnectionError", 0, 3), ("ValueError", 1, 1)]
+)
+def test_retries_run_a_step_again_on_transient_errors_only(
+    cluster, tmp_path, error, code, attempts
+):
+    """A step with retries on ConnectionError runs again after one (with its backoff) and the
+    manifest lists the errors; another error fails it at once."""
+    counter = tmp_path / "calls"
+    path = tmp_path / "flaky.yaml"
+    path.write_text(
+        "taskdml: 1\nname: flaky\nimports: {allow: [pipeline_functions]}\nsteps:\n"
+        "  fetch:\n    call: pipeline_functions:flaky\n"
+        f"    with: {{counter: '{counter}', failures: 2, error: {error}}}\n"
+        "    retries: {times: 3, errors: [ConnectionError, TimeoutError], backoff_s: 0.05}\n"
+    )
+    runs = tmp_path / "runs"
+    result = CliRunner().invoke(
+        cli, ["run", str(path), "--scheduler", cluster.scheduler_address, "--run-dir", str(runs)]
+    )
+    assert result.exit_code == code, result.output
+    assert int(counter.read_text()) == attempts
+    (manifest,) = runs.glob("*/manifest.json")
+    step = json.loads(manifest.read_text())["steps"]["fetch"]
+    assert step.get("retried", []) == (
+        ["ConnectionError: call 1 failed", "ConnectionError: call 2 failed"] if code == 0 else []
+    )
+
+
+def test_retries_on_a_name_that_is_no_exception_is_refused(tmp_path):
+    """retries.errors must name exception classes; a typo gets a did-you-mean and exit 3."""
+    path = tmp_path / "typo.yaml"
+    path.write_text(
+        "taskdml: 1\nname: typo\nsteps:\n  data:\n    call: taskdml.datasets:load_sklearn\n"
+        "    with: {name: iris}\n    retries: {times: 2, errors: [ConectionError]}\n"
+    )
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 3
+    assert "steps.data.retries.errors" in result.output
+    assert "ConnectionError" in result.output
