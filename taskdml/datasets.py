@@ -845,6 +845,21 @@ def _check_path(function, path):
     return path
 
 
+def _check_files(function, path):
+    """*path* (a path, a glob or a list of them), once every local one matches a file or
+    directory; URLs (``s3://``) are left to their filesystem."""
+    import glob
+
+    for one in path if isinstance(path, (list, tuple)) else [path]:
+        one = os.fspath(one)
+        if "://" not in one and not glob.glob(one):
+            raise DataError(
+                f"{function}: no file or directory matches path={one!r}. Check the path "
+                f"(relative paths are taken from {os.getcwd()!r})."
+            )
+    return path
+
+
 def read_zarr(path, *, x="X", y="y", chunk_size=None):
     """Open a zarr store lazily as chunked ``X``/``y`` data.
 
@@ -1068,6 +1083,8 @@ def _from_dataframe(function, path, frame, target, features, categorical=None):
     ]
     frame = frame[features + ([target] if target is not None else [])]
     lengths = tuple(int(n) for n in frame.map_partitions(len).compute())
+    if not sum(lengths):
+        raise DataError(f"{where} has no rows: nothing to train or score on. Check the file(s).")
     y = None
     if target is not None:
         y_rows = frame[target].to_dask_array(lengths=lengths)
@@ -1160,7 +1177,7 @@ def read_csv(path, *, target=None, features=None, categorical=None, blocksize="6
     def read():
         import dask.dataframe as dd
 
-        frame = dd.read_csv(path, blocksize=blocksize)
+        frame = dd.read_csv(_check_files("read_csv", path), blocksize=blocksize)
         return _from_dataframe("read_csv", path, frame, target, features, categorical)
 
     return _without_annotations(read)
@@ -1200,7 +1217,7 @@ def read_parquet(path, *, target=None, features=None, categorical=None):
     def read():
         import dask.dataframe as dd
 
-        frame = dd.read_parquet(path)
+        frame = dd.read_parquet(_check_files("read_parquet", path))
         return _from_dataframe("read_parquet", path, frame, target, features, categorical)
 
     return _without_annotations(read)
