@@ -29,6 +29,22 @@ def client(cluster):
 
 
 @pytest.fixture
+def wait_for():
+    """``wait_for(condition, timeout, what)``: poll *condition* until it is true, or raise
+    TimeoutError naming *what* after *timeout* seconds."""
+    import time
+
+    def wait(condition, timeout, what):
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"waited {timeout} s for {what}")
+            time.sleep(0.05)
+
+    return wait
+
+
+@pytest.fixture
 def seed():
     """The seed tests use unless they sweep seeds."""
     return 0

@@ -4,7 +4,6 @@ a copy of the data for the fused steps), and one that leaves loses nothing."""
 import os
 import signal
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -15,17 +14,9 @@ from sklearn.linear_model import SGDClassifier
 from taskdml.model_selection import ASHASearchCV
 
 
-def _wait_for(condition, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {timeout} s for {what}")
-        time.sleep(0.05)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_search_takes_new_workers_and_survives_one_leaving():
+def test_a_search_takes_new_workers_and_survives_one_leaving(wait_for):
     """Trials run on a worker that joined mid-search; a worker killed mid-search costs no
     trial: every one finishes with a score."""
     X, y = make_classification(n_samples=60_000, n_features=20, random_state=0)
@@ -43,7 +34,7 @@ def test_a_search_takes_new_workers_and_survives_one_leaving():
         )
         runner = threading.Thread(target=search.fit, args=(X, y))
         runner.start()
-        _wait_for(lambda: any(client.processing().values()), 60, "the first steps")
+        wait_for(lambda: any(client.processing().values()), 60, "the first steps")
         cluster.scale(3)
         client.wait_for_workers(3, timeout=60)
         joined = (set(client.nthreads()) - first).pop()

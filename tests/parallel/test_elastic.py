@@ -9,7 +9,6 @@ started here: `taskdml run` while a worker joins and another leaves during its s
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import dask
@@ -91,14 +90,6 @@ def _replicas_on(client, step):
     }
 
 
-def _wait_for(condition, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {timeout} s for {what}")
-        time.sleep(0.05)
-
-
 def _run(processes, address, run_dir):
     return processes(
         "taskdml",
@@ -123,7 +114,7 @@ def _outcome(run_dir):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_worker_joins_and_another_leaves_during_a_pipelines_training(
-    dask_cluster, processes, tmp_path
+    dask_cluster, processes, wait_for, tmp_path
 ):
     """`taskdml run` on separate scheduler and worker processes: a worker that joins during
     the sync training gets a replica, one that leaves has its chunks dealt out again, and
@@ -133,9 +124,9 @@ def test_a_worker_joins_and_another_leaves_during_a_pipelines_training(
     with Client(address, set_as_default=False) as client:
         first = set(client.nthreads())
         run = _run(processes, address, tmp_path / "elastic")
-        _wait_for(lambda: _replicas_on(client, "model"), 120, "the model's replicas")
+        wait_for(lambda: _replicas_on(client, "model"), 120, "the model's replicas")
         dask_cluster.add_worker(address)
-        _wait_for(lambda: _replicas_on(client, "model") - first, 60, "a replica on the new worker")
+        wait_for(lambda: _replicas_on(client, "model") - first, 60, "a replica on the new worker")
         leaving = sorted(first)[1]
         os.kill(client.run(os.getpid, workers=[leaving])[leaving], signal.SIGTERM)
         assert run.wait(timeout=200) == 0
