@@ -1001,7 +1001,11 @@ def _segment(client, state, owned, left, plan, strategy, staleness, threads, clo
         )
         setup_s, submitted = clock.since_start(), time.time()
         clock.lap("submit_s")
-        gone = _elastic.Watch(client, tasks, addresses, grows, plan.training).wait()
+        # Only sync replicas can start again where they stopped (:mod:`._elastic`); async
+        # ones wait for their tasks as Dask runs them.
+        gone = None
+        if strategy == "sync":
+            gone = _elastic.Watch(client, tasks, addresses, grows, plan.training).wait()
         if gone:
             _stop(client, tasks, collective, addresses, gone)
             return _Segment(None, collective, plan, addresses, setup_s, gone)
