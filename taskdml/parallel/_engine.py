@@ -798,7 +798,7 @@ def _elastic_sync(estimator, chunks, plan, client, n_replicas, clock, workers):
     by_index = {chunk.index: chunk for chunk in chunks}
     may_grow = workers is None and n_replicas is None
     state, prepared, epoch, left = estimator, False, 0, None
-    segments, replans, used, reason, lost_in_a_row = [], [], set(), None, 0
+    segments, replans, used, lost_in_a_row = [], [], set(), 0
     while True:
         threads = _worker_threads(client, workers)
         count = _replica_count(n_replicas, threads, len(chunks))
@@ -813,9 +813,8 @@ def _elastic_sync(estimator, chunks, plan, client, n_replicas, clock, workers):
             training=uuid.uuid4().hex,
             checkpoint_s=_elastic.checkpoint_seconds(),
         )
-        if reason is not None:
-            replans[-1].update(replicas=count)
-            reason = None
+        if replans and "replicas" not in replans[-1]:  # the re-plan this segment follows
+            replans[-1]["replicas"] = count
         began = time.perf_counter()
 
         def grows(now, count=count):
@@ -838,7 +837,6 @@ def _elastic_sync(estimator, chunks, plan, client, n_replicas, clock, workers):
             lost_in_a_row += 1
             if lost_in_a_row > 1:
                 raise _lost_again(segment, epoch)
-            reason = "left"
             replans.append(
                 {
                     "epoch": epoch + 1,
@@ -858,8 +856,7 @@ def _elastic_sync(estimator, chunks, plan, client, n_replicas, clock, workers):
         left = None
         if indices is not None:
             left = [[by_index[i] for i in o[2]["position"][1]] for o in segment.outcomes]
-        joined = set(_worker_threads(client, workers)) - set(segment.addresses)
-        reason = "joined" if joined else None
+        joined = set(_worker_threads(client, workers)) - set(segment.addresses) if may_grow else ()
         if joined:
             replans.append({"epoch": epoch + 1, "reason": "joined", "workers": sorted(joined)})
     return _joined(segments, replans, used)

@@ -60,6 +60,17 @@ def test_checkpoints_change_nothing(client, data):
     np.testing.assert_array_equal(whole.estimator.intercept_, cut.estimator.intercept_)
 
 
+def test_checkpoints_of_fewer_replicas_than_workers_are_no_replans(client):
+    """n_replicas=1 on two workers: segments at every round, none of them a re-plan."""
+    X, y = linear_data(6_000, 5, 1_000)
+    with dask.config.set({"taskdml.elastic.checkpoint-s": 0}):
+        result = train(
+            SGDClassifier(random_state=0), X, y, n_replicas=1, sync_every=2, random_state=0
+        )
+    assert result.stats["segments"] == 3
+    assert result.stats["replans"] == []
+
+
 def test_the_chunks_left_are_dealt_by_index():
     """Chunk i of those left goes to replica i mod R, in index order."""
     chunks = [Chunk(None, None, None, i) for i in range(10)]
