@@ -107,70 +107,10 @@ def _free_port():
         return probe.getsockname()[1]
 
 
-@pytest.fixture
-def scheduler_and_worker(tmp_path):
-    """A separately started `dask scheduler` + `dask worker` on 127.0.0.1, stopped by PID."""
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    env = ENV
-    dask = str(Path(sys.executable).with_name("dask"))
-    processes = [
-        subprocess.Popen(
-            [
-                dask,
-                "scheduler",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--dashboard-address",
-                "127.0.0.1:0",
-            ],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-    ]
-    processes.append(
-        subprocess.Popen(
-            [
-                dask,
-                "worker",
-                address,
-                "--nworkers",
-                "2",
-                "--nthreads",
-                "1",
-                "--host",
-                "127.0.0.1",
-                "--dashboard-address",
-                "127.0.0.1:0",
-            ],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-    )
-    try:
-        from distributed import Client
-
-        with Client(address, timeout="30s", set_as_default=False) as client:
-            client.wait_for_workers(2, timeout=60)
-        yield address
-    finally:
-        for process in reversed(processes):
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-
-
 @pytest.mark.slow
-def test_same_file_runs_on_a_separate_scheduler(scheduler_and_worker, tmp_path):
+def test_same_file_runs_on_a_separate_scheduler(dask_cluster, tmp_path):
     """quickstart.yaml runs unchanged against `dask scheduler` + `dask worker` via --scheduler."""
+    scheduler_and_worker = dask_cluster.start(workers=(ENV, ENV))
     done = subprocess.run(
         [
             TASKDML,
