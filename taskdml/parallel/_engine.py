@@ -115,6 +115,7 @@ class TrainingPlan:
     first_epoch: int = 0  # the epoch this segment starts in
     resumed: bool = False  # starts from a global state (no prepare, no broadcast)
     resume_blocks: int = 0  # the most blocks left of the first epoch on a replica, if resumed
+    rounds_before: int = 0  # the rounds of the first epoch done before, if resumed
     training: str = ""  # the segment's id: replicas asked to stop look it up
     checkpoint_s: float = _elastic.CHECKPOINT_S  # rank 0 ends a segment after this long
 
@@ -797,7 +798,7 @@ def _elastic_sync(estimator, chunks, plan, client, n_replicas, clock, workers):
     (:mod:`taskdml.parallel._elastic`)."""
     by_index = {chunk.index: chunk for chunk in chunks}
     may_grow = workers is None and n_replicas is None
-    state, prepared, epoch, left = estimator, False, 0, None
+    state, prepared, epoch, left, rounds_before = estimator, False, 0, None, 0
     segments, replans, used, lost_in_a_row = [], [], set(), 0
     while True:
         threads = _worker_threads(client, workers)
@@ -810,6 +811,7 @@ def _elastic_sync(estimator, chunks, plan, client, n_replicas, clock, workers):
             first_epoch=epoch,
             resumed=prepared,
             resume_blocks=max(len(share) for share in left) if left else 0,
+            rounds_before=rounds_before,
             training=uuid.uuid4().hex,
             checkpoint_s=_elastic.checkpoint_seconds(),
         )
@@ -852,7 +854,7 @@ def _elastic_sync(estimator, chunks, plan, client, n_replicas, clock, workers):
         if position is None:
             break
         state, prepared = segments[-1].estimator, True
-        epoch, indices = position
+        epoch, indices, rounds_before = position
         left = None
         if indices is not None:
             left = [[by_index[i] for i in o[2]["position"][1]] for o in segment.outcomes]

@@ -99,8 +99,9 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
     ``plan.resume_blocks`` at most on any replica) replaces the epoch's own order when the
     last segment stopped inside it. Each reduce also carries whether a re-plan is wanted;
     since every replica receives every replica's wish, all stop after the same round, and
-    ``stats["position"]`` says where: ``(epoch, indices of the chunks left of it)``, or
-    ``None`` when the training is over.
+    ``stats["position"]`` says where: ``(epoch, indices of the chunks left of it, rounds of it
+    done)``, or ``None`` when the training is over; a resumed epoch counts its rounds on from
+    ``plan.rounds_before``.
     """
     state, history, busy, waiting = start, [], 0.0, 0.0
     validation, overhead = plan.validation, None
@@ -118,6 +119,7 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
         epoch_started = time.perf_counter()
         resumed = resume is not None and epoch == plan.first_epoch
         period.most_blocks = plan.resume_blocks if resumed else plan.most_blocks
+        period.count = plan.rounds_before if resumed else 0
         done, round_index = 0, 0
         while (size := period.blocks(done)) > 0:
             copying = time.perf_counter()
@@ -141,7 +143,7 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
             period.observe([entry[0] for entry in infos])
             done, round_index = done + size, round_index + 1
             if any(entry[1] for entry in infos) and period.blocks(done) > 0:
-                position = (epoch, [chunk.index for chunk in order[done:]])
+                position = (epoch, [chunk.index for chunk in order[done:]], period.count)
                 break
         if position is not None:
             break
@@ -160,7 +162,7 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
         if report.get("stop"):
             break
         if any(entry[1] for entry in infos) and epoch + 1 < plan.epochs:
-            position = (epoch + 1, None)
+            position = (epoch + 1, None, 0)
             break
     reading.close()
     stats = {"rank": rank, "busy_s": busy, "reduce_wait_s": waiting, "position": position}

@@ -56,6 +56,7 @@ def test_checkpoints_change_nothing(client, data):
     assert cut.stats["segments"] == 6  # 6 blocks a replica an epoch, 2 a round: 3 a epoch
     assert cut.stats["replans"] == []
     assert [e["epoch"] for e in cut.history] == [1, 2]
+    assert [e["rounds"] for e in cut.history] == [e["rounds"] for e in whole.history] == [3, 3]
     np.testing.assert_array_equal(whole.estimator.coef_, cut.estimator.coef_)
     np.testing.assert_array_equal(whole.estimator.intercept_, cut.estimator.intercept_)
 
