@@ -116,6 +116,7 @@ class TrainingPlan:
     resumed: bool = False  # starts from a global state (no prepare, no broadcast)
     resume_blocks: int = 0  # the most blocks left of the first epoch on a replica, if resumed
     rounds_before: int = 0  # the rounds of the first epoch done before, if resumed
+    period_state: tuple = None  # the sync period where the last segment left it, if resumed
     training: str = ""  # the segment's id: replicas asked to stop look it up
     checkpoint_s: float = _elastic.CHECKPOINT_S  # rank 0 ends a segment after this long
 
@@ -799,6 +800,7 @@ def _elastic_sync(estimator, chunks, plan, client, n_replicas, clock, workers):
     by_index = {chunk.index: chunk for chunk in chunks}
     may_grow = workers is None and n_replicas is None
     state, prepared, epoch, left, rounds_before = estimator, False, 0, None, 0
+    period_state = None
     segments, replans, used, lost_in_a_row = [], [], set(), 0
     while True:
         threads = _worker_threads(client, workers)
@@ -812,6 +814,7 @@ def _elastic_sync(estimator, chunks, plan, client, n_replicas, clock, workers):
             resumed=prepared,
             resume_blocks=max(len(share) for share in left) if left else 0,
             rounds_before=rounds_before,
+            period_state=period_state,
             training=uuid.uuid4().hex,
             checkpoint_s=_elastic.checkpoint_seconds(),
         )
@@ -855,6 +858,7 @@ def _elastic_sync(estimator, chunks, plan, client, n_replicas, clock, workers):
             break
         state, prepared = segments[-1].estimator, True
         epoch, indices, rounds_before = position
+        period_state = segment.outcomes[0][2]["period_state"]
         left = None
         if indices is not None:
             left = [[by_index[i] for i in o[2]["position"][1]] for o in segment.outcomes]

@@ -106,6 +106,8 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
     state, history, busy, waiting = start, [], 0.0, 0.0
     validation, overhead = plan.validation, None
     period = Period(plan.sync_every, plan.most_blocks)
+    if plan.period_state is not None:  # a later segment: no new probe rounds
+        period.period, period.inputs, period.probing, period.rounds = plan.period_state
     epochs = range(plan.first_epoch, plan.epochs)
     orders = [
         resume
@@ -166,6 +168,7 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
             break
     reading.close()
     stats = {"rank": rank, "busy_s": busy, "reduce_wait_s": waiting, "position": position}
+    stats["period_state"] = (period.period, period.inputs, period.probing, period.rounds)
     return (state, history, stats) if rank == 0 else (None, None, stats)
 
 
