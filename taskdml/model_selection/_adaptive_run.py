@@ -269,9 +269,8 @@ def prepare(X, y, *, client, n_chunks_min, data="auto"):
     if client is None:
         blocks = dask.compute(*[a.to_delayed().ravel().tolist() for a in arrays])
     else:
-        limits, used = _stream.workers_memory(client)
         in_memory = any(futures_of(a) for a in arrays)
-        mode, facts = _stream.choose(data, sum(a.nbytes for a in arrays), limits, in_memory, used)
+        mode, facts = _stream.choose_for(client, data, sum(a.nbytes for a in arrays), in_memory)
         if mode == "stream":
             blocks = [list(_stream.sources(a).values()) for a in arrays]
         else:

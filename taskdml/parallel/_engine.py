@@ -385,8 +385,7 @@ def _data_mode(data, client, arrays, persisted, workers):
     client)."""
     nbytes = sum(array.nbytes for array in arrays)
     nbytes = 0 if math.isnan(nbytes) else nbytes
-    limits, used = _stream.workers_memory(client, workers)
-    return _stream.choose(data, nbytes, limits, persisted, used)
+    return _stream.choose_for(client, data, nbytes, persisted, workers)
 
 
 def _data_stats(facts, strategy, result, chunk_facts, arrays, plan):

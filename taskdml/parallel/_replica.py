@@ -14,6 +14,7 @@ import copy
 import time
 
 from taskdml.parallel._collective import call
+from taskdml.parallel._elastic import requested
 from taskdml.parallel._merge_registry import prepare_start
 from taskdml.parallel._period import Period
 from taskdml.parallel._stream import read_ahead, read_chunk
@@ -176,8 +177,6 @@ def replan_wanted(plan, rank, segment_s):
     """Whether this replica asks the others to stop after this round: the client asked its
     worker to (workers joined or left), or rank 0 has run ``plan.checkpoint_s`` in this
     segment (the client then holds the state, and a lost worker costs at most that)."""
-    from taskdml.parallel._elastic import requested
-
     return requested(plan.training) or (rank == 0 and segment_s > plan.checkpoint_s)
 
 

@@ -149,11 +149,15 @@ def read_ahead(chunks, prefetch=DEFAULT_PREFETCH):
     error is raised where the chunk would have been yielded.
     """
     chunks = list(chunks)
-    if prefetch <= 0 or not any(is_streamed(chunk) for chunk in chunks):
-        with reused_memory():
-            for chunk in chunks:
-                yield read_chunk(chunk)
-        return
+    with reused_memory():
+        if prefetch <= 0 or not any(is_streamed(chunk) for chunk in chunks):
+            yield from map(read_chunk, chunks)
+        else:
+            yield from _read_in_thread(chunks, prefetch)
+
+
+def _read_in_thread(chunks, prefetch):
+    """:func:`read_ahead`'s reading thread, *prefetch* chunks ahead of the caller."""
     slots = threading.Semaphore(prefetch + 1)
     ready = queue.Queue()
     stop = threading.Event()
@@ -169,10 +173,7 @@ def read_ahead(chunks, prefetch=DEFAULT_PREFETCH):
                 ready.put((None, error))
                 return
 
-    thread = threading.Thread(target=reader, name="taskdml-read-ahead", daemon=True)
-    memory = reused_memory()
-    memory.__enter__()
-    thread.start()
+    threading.Thread(target=reader, name="taskdml-read-ahead", daemon=True).start()
     try:
         for _ in chunks:
             chunk, error = ready.get()
@@ -184,7 +185,6 @@ def read_ahead(chunks, prefetch=DEFAULT_PREFETCH):
     finally:
         stop.set()
         slots.release()  # a reader waiting for a slot sees the stop
-        memory.__exit__(None, None, None)
 
 
 # glibc's mallopt parameters (malloc.h)
@@ -289,24 +289,23 @@ def choose(data, nbytes, memory_limits, persisted, memory_used=None):
     return mode, dict(facts, mode=mode)
 
 
-def workers_memory(client, workers=None):
-    """``(limits, used)``: each worker's memory limit and what its process holds now (the
-    scheduler's last measurement), for *workers* (default all); this machine's memory
-    without a client."""
+def choose_for(client, data, nbytes, persisted=False, workers=None):
+    """:func:`choose` against the memory of the cluster's workers (*workers*, default all)
+    as the scheduler last measured it, or of this machine without a client."""
     if client is None:
         import psutil
 
         memory = psutil.virtual_memory()
-        return [memory.total], [memory.total - memory.available]
-    infos = [
-        info
-        for address, info in client.scheduler_info(n_workers=-1)["workers"].items()
-        if workers is None or address in workers
-    ]
-    return (
-        [info.get("memory_limit") for info in infos],
-        [info.get("metrics", {}).get("memory", 0) for info in infos],
-    )
+        limits, used = [memory.total], [memory.total - memory.available]
+    else:
+        infos = [
+            info
+            for address, info in client.scheduler_info(n_workers=-1)["workers"].items()
+            if workers is None or address in workers
+        ]
+        limits = [info.get("memory_limit") for info in infos]
+        used = [info.get("metrics", {}).get("memory", 0) for info in infos]
+    return choose(data, nbytes, limits, persisted, used)
 
 
 def memory_bound(replicas_per_worker, chunk_bytes, prefetch, model_bytes, replicas):

@@ -141,10 +141,8 @@ def _held(value, client):
         nbytes = value.nbytes  # arrays and Datasets; a dask DataFrame does not know its size
     except (AttributeError, NotImplementedError):
         nbytes = math.nan
-    if not math.isnan(nbytes):
-        limits, used = _stream.workers_memory(client)
-        if _stream.choose("auto", nbytes, limits, False, used)[0] == "stream":
-            return value
+    if not math.isnan(nbytes) and _stream.choose_for(client, "auto", nbytes)[0] == "stream":
+        return value
     return client.persist(value)
 
 
