@@ -84,14 +84,45 @@ def _run_dir_option(function):
     )(function)
 
 
+def _cluster_options(function):
+    """Where a run runs: ``--scheduler``, ``--workers``."""
+    function = click.option(
+        "--workers", type=click.IntRange(min=1), help="Workers of the embedded LocalCluster."
+    )(function)
+    return click.option(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="Use a running scheduler (tcp://127.0.0.1:8786, or tls://... with cluster.security).",
+    )(function)
+
+
+def _cache_options(function):
+    """The step cache: ``--cache-dir``, ``--no-cache``, ``--explain``.
+
+    Like ``--run-dir``, the default folder is the library's (``taskdml._cache.DEFAULT_CACHE``),
+    named here only in the help.
+    """
+    function = click.option(
+        "--explain",
+        is_flag=True,
+        help="Say why each step ran or was reused (with --dry-run: which would be).",
+    )(function)
+    function = click.option(
+        "--no-cache", is_flag=True, help="Neither reuse nor store step outputs."
+    )(function)
+    return click.option(
+        "--cache-dir",
+        metavar="PATH_OR_URL",
+        envvar="TASKDML_CACHE_DIR",
+        help="The step cache: a folder or an fsspec URL the workers reach too "
+        "[default: .taskdml/cache; env TASKDML_CACHE_DIR].",
+    )(function)
+
+
 @cli.command(epilog=EXIT_CODES_TEXT)
-@click.argument("pipeline_file", type=click.Path(dir_okay=False))
+@click.argument("pipeline_file", type=click.Path(dir_okay=False), required=False)
 @click.argument("overrides", nargs=-1)
-@click.option(
-    "--scheduler",
-    metavar="ADDRESS",
-    help="Use a running scheduler (tcp://127.0.0.1:8786, or tls://... with cluster.security).",
-)
+@_cluster_options
 @click.option(
     "--cluster",
     "cluster_class",
@@ -100,7 +131,6 @@ def _run_dir_option(function):
     "give its kwargs, scale or adapt in the file or as overrides like "
     "+cluster.spec.kwargs.cores=4.",
 )
-@click.option("--workers", type=click.IntRange(min=1), help="Workers of the embedded LocalCluster.")
 @click.option(
     "--trust",
     is_flag=True,
@@ -108,19 +138,47 @@ def _run_dir_option(function):
     "(sets imports.trust).",
 )
 @_run_dir_option
+@_cache_options
+@click.option(
+    "--resume",
+    metavar="RUN",
+    help="Continue RUN (an id, a path or 'latest') instead of starting one: the same as "
+    "'taskdml resume RUN'.",
+)
 @click.option("--dry-run", is_flag=True, help="Validate and print the plan; run nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 @_errors
 def run(
-    pipeline_file, overrides, scheduler, cluster_class, workers, trust, run_dir, dry_run, as_json
+    pipeline_file,
+    overrides,
+    scheduler,
+    workers,
+    cluster_class,
+    trust,
+    run_dir,
+    cache_dir,
+    no_cache,
+    explain,
+    resume,
+    dry_run,
+    as_json,
 ):
-    """Run PIPELINE_FILE, with OVERRIDES like seed=3, a.b=1, +new=1, ~gone."""
-    from cli.progress import Progress
-    from taskdml import load_pipeline, run_pipeline
-    from taskdml.exceptions import StepFailed
-    from taskdml.render import render
-    from taskdml.runs import run_summary
+    """Run PIPELINE_FILE, with OVERRIDES like seed=3, a.b=1, +new=1, ~gone.
 
+    Steps whose outputs are in the step cache (same spec, code, inputs and files) are reused,
+    not run again; a step that fails or is interrupted can be continued with 'taskdml resume'.
+    """
+    from taskdml import load_pipeline
+
+    if resume is not None:
+        if pipeline_file is not None:
+            raise click.UsageError("give a PIPELINE_FILE or --resume RUN, not both.")
+        _resume(resume, scheduler, workers, run_dir, cache_dir, no_cache, explain, as_json)
+        return
+    if pipeline_file is None:
+        raise click.MissingParameter(
+            param_hint="'PIPELINE_FILE' (or --resume RUN)", param_type="argument"
+        )
     if cluster_class:  # the same as an override: the file's cluster block names the class
         overrides = (f"++cluster.spec.class={cluster_class}", *overrides)
     if trust:
@@ -132,56 +190,161 @@ def run(
             "show, such as pickled objects it loads.",
             err=True,
         )
+    cache = None if no_cache else _cache(cache_dir)
     if dry_run:
-        where = scheduler or _where(pipeline) or _local(pipeline, workers)
-        if as_json:
-            click.echo(
-                json.dumps(
-                    {
-                        "pipeline": pipeline.name,
-                        "plan": json.loads(render(pipeline, "json")),
-                        "cluster": where,
-                        "dry_run": True,
-                    },
-                    indent=2,
-                )
-            )
-        else:
-            click.echo(render(pipeline) + f"\n\nwould run on: {where} (dry run: nothing ran)")
+        _dry_run(pipeline, scheduler, workers, cache if explain else None, as_json)
         return
-    progress = Progress(
-        [step.name for step in pipeline.ordered_steps()], live=False if as_json else None
-    )
-    try:
-        result = run_pipeline(
+    _run_and_report(
+        lambda progress: _library_run(
             pipeline,
             run_root=run_dir,
             scheduler=scheduler,
             n_workers=workers,
             on_event=progress,
-        )
+            cache=cache,
+        ),
+        pipeline,
+        run_dir=run_dir,
+        cache_dir=cache_dir,
+        explain=explain,
+        as_json=as_json,
+    )
+
+
+@cli.command(epilog=EXIT_CODES_TEXT)
+@click.argument("run_id", metavar="RUN")
+@_cluster_options
+@_run_dir_option
+@_cache_options
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+@_errors
+def resume(run_id, scheduler, workers, run_dir, cache_dir, no_cache, explain, as_json):
+    """Continue RUN (an id, an id prefix, a path, or 'latest') after a failure or a crash.
+
+    Its completed steps are reused from the step cache, a training that checkpointed
+    continues from its last checkpoint, and the rest runs; the run directory is the same.
+    """
+    _resume(run_id, scheduler, workers, run_dir, cache_dir, no_cache, explain, as_json)
+
+
+def _resume(run_id, scheduler, workers, run_dir, cache_dir, no_cache, explain, as_json):
+    from taskdml._runner import recorded_pipeline
+
+    pipeline, folder = recorded_pipeline(run_id, run_dir)
+    click.echo(f"resuming run {folder.name}", err=True)
+    _run_and_report(
+        lambda progress: _library_run(
+            pipeline,
+            resume=folder,
+            scheduler=scheduler,
+            n_workers=workers,
+            on_event=progress,
+            cache=None if no_cache else _cache(cache_dir),
+        ),
+        pipeline,
+        run_dir=run_dir,
+        cache_dir=cache_dir,
+        explain=explain,
+        as_json=as_json,
+    )
+
+
+def _library_run(pipeline, **options):
+    from taskdml import run_pipeline
+
+    return run_pipeline(pipeline, **options)
+
+
+def _cache(cache_dir):
+    from taskdml import Cache
+
+    return Cache(cache_dir)
+
+
+def _run_and_report(start, pipeline, *, run_dir, cache_dir, explain, as_json):
+    """Run with live progress; print the results, or what failed and how to resume."""
+    from cli.progress import Progress
+    from taskdml.exceptions import StepFailed
+    from taskdml.runs import run_summary
+
+    order = [step.name for step in pipeline.ordered_steps()]
+    progress = Progress(order, live=False if as_json else None)
+    try:
+        result = start(progress)
     except StepFailed as error:
         if as_json and error.run_dir is not None:
             click.echo(json.dumps(run_summary(error.run_dir, exit_code=error.exit_code), indent=2))
+        if explain and error.run_dir is not None:
+            click.echo(_explanation(run_summary(error.run_dir)["steps"], order), err=True)
         click.echo(
             f"\nrun failed; what finished is kept in {error.run_dir}\n"
-            f"see it with: taskdml runs show {error.run_dir}",
+            f"see it with: taskdml runs show {error.run_dir}\n"
+            f"continue it with: {_resume_command(progress.run_id, run_dir, cache_dir)}",
             err=True,
         )
         raise
     except KeyboardInterrupt:
-        click.echo("\ninterrupted; the run directory keeps what finished.", err=True)
+        click.echo(
+            "\ninterrupted; the run directory keeps what finished.\n"
+            f"continue it with: {_resume_command(progress.run_id, run_dir, cache_dir)}",
+            err=True,
+        )
         sys.exit(130)
     if as_json:
         click.echo(json.dumps(run_summary(result.path, exit_code=0), indent=2))
-    else:
-        order = [step.name for step in pipeline.ordered_steps()]
-        click.echo(
-            _results_table(
-                {name: result.steps[name] for name in order if name in result.steps}, result.metrics
-            )
+        return
+    steps = {name: result.steps[name] for name in order if name in result.steps}
+    click.echo(_results_table(steps, result.metrics))
+    if explain:
+        click.echo(_explanation(steps, order))
+    click.echo(f"\nrun {result.run_id} succeeded; recorded in {result.path}")
+
+
+def _resume_command(run_id, run_dir, cache_dir):
+    command = f"taskdml resume {run_id or 'latest'}"
+    if run_dir:
+        command += f" --run-dir {run_dir}"
+    if cache_dir:
+        command += f" --cache-dir {cache_dir}"
+    return command
+
+
+def _explanation(steps, order, planned=False):
+    """Why each step ran or was reused (or, *planned*, would be), from ``cache`` entries."""
+    lines = ["", f"why each step {'would run or be' if planned else 'ran or was'} reused:"]
+    for name in order:
+        cache = steps.get(name, {}).get("cache")
+        if cache is None:
+            continue
+        verb = {(True, True): "reuse", (True, False): "run", (False, True): "reused"}.get(
+            (planned, bool(cache.get("hit"))), "ran"
         )
-        click.echo(f"\nrun {result.run_id} succeeded; recorded in {result.path}")
+        lines.append(f"  {name:<16} {verb:<7} {'; '.join(cache.get('why', []))}")
+        if cache.get("not_stored"):
+            lines.append(f"  {'':<16} {'':<7} not stored: {cache['not_stored']}")
+    return "\n".join(lines)
+
+
+def _dry_run(pipeline, scheduler, workers, cache, as_json):
+    from taskdml._reuse import plan
+    from taskdml.render import render
+
+    where = scheduler or _where(pipeline) or _local(pipeline, workers)
+    would = plan(cache, pipeline) if cache is not None else None
+    if as_json:
+        document = {
+            "pipeline": pipeline.name,
+            "plan": json.loads(render(pipeline, "json")),
+            "cluster": where,
+            "dry_run": True,
+        }
+        if would is not None:
+            document["cache"] = would
+        click.echo(json.dumps(document, indent=2))
+        return
+    click.echo(render(pipeline) + f"\n\nwould run on: {where} (dry run: nothing ran)")
+    if would is not None:
+        click.echo(_explanation(would, list(would), planned=True))
 
 
 def _where(pipeline):
@@ -205,12 +368,13 @@ def _results_table(steps, metrics):
     for name, entry in steps.items():
         duration = entry.get("duration_s")
         time = f"{duration:7.2f}s" if duration is not None else ""
+        state = "cached" if entry.get("cache", {}).get("hit") else entry.get("state", "")
         result = (
             describe(entry.get("summary"))
             if entry.get("state") == "completed"
             else entry.get("error", entry.get("reason", ""))
         )
-        lines.append(f"{name:<17} {entry.get('state', ''):<9} {time:>8}  {result}")
+        lines.append(f"{name:<17} {state:<9} {time:>8}  {result}")
     for step, values in metrics.items():
         lines += ["", f"metrics of {step}:"]
         lines += _metric_lines(values, indent="  ")
@@ -330,6 +494,97 @@ def runs_show(run, run_dir, as_json):
         f"in {summary['duration_s']}s ({summary['run_dir']})"
     )
     click.echo(_results_table(summary["steps"], summary["metrics"]))
+
+
+@cli.group()
+def cache():
+    """Inspect and prune the step cache."""
+
+
+def _cache_dir_option(function):
+    return click.option(
+        "--cache-dir",
+        metavar="PATH_OR_URL",
+        envvar="TASKDML_CACHE_DIR",
+        help="The step cache [default: .taskdml/cache; env TASKDML_CACHE_DIR].",
+    )(function)
+
+
+@cache.command("list")
+@_cache_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print the entries as JSON on stdout.")
+def cache_list(cache_dir, as_json):
+    """List the cached step outputs, oldest first."""
+    entries = _cache(cache_dir).entries()
+    if as_json:
+        click.echo(json.dumps(entries, indent=2))
+        return
+    if not entries:
+        click.echo(f"no cached steps in {_cache(cache_dir).url}")
+        return
+    click.echo(f"{'key':<12} {'pipeline':<18} {'step':<16} {'size':>9}  created  run")
+    for entry in entries:
+        flag = "" if entry["valid"] else "  (not signed by this cache: gc removes it)"
+        click.echo(
+            f"{entry['key'][:12]:<12} {entry['pipeline'] or '?':<18} {entry['step'] or '?':<16} "
+            f"{_size(entry['bytes']):>9}  {entry['created']}  {entry['run_id']}{flag}"
+        )
+    total = sum(entry["bytes"] for entry in entries)
+    click.echo(f"{len(entries)} entries, {_size(total)} in {_cache(cache_dir).url}")
+
+
+@cache.command("clear")
+@_cache_dir_option
+@click.option("--pipeline", help="Only the entries of this pipeline.")
+@click.option("--step", help="Only the entries of this step (with --pipeline).")
+def cache_clear(cache_dir, pipeline, step):
+    """Remove cached step outputs: all of them, or those of one pipeline or step."""
+    removed = _cache(cache_dir).clear(pipeline=pipeline, step=step)
+    click.echo(f"removed {len(removed)} entries ({_size(sum(e['bytes'] for e in removed))})")
+
+
+@cache.command("gc")
+@_cache_dir_option
+@click.option(
+    "--older-than",
+    type=click.FloatRange(min=0),
+    metavar="DAYS",
+    help="Remove entries not used for DAYS days.",
+)
+@click.option(
+    "--max-size",
+    metavar="SIZE",
+    help="Keep at most SIZE (like 10GB or 500MiB), removing the least recently used first.",
+)
+def cache_gc(cache_dir, older_than, max_size):
+    """Remove what crashes left behind, finished steps' checkpoints, entries this cache did
+    not sign, and (with the options) old or least recently used entries."""
+    removed = _cache(cache_dir).gc(
+        older_than_s=None if older_than is None else older_than * 86400,
+        max_bytes=None if max_size is None else _parse_size(max_size),
+    )
+    click.echo(f"removed {len(removed)} entries ({_size(sum(e['bytes'] for e in removed))})")
+
+
+def _size(n_bytes):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n_bytes < 1024 or unit == "GiB":
+            return f"{n_bytes:.0f} {unit}" if unit == "B" else f"{n_bytes:.1f} {unit}"
+        n_bytes /= 1024
+    return None
+
+
+def _parse_size(text):
+    import re
+
+    units = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12}
+    units |= {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+    match = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", text)
+    if not match or match.group(2).lower() not in units:
+        raise click.BadParameter(
+            f"{text!r} is not a size like 10GB or 500MiB", param_hint="--max-size"
+        )
+    return int(float(match.group(1)) * units[match.group(2).lower()])
 
 
 @cli.command()

@@ -8,7 +8,14 @@ import click
 
 from taskdml.cluster import NO_DASHBOARD
 
-SYMBOLS = {"pending": "·", "running": "▶", "completed": "✓", "failed": "✗", "skipped": "-"}
+SYMBOLS = {
+    "pending": "·",
+    "running": "▶",
+    "completed": "✓",
+    "cached": "=",
+    "failed": "✗",
+    "skipped": "-",
+}
 
 
 def describe(summary):
@@ -66,6 +73,7 @@ class Progress:
         self.order = list(steps)
         self.state = {name: {"state": "pending"} for name in steps}
         self.start = time.monotonic()
+        self.run_id = None  # known at run_started
         self.drawn = 0
         self.lock = threading.Lock()
         self.stopped = threading.Event()
@@ -76,6 +84,7 @@ class Progress:
         kind = event["event"]
         with self.lock:
             if kind == "run_started":
+                self.run_id = event.get("run_id")
                 dashboard = (
                     f"dashboard: {event['dashboard']}" if event["dashboard"] else NO_DASHBOARD
                 )
@@ -102,6 +111,7 @@ class Progress:
         entry["state"] = {
             "step_started": "running",
             "step_finished": "completed",
+            "step_cached": "cached",
             "step_failed": "failed",
             "step_skipped": "skipped",
         }[kind]
@@ -124,7 +134,7 @@ class Progress:
         text += f" {elapsed:7.2f}s" if elapsed is not None else " " * 9
         if entry.get("items") and state == "running":
             text += f"  {len(entry['items'])} items"
-        if state == "completed":
+        if state in ("completed", "cached"):
             text += f"  {describe(entry.get('summary'))}"
         if state == "failed":
             text += f"  {entry.get('error', '')}".splitlines()[0] if entry.get("error") else ""

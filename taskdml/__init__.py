@@ -45,6 +45,8 @@ _LAZY = {
     "Step": "taskdml._pipeline",
     "Run": "taskdml._runner",
     "run_pipeline": "taskdml._runner",
+    "resume_run": "taskdml._runner",
+    "Cache": "taskdml._cache",
     "schema": "taskdml._schema",
     "versions": "taskdml._versions",
     "available_metrics": "taskdml.metrics",
@@ -57,10 +59,13 @@ _LAZY = {
     "ProjectError": "taskdml.exceptions",
     "VersionMismatchWarning": "taskdml.exceptions",
     "InsecureConnectionWarning": "taskdml.exceptions",
+    "CacheWarning": "taskdml.exceptions",
 }
 
 __all__ = [
     "ASHASearchCV",
+    "Cache",
+    "CacheWarning",
     "GridSearchCV",
     "HyperbandSearchCV",
     "InsecureConnectionWarning",
@@ -92,6 +97,7 @@ __all__ = [
     "loads_pipeline",
     "register_merge",
     "register_unmergeable",
+    "resume_run",
     "run_pipeline",
     "schema",
     "train",

@@ -32,8 +32,10 @@ import time
 import traceback
 
 from taskdml import _keys
+from taskdml._reuse import Reuse
 from taskdml._versions import check_cluster, required_distributions, versions
 from taskdml.exceptions import ClusterUnavailable, StepFailed, TaskdmlError
+from taskdml.parallel import _checkpoint
 from taskdml.runs import RunDirectory, load_model
 from taskdml.steps import KINDS
 
@@ -186,6 +188,7 @@ class _Recorder:
     def __init__(self, directory, on_event):
         self.directory, self.on_event = directory, on_event
         self.steps, self.metrics = {}, {}
+        self.reuse = None  # the run's use of the cache (taskdml._reuse.Reuse)
         self.interrupted = False
         self._lock = threading.Lock()
 
@@ -224,6 +227,8 @@ def run_pipeline(
     scheduler=None,
     n_workers=None,
     on_event=None,
+    cache=None,
+    resume=None,
 ):
     """Run *pipeline* and return a :class:`Run`.
 
@@ -243,8 +248,16 @@ def run_pipeline(
     n_workers : int, optional
         Workers of the embedded LocalCluster.
     on_event : callable, optional
-        Called with each event dict (``run_started``, ``step_started``, ``step_retried``,
-        ``step_finished``, ``step_failed``, ``step_skipped``, ``run_finished``).
+        Called with each event dict (``run_started``, ``step_started``, ``step_cached``,
+        ``step_retried``, ``step_finished``, ``step_failed``, ``step_skipped``,
+        ``run_finished``).
+    cache : bool, path, URL or Cache, optional
+        Reuse the outputs of steps whose key is in this store, and store the others
+        (:mod:`taskdml._reuse`); ``True`` is :data:`taskdml._cache.DEFAULT_CACHE`. Default:
+        no cache (the CLI caches by default).
+    resume : path, optional
+        The directory of a run to continue (see :func:`resume_run`): the run is recorded
+        there again, and with *cache* its completed steps and checkpoints are reused.
 
     Raises
     ------
@@ -278,10 +291,14 @@ def run_pipeline(
     from taskdml import _project
     from taskdml import cluster as clusters
 
-    directory = RunDirectory(run_root) if record else None
+    if resume is not None:
+        directory = RunDirectory.reopen(resume)
+    else:
+        directory = RunDirectory(run_root) if record else None
     recorder = _Recorder(directory, on_event)
+    recorder.reuse = Reuse(as_cache(cache), pipeline, recorder)
     if directory is not None:
-        _write_definition(directory, pipeline)
+        _write_definition(directory, pipeline, resumed=resume is not None)
     started = time.perf_counter()
     status = "failed"
     try:
@@ -302,6 +319,7 @@ def run_pipeline(
                 pipeline=pipeline.name,
                 run_id=_run_id(directory),
                 run_dir=str(directory.path) if directory else None,
+                resumed=resume is not None,
                 **info,
             )
             try:  # before any step: the user's code on the cluster, the versions, the imports
@@ -346,13 +364,107 @@ def run_pipeline(
     return run
 
 
+def resume_run(run, *, run_root=None, cache=True, **options):
+    """Continue a run that failed or was interrupted, in its own run directory.
+
+    With the cache, every step whose key is stored is reused, and a training that
+    checkpointed continues from its last checkpoint (:mod:`taskdml.parallel._checkpoint`); the
+    rest runs.
+
+    Parameters
+    ----------
+    run : str or path
+        A run id, a unique prefix of one, a run directory, or ``"latest"``.
+    run_root : path, optional
+        The folder of run directories (default ``.taskdml/runs``).
+    cache : bool, path, URL or Cache, default True
+        The store the run used.
+    **options
+        Passed to :func:`run_pipeline` (``scheduler``, ``n_workers``, ``on_event``, ...).
+
+    Returns
+    -------
+    Run
+
+    Raises
+    ------
+    RunNotFound
+        When *run* matches no recorded run.
+    """
+    pipeline, folder = recorded_pipeline(run, run_root)
+    return run_pipeline(pipeline, resume=folder, cache=cache, **options)
+
+
+def recorded_pipeline(run, run_root=None):
+    """The pipeline a recorded run ran, loaded again, and the run's directory.
+
+    The pipeline file is read as it is now (a fix made since applies; the run directory's
+    copy if the file is gone), with the run's overrides.
+
+    Parameters
+    ----------
+    run : str or path
+        A run id, a unique prefix of one, a run directory, or ``"latest"``.
+    run_root : path, optional
+
+    Returns
+    -------
+    pipeline : Pipeline
+    folder : pathlib.Path
+    """
+    from pathlib import Path
+
+    from taskdml.runs import find_run
+    from taskdml.spec import load_pipeline
+
+    manifest = find_run(run, run_root)
+    folder = Path(manifest["path"])
+    source = manifest.get("source")
+    path = source if source and Path(source).exists() else folder / "pipeline.yaml"
+    return load_pipeline(path, overrides=manifest.get("overrides", ())), folder
+
+
 def _run_id(directory):
     return directory.run_id if directory is not None else "unrecorded"
 
 
-def _write_definition(directory, pipeline):
+def as_cache(cache):
+    """The :class:`~taskdml._cache.Cache` that *cache* names (``None`` for no cache).
+
+    Parameters
+    ----------
+    cache : None, bool, path, URL or Cache
+
+    Returns
+    -------
+    Cache or None
+    """
+    from taskdml._cache import Cache
+
+    if cache is None or cache is False:
+        return None
+    if cache is True:
+        return Cache()
+    return cache if isinstance(cache, Cache) else Cache(cache)
+
+
+def _write_definition(directory, pipeline, resumed=False):
     from taskdml.spec import dump_pipeline
 
+    if resumed:
+        earlier = directory.manifest.get("resumed", [])
+        directory.update_manifest(
+            status="starting",
+            resumed=[
+                *earlier,
+                {
+                    "at": datetime.datetime.now().isoformat(timespec="seconds"),
+                    "after": directory.manifest.get("status"),
+                },
+            ],
+            steps={step.name: {"kind": step.kind, "state": "pending"} for step in pipeline.steps},
+        )
+        return
     source = pipeline.source
     directory.write_text("pipeline.yaml", source.text if source else dump_pipeline(pipeline))
     directory.write_text("resolved.yaml", dump_pipeline(pipeline))
@@ -444,8 +556,12 @@ def _run_step(pipeline, step, inputs, client, recorder):
             state="running",
             started=datetime.datetime.now().isoformat(timespec="seconds"),
         )
+        produced = recorder.reuse.reuse(step, StepContext(client, pipeline, step, recorder))
+        if produced is not None:
+            return _finished(step, produced, started, recorder, cached=True)
         recorder.event("step_started", step=step.name, kind=step.kind, items=items)
         produced = _attempts(pipeline, step, inputs, client, recorder)
+        recorder.reuse.keep(step, produced, StepContext(client, pipeline, step, recorder))
     except Exception as error:
         if recorder.interrupted:  # the cluster went away under us: already marked interrupted
             raise
@@ -460,10 +576,19 @@ def _run_step(pipeline, step, inputs, client, recorder):
         )
         recorder.event("step_failed", step=step.name, duration_s=duration, error=message)
         raise
+    return _finished(step, produced, started, recorder, cached=False)
+
+
+def _finished(step, produced, started, recorder, cached):
     duration = round(time.perf_counter() - started, 3)
     summary = {name: summarize(value) for name, value in produced.items()}
     recorder.step(step.name, state="completed", duration_s=duration, summary=summary)
-    recorder.event("step_finished", step=step.name, duration_s=duration, summary=summary)
+    recorder.event(
+        "step_cached" if cached else "step_finished",
+        step=step.name,
+        duration_s=duration,
+        summary=summary,
+    )
     return produced
 
 
@@ -479,7 +604,11 @@ def _attempts(pipeline, step, inputs, client, recorder):
     while True:
         context = StepContext(client, pipeline, step, recorder)
         try:
-            with span(pipeline.name, step.name), _keys.step_scope(step.name, len(retried)):
+            with (
+                span(pipeline.name, step.name),
+                _keys.step_scope(step.name, len(retried)),
+                _checkpoint.scope(recorder.reuse.cache, recorder.reuse.key(step)),
+            ):
                 return KINDS[step.kind].runner()(step, inputs, context)
         except transient as error:
             if len(retried) >= retries["times"] or recorder.interrupted:

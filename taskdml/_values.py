@@ -46,6 +46,39 @@ _TARGET_CHUNK_BYTES = 64 * 2**20
 _CHUNKS = 4
 
 
+def held(value, client):
+    """*value* persisted on the workers if it is a lazy collection, unless it is larger than
+    ``data="auto"`` persists (:func:`taskdml.parallel._stream.choose`): then it stays lazy,
+    and the steps that read it stream it (a Zarr store larger than the cluster's memory).
+
+    Parameters
+    ----------
+    value : object
+        A graph builder's result, or a step output read back from the cache.
+    client : distributed.Client
+
+    Returns
+    -------
+    object
+        *value* persisted, or as given (not a collection, or too large to persist).
+    """
+    import math
+
+    import dask
+
+    from taskdml.parallel import _stream
+
+    if not dask.is_dask_collection(value):
+        return value
+    try:
+        nbytes = value.nbytes  # arrays and Datasets; a dask DataFrame does not know its size
+    except (AttributeError, NotImplementedError):
+        nbytes = math.nan
+    if not math.isnan(nbytes) and _stream.choose_for(client, "auto", nbytes)[0] == "stream":
+        return value
+    return client.persist(value)
+
+
 def step_data(inputs, argument, context):
     """The running step's input *argument* as taskdml's chunked dataset.
 

@@ -134,3 +134,8 @@ class VersionMismatchWarning(UserWarning):
 class InsecureConnectionWarning(UserWarning):
     """taskdml connects to a scheduler on another host over plain ``tcp://``: messages,
     pickled tasks included, cross the network unencrypted and unauthenticated."""
+
+
+class CacheWarning(UserWarning):
+    """A step's outputs could not be stored in the step cache, or a cache entry was refused
+    (:mod:`taskdml._cache`); the run goes on without it."""

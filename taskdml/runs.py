@@ -89,6 +89,28 @@ class RunDirectory:
         self.manifest = {"run_id": self.run_id, "created": now.isoformat(timespec="seconds")}
         self.metrics = {}
 
+    @classmethod
+    def reopen(cls, path):
+        """The run directory at *path*, to record a resumed run in it again.
+
+        Parameters
+        ----------
+        path : path
+            A run directory (with its ``manifest.json``).
+
+        Returns
+        -------
+        RunDirectory
+        """
+        directory = cls.__new__(cls)
+        directory.path = Path(path)
+        directory.manifest = _read_json(directory.path / "manifest.json")
+        directory.run_id = directory.manifest["run_id"]
+        metrics = directory.path / "metrics.json"
+        directory.metrics = _read_json(metrics) if metrics.exists() else {}
+        directory._lock = threading.Lock()
+        return directory
+
     def write_text(self, name, text):
         """Write the file *name* of the run directory atomically.
 
@@ -162,10 +184,7 @@ class RunDirectory:
             log.write(json.dumps(event, default=str) + "\n")
 
     def save_model(self, step, model):
-        """Persist a fitted model under ``models/``.
-
-        skops is tried first, and kept only when it trusts every type of the model; otherwise
-        the model is written with joblib and the manifest says why.
+        """Persist a fitted model under ``models/`` (:func:`dump_model` picks the format).
 
         Parameters
         ----------
@@ -178,29 +197,58 @@ class RunDirectory:
         dict
             ``{"path", "format"}`` (and ``"why_not_skops"`` for joblib) for the manifest.
         """
-        import skops.io
-
-        try:
-            data = skops.io.dumps(model)
-            untrusted = skops.io.get_untrusted_types(data=data)
-            if untrusted:
-                raise TypeError(f"types skops does not trust: {untrusted}")
-            artifact = {"path": str(Path("models") / f"{step}.skops"), "format": "skops"}
-        except Exception as error:  # skops refuses many types; joblib takes them all
-            import io
-
-            import joblib
-
-            buffer = io.BytesIO()
-            joblib.dump(model, buffer)
-            data = buffer.getvalue()
-            artifact = {
-                "path": str(Path("models") / f"{step}.joblib"),
-                "format": "joblib",
-                "why_not_skops": f"{type(error).__name__}: {error}",
-            }
+        data, artifact = dump_model(model)
+        artifact = {"path": str(Path("models") / f"{step}.{artifact['format']}"), **artifact}
         atomic_write(self.path / artifact["path"], data)
         return artifact
+
+
+def dump_model(model):
+    """A fitted model as bytes: skops where skops trusts every type of it, else joblib.
+
+    Parameters
+    ----------
+    model : estimator
+
+    Returns
+    -------
+    data : bytes
+    facts : dict
+        ``{"format": "skops"}``, or ``{"format": "joblib", "why_not_skops": reason}``.
+    """
+    import skops.io
+
+    try:
+        data = skops.io.dumps(model)
+        untrusted = skops.io.get_untrusted_types(data=data)
+        if untrusted:
+            raise TypeError(f"types skops does not trust: {untrusted}")
+        return data, {"format": "skops"}
+    except Exception as error:  # skops refuses many types; joblib takes them all
+        import io
+
+        import joblib
+
+        buffer = io.BytesIO()
+        joblib.dump(model, buffer)
+        return buffer.getvalue(), {
+            "format": "joblib",
+            "why_not_skops": f"{type(error).__name__}: {error}",
+        }
+
+
+def load_model_bytes(data, format):
+    """The model :func:`dump_model` wrote as *data* in *format* (``"skops"``: only the types
+    skops trusts; ``"joblib"``: any, so only for files taskdml wrote itself)."""
+    import io
+
+    if format == "skops":
+        import skops.io
+
+        return skops.io.loads(data)
+    import joblib
+
+    return joblib.load(io.BytesIO(data))
 
 
 def load_model(run_path, step):
@@ -225,15 +273,9 @@ def load_model(run_path, step):
         When the run saved no model for *step*.
     """
     folder = Path(run_path) / "models"
-    skops_file, joblib_file = folder / f"{step}.skops", folder / f"{step}.joblib"
-    if skops_file.exists():
-        import skops.io
-
-        return skops.io.load(skops_file)
-    if joblib_file.exists():
-        import joblib
-
-        return joblib.load(joblib_file)
+    for format in ("skops", "joblib"):
+        if (folder / f"{step}.{format}").exists():
+            return load_model_bytes((folder / f"{step}.{format}").read_bytes(), format)
     raise RunNotFound(
         f"run {run_path} saved no model for step {step!r}; the artifacts of "
         f"each step are listed in {Path(run_path) / 'manifest.json'}."

@@ -28,6 +28,14 @@ def client(cluster):
         yield client
 
 
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    """The CLI's step cache of each test is its own (``TASKDML_CACHE_DIR``): a test's
+    commands never reuse another test's steps, nor write into the working folder."""
+    monkeypatch.setenv("TASKDML_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
 @pytest.fixture
 def wait_for():
     """``wait_for(condition, timeout, what)``: poll *condition* until it is true, or raise

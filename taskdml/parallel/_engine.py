@@ -60,6 +60,7 @@ from taskdml import _data, _keys
 from taskdml._sklearn_compat import relink_birch_views
 from taskdml.parallel import (
     _blocks,
+    _checkpoint,
     _chunks,
     _collective,
     _direct,
@@ -799,8 +800,16 @@ def _elastic_sync(estimator, chunks, plan, client, n_replicas, clock, workers):
     by_index = {chunk.index: chunk for chunk in chunks}
     may_grow = workers is None and n_replicas is None
     state, prepared, epoch, left, rounds_before = estimator, False, 0, None, 0
-    period_state = None
+    period_state, earlier, resumed_from = None, [], None
     segments, replans, used, lost_in_a_row = [], [], set(), 0
+    checkpoints = _checkpoint.claim()
+    saved = checkpoints.load() if checkpoints is not None else None
+    if saved is not None:
+        state, prepared, epoch, rounds_before = saved["state"], True, *saved["position"]
+        period_state, earlier, replans = saved["period_state"], saved["history"], saved["replans"]
+        if saved["left"] is not None:
+            left = [[by_index[i] for i in share] for share in saved["left"]]
+        resumed_from = {"epoch": epoch + 1, "rounds_before": rounds_before}
     while True:
         threads = _worker_threads(client, workers)
         count = _replica_count(n_replicas, threads, len(chunks))
@@ -861,10 +870,21 @@ def _elastic_sync(estimator, chunks, plan, client, n_replicas, clock, workers):
         left = None
         if indices is not None:
             left = [[by_index[i] for i in o[2]["position"][1]] for o in segment.outcomes]
+        if checkpoints is not None:
+            checkpoints.save(
+                {
+                    "state": state,
+                    "position": (epoch, rounds_before),
+                    "left": None if left is None else [[c.index for c in s] for s in left],
+                    "period_state": period_state,
+                    "history": earlier + [e for s in segments for e in s.history],
+                    "replans": replans,
+                }
+            )
         joined = set(_worker_threads(client, workers)) - set(segment.addresses) if may_grow else ()
         if joined:
             replans.append({"epoch": epoch + 1, "reason": "joined", "workers": sorted(joined)})
-    return _joined(segments, replans, used)
+    return _joined(segments, replans, used, earlier, resumed_from)
 
 
 def _lost_again(segment, epoch):
@@ -880,11 +900,12 @@ def _lost_again(segment, epoch):
     )
 
 
-def _joined(segments, replans, used):
+def _joined(segments, replans, used, earlier=(), resumed_from=None):
     """One result from a training's segments: the last one's estimator and replica facts,
-    every segment's history, the re-plans (also in the history entry of their epoch)."""
+    every segment's history (after the *earlier* one of a training resumed from a
+    checkpoint), the re-plans (also in the history entry of their epoch)."""
     result = segments[-1]
-    history = [entry for segment in segments for entry in segment.history]
+    history = [*earlier, *(entry for segment in segments for entry in segment.history)]
     for replan in replans:
         for entry in history:
             if entry["epoch"] >= replan["epoch"]:
@@ -897,6 +918,8 @@ def _joined(segments, replans, used):
         replans=replans,
         ran=(segments[0].stats["ran"][0], result.stats["ran"][1]),
     )
+    if resumed_from is not None:
+        result.stats["resumed_from"] = resumed_from
     return dataclasses.replace(result, history=history)
 
 

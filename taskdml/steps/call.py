@@ -31,7 +31,7 @@ import operator
 
 from taskdml import _keys
 from taskdml._pipeline import thaw
-from taskdml._values import step_data
+from taskdml._values import held, step_data
 from taskdml.exceptions import StepFailed
 
 
@@ -121,29 +121,8 @@ def run(step, inputs, context):
 def _build(function, step, kwargs, index, context):
     result = function(**kwargs)
     if isinstance(result, tuple):
-        return tuple(_held(value, context.client) for value in result)
-    return _held(result, context.client)
-
-
-def _held(value, client):
-    """A graph builder's collection persisted on the workers, unless it is larger than
-    ``data="auto"`` persists (:func:`taskdml.parallel._stream.choose`): then it stays lazy,
-    and the steps that read it stream it (a Zarr store larger than the cluster's memory)."""
-    import math
-
-    import dask
-
-    from taskdml.parallel import _stream
-
-    if not dask.is_dask_collection(value):
-        return value
-    try:
-        nbytes = value.nbytes  # arrays and Datasets; a dask DataFrame does not know its size
-    except (AttributeError, NotImplementedError):
-        nbytes = math.nan
-    if not math.isnan(nbytes) and _stream.choose_for(client, "auto", nbytes)[0] == "stream":
-        return value
-    return client.persist(value)
+        return tuple(held(value, context.client) for value in result)
+    return held(result, context.client)
 
 
 def _submit(function, step, kwargs, index, context):

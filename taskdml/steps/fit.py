@@ -15,7 +15,7 @@ import contextvars
 
 from taskdml._pipeline import thaw
 from taskdml._values import step_data
-from taskdml.parallel import train
+from taskdml.parallel import _checkpoint, train
 
 
 def run(step, inputs, context):
@@ -42,14 +42,15 @@ def run(step, inputs, context):
 
     def fit_item(label, params):
         estimator = estimator_class(**thaw(step.with_ or {}), **params)
-        result = train(
-            estimator,
-            data,  # X and y, or a table (feature columns as variables, and y)
-            preprocess=preprocess,
-            classes=step.classes,
-            client=context.client,
-            **options,
-        )
+        with _checkpoint.item(label):  # each item's training keeps its own checkpoints
+            result = train(
+                estimator,
+                data,  # X and y, or a table (feature columns as variables, and y)
+                preprocess=preprocess,
+                classes=step.classes,
+                client=context.client,
+                **options,
+            )
         context.save_model(result.estimator, item=label)
         context.record_training(result, item=label)
         return result.estimator

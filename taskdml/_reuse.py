@@ -1,0 +1,173 @@
+"""The runner's use of the step cache: reuse a step's stored outputs, or store new ones.
+
+Before a step runs, :meth:`Reuse.reuse` looks its key up (:mod:`taskdml._cache_keys`). On a
+hit the step does not run: its outputs are read back (chunked ones lazily: a step that reads
+them persists or streams them as it would a Zarr store, and data that no step reads again is
+never read), the run directory gets the files the step made when it ran (models, trials
+tables, pictures) and its manifest entry (training history, metrics), and the step is
+``completed`` with ``cache.hit: true``. On a miss the
+reasons are recorded (:func:`taskdml._cache_keys.explain`), the step runs — its trainings
+checkpointing into the store (:mod:`taskdml.parallel._checkpoint`) — and
+:meth:`Reuse.keep` stores its outputs. Every step's manifest entry gets ``cache``: ``key``,
+``hit`` and ``why`` (what ``taskdml run --explain`` prints).
+
+A step whose outputs the cache cannot store (a type no format takes) still runs and its
+dependants are still keyed (a key names the computation, not the stored bytes); it is
+recorded as not stored, with a warning. A full disk fails the step (exit 1) with what to do.
+"""
+
+import warnings
+
+from taskdml import _cache_keys
+from taskdml._cache import Uncacheable
+from taskdml.exceptions import CacheWarning
+from taskdml.runs import atomic_write
+
+# What a step's manifest entry holds that belongs to this run, not to its outputs.
+_OF_THIS_RUN = (
+    "state",
+    "started",
+    "duration_s",
+    "summary",
+    "error",
+    "traceback",
+    "retried",
+    "cache",
+)
+
+_NOT_STORED = (
+    "its outputs are not in the cache (the step did not finish last time, or they were removed)"
+)
+
+
+class Reuse:
+    """The cache as one run uses it.
+
+    Parameters
+    ----------
+    cache : Cache or None
+        ``None``: nothing is reused or stored (each step records ``cache: off``).
+    pipeline : Pipeline
+    recorder : object
+        The run's recorder (:class:`taskdml._runner._Recorder`).
+    """
+
+    def __init__(self, cache, pipeline, recorder):
+        self.cache, self.pipeline, self.recorder = cache, pipeline, recorder
+        self.keys = _cache_keys.step_keys(pipeline) if cache is not None else {}
+
+    def key(self, step):
+        """The step's cache key, or ``None`` (no cache, or no key)."""
+        found = self.keys.get(step.name)
+        return found.key if found is not None else None
+
+    def reuse(self, step, context):
+        """The step's stored outputs, or ``None`` when it must run (the reasons recorded)."""
+        if self.cache is None:
+            self.recorder.step(step.name, cache={"hit": False, "why": ["the cache is off"]})
+            return None
+        found = self.keys[step.name]
+        if found.key is None:
+            self._miss(step, None, [f"not cached: {found.problem}"])
+            return None
+        entry = self.cache.lookup(found.key)
+        if entry is None:
+            last = self.cache.last(self.pipeline.name, step.name)
+            why = _cache_keys.explain(found.parts, last) or [_NOT_STORED]
+            self._miss(step, found.key, why)
+            return None
+        try:
+            produced = self.cache.load(entry, context.client)
+            self._restore(step, entry, context)
+        except Exception as error:  # unreadable (a file removed by hand): run it again
+            warnings.warn(
+                f"step {step.name!r}: its cached outputs could not be read ({error}); it runs "
+                "again.",
+                CacheWarning,
+                stacklevel=2,
+            )
+            self._miss(step, found.key, [f"its cached outputs could not be read ({error})"])
+            return None
+        self.recorder.step(
+            step.name,
+            cache={
+                "key": found.key,
+                "hit": True,
+                "why": [f"reused the outputs of run {entry['run_id']} ({entry['created']})"],
+            },
+        )
+        return produced
+
+    def _miss(self, step, key, why):
+        self.recorder.step(step.name, cache={"key": key, "hit": False, "why": why})
+
+    def _restore(self, step, entry, context):
+        directory = self.recorder.directory
+        if directory is not None:
+            for name in entry["artifacts"]:
+                atomic_write(directory.path / name, self.cache.artifact(entry, name))
+        record = entry.get("record", {})
+        if record:
+            self.recorder.step(step.name, **record)
+        if entry.get("metrics") is not None:
+            context.record_metrics(entry["metrics"])
+
+    def keep(self, step, produced, context):
+        """Store the outputs of *step*, which just ran."""
+        found = self.keys.get(step.name)
+        if self.cache is None or found is None or found.key is None:
+            return
+        entry = dict(self.recorder.steps.get(step.name, {}))
+        record = {k: v for k, v in entry.items() if k not in _OF_THIS_RUN}
+        directory = self.recorder.directory
+        artifacts = [
+            (artifact["path"], directory.path / artifact["path"])
+            for artifact in record.get("artifacts", {}).values()
+            if directory is not None and (directory.path / artifact["path"]).exists()
+        ]
+        about = {
+            "pipeline": self.pipeline.name,
+            "step": step.name,
+            "run_id": directory.run_id if directory is not None else None,
+            "parts": found.parts,
+            "record": record,
+            "metrics": self.recorder.metrics.get(step.name),
+        }
+        try:
+            self.cache.store(
+                found.key, produced, client=context.client, about=about, artifacts=artifacts
+            )
+        except Uncacheable as error:
+            warnings.warn(
+                f"step {step.name!r}: its outputs are not cached: {error}", CacheWarning, 2
+            )
+            cache = {**entry.get("cache", {}), "stored": False, "not_stored": str(error)}
+            self.recorder.step(step.name, cache=cache)
+        self.cache.remember(self.pipeline.name, step.name, found.parts)
+        self.cache.drop_checkpoints(found.key)
+
+
+def plan(cache, pipeline):
+    """Which steps a run of *pipeline* would reuse from *cache*, and why the others would run.
+
+    Parameters
+    ----------
+    cache : Cache
+    pipeline : Pipeline
+
+    Returns
+    -------
+    dict
+        ``{step: {"cache": {"key", "hit", "why"}}}``, in the pipeline's order.
+    """
+    would = {}
+    for name, found in _cache_keys.step_keys(pipeline).items():
+        if found.key is None:
+            entry = {"key": None, "hit": False, "why": [f"not cached: {found.problem}"]}
+        elif cache.lookup(found.key, touch=False) is not None:
+            entry = {"key": found.key, "hit": True, "why": ["its outputs are in the cache"]}
+        else:
+            why = _cache_keys.explain(found.parts, cache.last(pipeline.name, name))
+            entry = {"key": found.key, "hit": False, "why": why or [_NOT_STORED]}
+        would[name] = {"cache": entry}
+    return would
