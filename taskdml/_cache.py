@@ -128,7 +128,7 @@ class Cache:
         return json.loads(data), None
 
     def _write_signed(self, path, value):
-        data = json.dumps(value, sort_keys=True, indent=1, default=str).encode()
+        data = json.dumps(value, indent=1, default=str).encode()  # dicts keep their order
         self.fs.pipe_file(path.rsplit(".", 1)[0] + ".sig", self._sign(data))
         self.fs.pipe_file(path, data)  # written last: an entry with its JSON is complete
 
@@ -248,9 +248,10 @@ class Cache:
         except BaseException as error:
             self._remove(temporary)
             if _disk_full(error):
+                self._remove_late(temporary)
                 raise StepFailed(
-                    f"step {about['step']!r}: the disk is full (or a file-size limit was "
-                    f"reached) while writing its outputs to the cache {self.url} ({error}). "
+                    "the disk is full (or a file-size limit was reached) while writing the "
+                    f"step's outputs to the cache {self.url} ({error}). "
                     "Free space there, point --cache-dir at a larger disk, or run with "
                     "--no-cache; the outputs of earlier steps are kept.",
                     step=about["step"],
@@ -273,6 +274,12 @@ class Cache:
             self.fs.mv(temporary, final, recursive=True)
         else:
             self._remove(temporary)
+
+    def _remove_late(self, temporary):
+        """Remove a failed entry once more after a second: workers may still have been writing
+        chunks when the first write failed (``gc`` removes any left after that)."""
+        time.sleep(1.0)
+        self._remove(temporary)
 
     def _remove(self, path):
         try:

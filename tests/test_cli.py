@@ -231,7 +231,7 @@ def test_interrupt_exits_130_and_keeps_the_ledger(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=ENV,
+        env={**ENV, "TASKDML_CACHE_DIR": str(tmp_path / "cache")},
     )
     deadline = time.monotonic() + 180  # a guard against a hang, not a measurement
     manifest = None
@@ -249,6 +249,8 @@ def test_interrupt_exits_130_and_keeps_the_ledger(tmp_path):
     assert recorded["status"] == "interrupted"
     assert recorded["steps"]["quick"]["state"] == "completed"
     assert recorded["steps"]["wait"]["state"] == "interrupted"
+    runs = tmp_path / "runs"
+    assert f"continue it with: taskdml resume {recorded['run_id']} --run-dir {runs}" in stderr
 
 
 FAILS = (
