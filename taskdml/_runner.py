@@ -169,6 +169,16 @@ class StepContext:
         )
         self.recorder.add_artifact(self.step.name, "plot", {"path": f"{name}.png", "format": "png"})
 
+    def note(self, **fields):
+        """Add facts of the step to its manifest entry (``resumed_from`` of a search, say).
+
+        Parameters
+        ----------
+        **fields
+            JSON-able values.
+        """
+        self.recorder.step(self.step.name, **fields)
+
     def record_metrics(self, values):
         """Keep an evaluate step's metrics for :attr:`Run.metrics` and ``metrics.json``.
 

@@ -153,3 +153,24 @@ def test_a_training_killed_mid_way_continues_from_its_last_checkpoint(tmp_path):
         load_model(killed / "runs" / _manifest(killed)["run_id"], "model").coef_,
         load_model(clean / "runs" / _manifest(clean)["run_id"], "model").coef_,
     )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_search_killed_mid_way_goes_on_from_its_checkpoint(tmp_path):
+    """SIGKILL an ASHA search step after its first checkpoint; the resumed search starts from
+    the recorded results (``resumed_from``), and no trial ran a step twice: every trial ran
+    one step per rung it reached."""
+    import pandas as pd
+
+    args = ["run", str(ROOT / "pipelines" / "search.yaml"), "trials=30", "--run-dir", "runs"]
+    process = _start(args, tmp_path)
+    checkpoints = tmp_path / "cache" / "checkpoints"
+    _kill_when(process, lambda: any(checkpoints.glob("*/*.checkpoint")))
+    _run(["resume", "latest", "--run-dir", "runs"], tmp_path)
+    manifest = _manifest(tmp_path)
+    assert manifest["steps"]["tune"]["resumed_from"]["results"] > 0
+    trials = pd.read_csv(tmp_path / "runs" / manifest["run_id"] / "trials-tune.csv")
+    assert len(trials) == 30 and trials["score"].notna().all()
+    steps = trials["steps"].str.split(", ").str.len()
+    assert (steps == trials["rung"] + 1).all()

@@ -235,6 +235,7 @@ from taskdml.model_selection._adaptive_run import (
     prepare,
 )
 from taskdml.model_selection._base import ADAPTIVE_PARALLEL_KEYS, SearchBase, best_has
+from taskdml.parallel import _checkpoint
 from taskdml.parallel._engine import STRATEGIES
 
 __all__ = ["ASHASearchCV", "HyperbandSearchCV", "SuccessiveHalvingSearchCV"]
@@ -310,7 +311,9 @@ class _AdaptiveSearchCV(SearchBase):
             raise_errors=self.error_score == "raise",
             started=began,
             keep_best=self.refit in (True, "continue") and backend.plan.partial_fit,
+            checkpoints=_checkpoint.claim(),
         )
+        driver.restore()
         try:
             try:
                 history = driver.run()
@@ -336,6 +339,8 @@ class _AdaptiveSearchCV(SearchBase):
         self._store_results(trials, history, best, backend)
         self.metadata_.update(refit or {"refit": None, "refit_epochs": 0})
         self.metadata_["data"] = backend.plan.data
+        if driver.resumed_from is not None:
+            self.metadata_["resumed_from"] = driver.resumed_from
         self.n_features_in_ = X.shape[1]
         self.fit_time_ = time.perf_counter() - began
         if self.refit:

@@ -677,6 +677,10 @@ class ClusterBackend:
         (state,), _, _ = self._step(job, ["all"], score=False)
         return state.result()
 
+    def gathered(self, states):
+        """The estimators of a trial's *states* (futures), in this process."""
+        return self.client.gather(list(states))
+
     def close(self):
         self.handles.clear()
         self.pending.clear()
@@ -757,6 +761,9 @@ class LocalBackend:
         (state,), _ = self._step(job, ["all"], score=False)
         return state
 
+    def gathered(self, states):
+        return list(states)
+
     def close(self):
         self.done, self.chunks = [], []
 
@@ -814,6 +821,15 @@ after every chunk, with two the other chain's link runs meanwhile (measured: 10 
 one chain on two workers, 6 for two, 5 for four)."""
 
 
+CHECKPOINT_S = 1.0
+"""Inside a pipeline step, the search's state is written to the step's checkpoint when
+results arrived, at most this often (see :meth:`Driver.restore`)."""
+
+_SAVED_FIELDS = (
+    "budget", "rung", "scores", "fold_scores", "curve", "steps", "status", "error",
+    "fit_time", "ended",
+)  # fmt: skip
+
 REPLICATED_MIN_SECONDS = 0.25
 """The shortest step (estimated) that may train replicated."""
 
@@ -838,8 +854,12 @@ class Driver:
         raise_errors=False,
         started=None,
         keep_best=False,
+        checkpoints=None,
     ):
         self.policy, self.backend = policy, backend
+        self.checkpoints = checkpoints  # a pipeline step's (taskdml.parallel._checkpoint)
+        self.saved_at, self.unsaved = time.monotonic(), False
+        self.relaunch, self.resumed_from = [], None  # set by restore()
         self.keep_best = keep_best
         self.kept = None  # the best trial finished so far: its states outlive its finish
         self.trials = {trial.id: trial for trial in trials}
@@ -860,14 +880,61 @@ class Driver:
         return max(1, STEPS_PER_THREAD * self.backend.n_threads)
 
     def run(self):
+        for trial_id, rung in self.relaunch:  # the steps in flight when the checkpoint was taken
+            self._launch(self.trials[trial_id], rung)
         self._fill()
         while self.in_flight:
             for handle in self.backend.wait():
                 self._complete(handle)
             self._finish(self.policy.take_finished())
+            self._save_if_due()
             self._fill()
         self._finish(self.policy.take_finished())
         return self.history
+
+    def _save_if_due(self):
+        """Checkpoint the search (at most every :data:`CHECKPOINT_S`) when results arrived."""
+        if self.checkpoints is None or not self.unsaved:
+            return
+        if time.monotonic() - self.saved_at < CHECKPOINT_S:
+            return
+        self.checkpoints.save(self._snapshot())
+        self.saved_at, self.unsaved = time.monotonic(), False
+
+    def _snapshot(self):
+        """Everything the search would need to go on: the policy, every trial's results and
+        the estimators of those that may train again, the steps in flight."""
+        trials = {}
+        for trial in self.trials.values():
+            fields = {f: getattr(trial, f) for f in _SAVED_FIELDS}
+            fields["states"] = self.backend.gathered(trial.states) if trial.states else None
+            trials[trial.id] = fields
+        return {
+            "params": [self.trials[i].params for i in sorted(self.trials)],
+            "policy": copy.deepcopy(self.policy),
+            "trials": trials,
+            "in_flight": [(job.trial.id, job.rung) for job in self.in_flight.values()],
+            "history": list(self.history),
+            "epoch_seconds": list(self.epoch_seconds),
+            "kept": self.kept.id if self.kept is not None else None,
+        }
+
+    def restore(self):
+        """Go on from the last checkpoint of this search, if there is one for the same
+        candidates: finished trials stay finished, the others continue from the state of
+        their last completed step. Returns whether it did."""
+        saved = self.checkpoints.load() if self.checkpoints is not None else None
+        if saved is None or saved["params"] != [self.trials[i].params for i in sorted(self.trials)]:
+            return False
+        self.policy = saved["policy"]
+        for trial_id, fields in saved["trials"].items():
+            for field, value in fields.items():
+                setattr(self.trials[trial_id], field, value)
+        self.history, self.epoch_seconds = saved["history"], saved["epoch_seconds"]
+        self.kept = self.trials[saved["kept"]] if saved["kept"] is not None else None
+        self.relaunch = saved["in_flight"]
+        self.resumed_from = {"results": len(self.history), "in_flight": len(self.relaunch)}
+        return True
 
     def release_all(self):
         """Drop every future this driver holds (the search ended, or was interrupted)."""
@@ -961,6 +1028,7 @@ class Driver:
                 raise AllTrialsFailed(trial.error) from error
             return
         score = result["score"]
+        self.unsaved = True
         trial.states, trial.budget, trial.fold_scores = states, job.stop, result["fold_scores"]
         trial.curve.append((job.stop, score))
         self.history.append(self._event(trial, job, score, now))

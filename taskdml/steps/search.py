@@ -58,6 +58,8 @@ def run(step, inputs, context):
         fit_kwargs = {"classes": list(step.classes)} if step.classes is not None else {}
         search.fit(X, y, **fit_kwargs)
     trials = trials_frame(search)
+    if "resumed_from" in getattr(search, "metadata_", {}):  # went on from a checkpoint
+        context.note(resumed_from=search.metadata_["resumed_from"])
     context.record_search(trials, lambda path: plot_trials(search, path))
     context.save_model(search.best_estimator_)
     return {
