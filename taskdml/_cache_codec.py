@@ -21,7 +21,9 @@ estimator                                   skops, or joblib where skops cannot 
 anything else                               joblib (recorded)
 ==========================================  ===============================================
 
-Chunked values are written where their chunks are and read back lazily, chunked as they were
+Chunked values are written where their chunks are, uncompressed (features in floating point
+hardly compress, and compressing the quickstart's data took 2-3 times as long as writing it),
+and read back lazily, chunked as they were
 (Zarr needs regular chunks, so irregular ones are written regular and re-chunked on reading),
 so a step fed from the cache trains on the same chunks in the same order. joblib files are
 pickles: the cache reads only entries it signed itself (:mod:`taskdml._cache`).
@@ -157,11 +159,14 @@ def _encode_collection(value, folder, name):
         regular = value.chunk({dim: _regular(sizes) for dim, sizes in value.chunks.items()})
         for variable in regular.variables.values():
             variable.encoding.pop("chunks", None)  # a dataset read from Zarr keeps its own
-        regular.to_zarr(_url(folder, path), mode="w-", zarr_format=2, consolidated=True)
+        raw = {name: {"compressors": None} for name in regular.data_vars}  # see above
+        regular.to_zarr(
+            _url(folder, path), mode="w-", zarr_format=2, consolidated=True, encoding=raw
+        )
         return {"kind": "dataset", "path": path, "chunks": dict(value.chunks)}
     if isinstance(value, da.Array):
         regular = value.rechunk(tuple(_regular(sizes) for sizes in value.chunks))
-        regular.to_zarr(_url(folder, path), zarr_format=2)
+        regular.to_zarr(_url(folder, path), zarr_format=2, compressors=None)
         return {"kind": "dask_array", "path": path, "chunks": [list(c) for c in value.chunks]}
     if isinstance(value, dd.DataFrame):
         path = f"{name}.parquet"

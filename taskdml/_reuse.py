@@ -55,6 +55,25 @@ class Reuse:
     def __init__(self, cache, pipeline, recorder):
         self.cache, self.pipeline, self.recorder = cache, pipeline, recorder
         self.keys = _cache_keys.step_keys(pipeline) if cache is not None else {}
+        self.off = "the cache is off"  # why, when it is
+
+    def check_reach(self, client):
+        """Turn the cache off, with a warning, when it is a folder of this machine and some
+        worker runs on another: workers write and read chunked outputs themselves."""
+        from urllib.parse import urlsplit
+
+        if self.cache is None or not self.cache.local or client is None:
+            return
+        hosts = {urlsplit(a).hostname for a in client.scheduler_info(n_workers=-1)["workers"]}
+        elsewhere = sorted(hosts - _this_machine())
+        if elsewhere:
+            self.off = (
+                f"the cache folder {self.cache.url} is on this machine, but workers run on "
+                f"{', '.join(elsewhere)}; give --cache-dir a folder they share, or a URL "
+                "(s3://...)"
+            )
+            warnings.warn(f"the step cache is off: {self.off}.", CacheWarning, stacklevel=2)
+            self.cache, self.keys = None, {}
 
     def key(self, step):
         """The step's cache key, or ``None`` (no cache, or no key)."""
@@ -64,7 +83,7 @@ class Reuse:
     def reuse(self, step, context):
         """The step's stored outputs, or ``None`` when it must run (the reasons recorded)."""
         if self.cache is None:
-            self.recorder.step(step.name, cache={"hit": False, "why": ["the cache is off"]})
+            self.recorder.step(step.name, cache={"hit": False, "why": [self.off]})
             return None
         found = self.keys[step.name]
         if found.key is None:
@@ -171,3 +190,15 @@ def plan(cache, pipeline):
             entry = {"key": found.key, "hit": False, "why": why or [_NOT_STORED]}
         would[name] = {"cache": entry}
     return would
+
+
+def _this_machine():
+    """The host names and addresses of this machine."""
+    import socket
+
+    import psutil
+
+    names = {"localhost", "127.0.0.1", "::1", socket.gethostname(), socket.getfqdn()}
+    for addresses in psutil.net_if_addrs().values():
+        names.update(address.address.split("%")[0] for address in addresses)
+    return names

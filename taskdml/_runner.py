@@ -339,6 +339,7 @@ def run_pipeline(
                     required_distributions(clusters.pipeline_modules(pipeline), shipped),
                 )
                 _project.check(active, pipeline, shipped=shipped)
+                recorder.reuse.check_reach(active)
             except ClusterUnavailable as error:
                 if directory is not None:
                     directory.update_manifest(error=str(error))

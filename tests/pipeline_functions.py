@@ -258,3 +258,10 @@ def fitted_scaler():
     from sklearn.preprocessing import StandardScaler
 
     return StandardScaler().fit([[0.0], [1.0]])
+
+
+def mismatched_rows(n_samples=100):
+    """``(X, y)`` whose y is 10 rows short: bad data a user's loader can return."""
+    import numpy as np
+
+    return np.zeros((n_samples, 3)), np.zeros(n_samples - 10)

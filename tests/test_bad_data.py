@@ -134,3 +134,24 @@ def test_bad_data_fails_its_step_naming_where_and_the_fix(
     assert f"step {step!r} failed" in result.output
     assert fragment in " ".join(result.output.split()), result.output
     assert "Traceback" not in result.output
+
+
+def test_x_and_y_of_different_lengths_fail_the_step_that_reads_them(cluster, tmp_path):
+    """A loader returning y shorter than X: exit 1 at the fit, naming both lengths and the
+    loader to fix."""
+    pipeline = tmp_path / "bad.yaml"
+    pipeline.write_text(
+        "taskdml: 1\nname: bad\nimports: {allow: [pipeline_functions, sklearn.*]}\nsteps:\n"
+        "  data:\n    call: pipeline_functions:mismatched_rows\n"
+        "  model:\n    fit: sklearn.linear_model:SGDClassifier\n    inputs: {data: data}\n"
+    )
+    result = CliRunner().invoke(
+        cli,
+        ["run", str(pipeline), "--scheduler", cluster.scheduler_address,
+         "--run-dir", str(tmp_path / "runs")],
+    )  # fmt: skip
+    message = " ".join(result.output.split())
+    assert result.exit_code == 1, result.output
+    assert "step 'model' failed" in message
+    assert "a tuple (X, y) with X of 100 rows and y of shape (90,)" in message
+    assert "Make step 'data' return one of these" in message
