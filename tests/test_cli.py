@@ -311,6 +311,17 @@ def test_run_dir_help_names_the_library_default(command):
     assert f"[default: {DEFAULT_ROOT}]" in shown
 
 
+@pytest.mark.parametrize(
+    "command", [["run"], ["resume"], ["cache", "list"], ["cache", "clear"], ["cache", "gc"]]
+)
+def test_cache_dir_help_names_the_library_default(command):
+    """The --cache-dir default named in --help is the store taskdml.Cache() really uses."""
+    from taskdml._cache import DEFAULT_CACHE
+
+    shown = " ".join(CliRunner().invoke(cli, command + ["--help"]).output.split())
+    assert f"[default: {DEFAULT_CACHE}; env TASKDML_CACHE_DIR]" in shown
+
+
 def test_usage_errors_exit_2(tmp_path):
     """A missing argument or an out-of-range option is a usage error: exit 2, nothing runs."""
     missing = CliRunner().invoke(cli, ["run"])
