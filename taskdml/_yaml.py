@@ -61,10 +61,12 @@ def load_with_locations(text, source="<string>"):
         For invalid YAML, Python tags and duplicated keys.
     """
     loader = _Loader(text)
+    locations = {}
     try:
         root = loader.get_single_node()
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
+        data = None if root is None else _to_python(root, (), loader, source, locations)
+    except yaml.YAMLError as error:  # the syntax, or a node no safe constructor builds
+        mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
         where = Location(source, mark.line + 1, mark.column + 1) if mark else Location(source, 0, 0)
         problem = getattr(error, "problem", None) or str(error)
         raise PipelineError(
@@ -73,10 +75,6 @@ def load_with_locations(text, source="<string>"):
         ) from None
     finally:
         loader.dispose()
-    locations = {}
-    if root is None:
-        return None, locations
-    data = _to_python(root, (), loader, source, locations)
     return data, locations
 
 

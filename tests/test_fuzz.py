@@ -57,7 +57,8 @@ def _retype(lines, rng):
 
 
 def _cut(lines, rng):
-    del lines[rng.randrange(1, len(lines)) :]
+    if len(lines) > 1:  # an earlier mutation may have left one line
+        del lines[rng.randrange(1, len(lines)) :]
 
 
 def _stray(lines, rng):
