@@ -1,0 +1,260 @@
+"""Worker loss, kept and proven: a worker process SIGKILLed mid-training or mid-search.
+
+Each test runs the same training (or search) twice on a LocalCluster of worker processes on
+127.0.0.1: undisturbed, then with a worker killed while it runs. The killed run completes,
+within 0.5 pp of the undisturbed one, and the records say what the loss cost: the re-plans
+of sync training, the restarts of async training (``repeated_s``, the training time done
+again), and for a search the task stream, where a completed trial step would show twice.
+``recovery_s`` (from the kill to the first replica task started after it) is measured from
+the task stream too. ``FAULT_FIGURES=path`` appends each test's figures to *path* as JSON lines.
+"""
+
+import contextlib
+import json
+import os
+import signal
+import threading
+import time
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster, get_task_stream
+from sklearn.datasets import make_classification
+from sklearn.linear_model import SGDClassifier
+
+from taskdml import train
+from taskdml.model_selection import ASHASearchCV
+
+CHECKPOINT_S = 0.5
+"""``taskdml.elastic.checkpoint-s`` of the trainings: the client holds the state of half a
+second ago (sync: a segment ends; async: a copy of the server's state)."""
+
+
+def linear_data(n_samples, n_features, chunk_rows, seed=0):
+    rng = da.random.default_rng(seed)
+    X = rng.random((n_samples, n_features), chunks=(chunk_rows, n_features)) - 0.5
+    y = (X @ da.from_array(np.linspace(-1.0, 1.0, n_features)) > 0).astype(np.int8)
+    return X, y
+
+
+@contextlib.contextmanager
+def three_workers():
+    """A client of a LocalCluster of three single-threaded worker processes on loopback."""
+    with (
+        LocalCluster(
+            n_workers=3,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
+
+
+def kill(client, address):
+    """SIGKILL the worker process at *address* (one this test started); the time of the kill."""
+    pid = client.run(os.getpid, workers=[address])[address]
+    os.kill(pid, signal.SIGKILL)
+    return time.time()
+
+
+def replica_workers(client):
+    """``{rank: worker}`` of the training replicas running now."""
+    return {
+        key[1]: worker
+        for worker, keys in client.processing().items()
+        for key in keys
+        if isinstance(key, tuple) and "replica" in str(key[0])
+    }
+
+
+def in_background(function, *args, **kwargs):
+    """Run *function* in a thread; a dict that gets its ``result`` or ``error``."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = function(*args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - the test reports it
+            outcome["error"] = error
+
+    outcome["thread"] = threading.Thread(target=run)
+    outcome["thread"].start()
+    return outcome
+
+
+def recovery_s(stream, killed_at):
+    """Seconds from the kill to the first replica task started after it."""
+    starts = [
+        part["start"]
+        for task in stream.data
+        if "replica" in str(task["key"])
+        for part in task["startstops"]
+        if part["action"] == "compute" and part["start"] > killed_at
+    ]
+    return min(starts) - killed_at
+
+
+def record(name, **figures):
+    """Append *figures* to the file ``FAULT_FIGURES`` names, if any."""
+    path = os.environ.get("FAULT_FIGURES")
+    if path:
+        with open(path, "a") as out:
+            out.write(json.dumps({"test": name, **figures}, default=float) + "\n")
+
+
+def accuracy(result, test):
+    return result.estimator.score(*test)
+
+
+# --------------------------------------------------------------------------------------------
+# Data-parallel training.
+
+
+def _train(strategy, X, y):
+    return train(SGDClassifier(random_state=0), X, y, strategy=strategy, epochs=30, random_state=0)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_sync_training_survives_a_killed_worker(wait_for):
+    """A worker SIGKILLed mid sync training: the training re-plans on the others, repeats at
+    most the seconds since its last checkpoint, and ends within 0.5 pp of an undisturbed run."""
+    X, y = linear_data(60_000, 20, 1_000)
+    test = dask.compute(*linear_data(20_000, 20, 20_000, seed=1))
+    with three_workers() as client, dask.config.set({"taskdml.elastic.checkpoint-s": 1}):
+        undisturbed = _train("sync", X, y)
+        with get_task_stream(client=client) as stream:
+            run = in_background(_train, "sync", X, y)
+            wait_for(lambda: len(replica_workers(client)) == 3, 60, "three replicas")
+            time.sleep(2)
+            killed_at = kill(client, replica_workers(client)[1])
+            run["thread"].join(120)
+    assert "error" not in run, run.get("error")
+    result = run["result"]
+    (left,) = [r for r in result.stats["replans"] if r["reason"] == "left"]
+    assert [entry["epoch"] for entry in result.history] == list(range(1, 31))
+    assert abs(accuracy(result, test) - accuracy(undisturbed, test)) <= 0.005
+    record(
+        "sync",
+        recovery_s=recovery_s(stream, killed_at),
+        repeated_s=left["repeated_s"],
+        epoch=left["epoch"],
+        accuracy=accuracy(result, test),
+        undisturbed=accuracy(undisturbed, test),
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("victim", ["server", "replica"])
+def test_async_training_survives_a_killed_worker(wait_for, victim):
+    """A worker SIGKILLed mid async training, the parameter server's or another: a new
+    server starts from the last state the client holds (the server's own when it is still
+    there) and the chunks it had not absorbed are trained; every chunk of every epoch is
+    absorbed exactly once, and the result is within 0.5 pp of an undisturbed run."""
+    X, y = linear_data(60_000, 20, 1_000)
+    test = dask.compute(*linear_data(20_000, 20, 20_000, seed=1))
+    pushes = 30 * X.numblocks[0]
+    with (
+        three_workers() as client,
+        dask.config.set({"taskdml.elastic.checkpoint-s": CHECKPOINT_S}),
+    ):
+        undisturbed = _train("async", X, y)
+        with get_task_stream(client=client) as stream:
+            run = in_background(_train, "async", X, y)
+            wait_for(lambda: len(replica_workers(client)) == 3, 60, "three replicas")
+            time.sleep(2)
+            killed_at = kill(client, replica_workers(client)[0 if victim == "server" else 1])
+            run["thread"].join(120)
+    assert "error" not in run, run.get("error")
+    result = run["result"]
+    (restart,) = result.stats["restarts"]
+    assert restart["server_lost"] is (victim == "server")
+    assert 0 < restart["chunks_left"] < pushes  # it continued from a kept state
+    assert result.stats["updates"] == undisturbed.stats["updates"] == pushes
+    if victim == "replica":
+        assert restart["repeated_s"] == 0.0  # the server's own state: no push lost
+    assert undisturbed.stats["restarts"] == []
+    assert abs(accuracy(result, test) - accuracy(undisturbed, test)) <= 0.005
+    record(
+        f"async-{victim}",
+        recovery_s=recovery_s(stream, killed_at),
+        repeated_s=restart["repeated_s"],
+        chunks_left=restart["chunks_left"],
+        pushes=pushes,
+        accuracy=accuracy(result, test),
+        undisturbed=accuracy(undisturbed, test),
+    )
+
+
+def test_a_second_loss_before_any_progress_stops_with_a_clear_error():
+    """The message of an async training that lost workers twice in a row."""
+    from taskdml.parallel._engine import _Segment, _server_lost_again
+
+    segment = _Segment(None, None, None, ["tcp://127.0.0.1:1"], 0.0, {"tcp://127.0.0.1:1"})
+    with pytest.raises(ConnectionError, match=r"lost the workers \['tcp://127.0.0.1:1'\] right"):
+        raise _server_lost_again(segment)
+
+
+# --------------------------------------------------------------------------------------------
+# An adaptive search.
+
+
+def _search():
+    return ASHASearchCV(
+        SGDClassifier(random_state=0),
+        {"alpha": np.logspace(-6, -1, 12).tolist()},
+        n_trials=12,
+        max_epochs=27,
+        random_state=0,
+    )
+
+
+def trial_tasks(stream):
+    """How many times each trial task of the search completed, by key."""
+    counts = {}
+    for task in stream.data:
+        if "trial" in str(task["key"]) and task.get("status", "OK") == "OK":
+            counts[task["key"]] = counts.get(task["key"], 0) + 1
+    return counts
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_search_survives_a_killed_worker_and_recomputes_no_completed_step(wait_for):
+    """A worker SIGKILLed mid ASHA search: every trial finishes with a score, the best is
+    within 0.5 pp of an undisturbed search, and no trial task that had completed is
+    computed again (the task stream would hold its key twice)."""
+    X, y = make_classification(n_samples=40_000, n_features=20, random_state=0)
+    X_test, y_test = make_classification(n_samples=40_000, n_features=20, random_state=0)
+    with three_workers() as client:
+        undisturbed = _search().fit(X, y)
+        with get_task_stream(client=client) as stream:
+            search = _search()
+            run = in_background(search.fit, X, y)
+            wait_for(lambda: len(trial_tasks(stream)) >= 12, 60, "the first steps")
+            victim = sorted(client.nthreads())[0]
+            done_before = dict(trial_tasks(stream))
+            killed_at = kill(client, victim)
+            run["thread"].join(200)
+    assert "error" not in run, run.get("error")
+    counts = trial_tasks(stream)
+    recomputed = {key: n for key, n in counts.items() if n > 1}
+    assert recomputed == {}
+    assert len(search.trials_) == 12
+    assert search.trials_["score"].notna().all()
+    assert abs(search.best_score_ - undisturbed.best_score_) <= 0.005
+    record(
+        "asha",
+        trial_tasks_before_kill=len(done_before),
+        trial_tasks=len(counts),
+        recomputed=len(recomputed),
+        seconds_after_kill=time.time() - killed_at,
+        best_score=search.best_score_,
+        undisturbed=undisturbed.best_score_,
+    )
