@@ -72,6 +72,14 @@ def replica_workers(client):
     }
 
 
+def worker_of(client, rank, wait_for):
+    """The worker running replica *rank* now (waiting for one: between two segments of a
+    sync training none runs)."""
+    seen = []
+    wait_for(lambda: seen.append(replica_workers(client).get(rank)) or seen[-1], 60, "replicas")
+    return seen[-1]
+
+
 def in_background(function, *args, **kwargs):
     """Run *function* in a thread; a dict that gets its ``result`` or ``error``."""
     outcome = {}
@@ -115,8 +123,19 @@ def accuracy(result, test):
 # Data-parallel training.
 
 
+EPOCHS = {"sync": 120, "async": 30}
+"""About ten seconds of training each on three workers (sync rounds are cheaper)."""
+
+
 def _train(strategy, X, y):
-    return train(SGDClassifier(random_state=0), X, y, strategy=strategy, epochs=30, random_state=0)
+    return train(
+        SGDClassifier(random_state=0),
+        X,
+        y,
+        strategy=strategy,
+        epochs=EPOCHS[strategy],
+        random_state=0,
+    )
 
 
 @pytest.mark.slow
@@ -132,12 +151,12 @@ def test_sync_training_survives_a_killed_worker(wait_for):
             run = in_background(_train, "sync", X, y)
             wait_for(lambda: len(replica_workers(client)) == 3, 60, "three replicas")
             time.sleep(2)
-            killed_at = kill(client, replica_workers(client)[1])
+            killed_at = kill(client, worker_of(client, 1, wait_for))
             run["thread"].join(120)
     assert "error" not in run, run.get("error")
     result = run["result"]
     (left,) = [r for r in result.stats["replans"] if r["reason"] == "left"]
-    assert [entry["epoch"] for entry in result.history] == list(range(1, 31))
+    assert [entry["epoch"] for entry in result.history] == list(range(1, EPOCHS["sync"] + 1))
     assert abs(accuracy(result, test) - accuracy(undisturbed, test)) <= 0.005
     record(
         "sync",
@@ -159,7 +178,7 @@ def test_async_training_survives_a_killed_worker(wait_for, victim):
     absorbed exactly once, and the result is within 0.5 pp of an undisturbed run."""
     X, y = linear_data(60_000, 20, 1_000)
     test = dask.compute(*linear_data(20_000, 20, 20_000, seed=1))
-    pushes = 30 * X.numblocks[0]
+    pushes = EPOCHS["async"] * X.numblocks[0]
     with (
         three_workers() as client,
         dask.config.set({"taskdml.elastic.checkpoint-s": CHECKPOINT_S}),
@@ -169,7 +188,7 @@ def test_async_training_survives_a_killed_worker(wait_for, victim):
             run = in_background(_train, "async", X, y)
             wait_for(lambda: len(replica_workers(client)) == 3, 60, "three replicas")
             time.sleep(2)
-            killed_at = kill(client, replica_workers(client)[0 if victim == "server" else 1])
+            killed_at = kill(client, worker_of(client, 0 if victim == "server" else 1, wait_for))
             run["thread"].join(120)
     assert "error" not in run, run.get("error")
     result = run["result"]
