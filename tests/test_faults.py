@@ -227,18 +227,20 @@ def test_a_second_loss_before_any_progress_stops_with_a_clear_error():
 def _search():
     return ASHASearchCV(
         SGDClassifier(random_state=0),
-        {"alpha": np.logspace(-6, -1, 12).tolist()},
-        n_trials=12,
-        max_epochs=27,
+        {"alpha": np.logspace(-6, -1, 24).tolist()},
+        n_trials=24,
+        max_epochs=81,
         random_state=0,
     )
 
 
 def trial_tasks(stream):
-    """How many times each trial task of the search completed, by key."""
+    """How many times each trial task of the search (a step's training, scoring and result;
+    not the copies of the data for fused steps) completed, by key. Read the stream once its
+    ``with`` block has ended: it is gathered then."""
     counts = {}
     for task in stream.data:
-        if "trial" in str(task["key"]) and task.get("status", "OK") == "OK":
+        if "trial-" in str(task["key"]) and "trial-data" not in str(task["key"]):
             counts[task["key"]] = counts.get(task["key"], 0) + 1
     return counts
 
@@ -249,23 +251,30 @@ def test_a_search_survives_a_killed_worker_and_recomputes_no_completed_step(wait
     """A worker SIGKILLed mid ASHA search: every trial finishes with a score, the best is
     within 0.5 pp of an undisturbed search, and no trial task that had completed is
     computed again (the task stream would hold its key twice)."""
-    X, y = make_classification(n_samples=40_000, n_features=20, random_state=0)
-    X_test, y_test = make_classification(n_samples=40_000, n_features=20, random_state=0)
+    X, y = make_classification(n_samples=100_000, n_features=20, random_state=0)
+    X_test, y_test = make_classification(n_samples=100_000, n_features=20, random_state=0)
     with three_workers() as client:
+        began = time.perf_counter()
         undisturbed = _search().fit(X, y)
+        undisturbed_s = time.perf_counter() - began
         with get_task_stream(client=client) as stream:
             search = _search()
             run = in_background(search.fit, X, y)
-            wait_for(lambda: len(trial_tasks(stream)) >= 12, 60, "the first steps")
-            victim = sorted(client.nthreads())[0]
-            done_before = dict(trial_tasks(stream))
-            killed_at = kill(client, victim)
+            wait_for(lambda: any(client.processing().values()), 60, "the first steps")
+            time.sleep(undisturbed_s / 3)  # some trials have finished steps, none all
+            killed_at = kill(client, sorted(client.nthreads())[0])
             run["thread"].join(200)
     assert "error" not in run, run.get("error")
     counts = trial_tasks(stream)
+    done_before = [
+        task
+        for task in stream.data
+        if "trial" in str(task["key"]) and task["startstops"][-1]["stop"] < killed_at
+    ]
+    assert done_before  # killed mid-search
     recomputed = {key: n for key, n in counts.items() if n > 1}
     assert recomputed == {}
-    assert len(search.trials_) == 12
+    assert len(search.trials_) == 24
     assert search.trials_["score"].notna().all()
     assert abs(search.best_score_ - undisturbed.best_score_) <= 0.005
     record(
@@ -273,6 +282,7 @@ def test_a_search_survives_a_killed_worker_and_recomputes_no_completed_step(wait
         trial_tasks_before_kill=len(done_before),
         trial_tasks=len(counts),
         recomputed=len(recomputed),
+        undisturbed_s=undisturbed_s,
         seconds_after_kill=time.time() - killed_at,
         best_score=search.best_score_,
         undisturbed=undisturbed.best_score_,
