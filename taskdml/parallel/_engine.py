@@ -29,6 +29,8 @@ trial — calls :func:`train`. Strategies:
     stand as the global estimator, and holdout accuracy falls 1-3 points below sync's; in
     lock-step it stays within half a point. ``TrainResult.stats["versions_behind"]`` shows
     how stale the pushes were. Not deterministic: the order of pushes depends on timing.
+    A lost worker, the server's included, costs at most the pushes since the client's last
+    copy of the server's state (:func:`_elastic_async`; ``stats["restarts"]``).
 ``sequential``
     One replica walks all chunks, a chain of tasks that follows the data (dask-ml's
     ``Incremental``): for estimators that cannot be merged, and the reference in tests.
@@ -150,9 +152,11 @@ class TrainResult:
         ``"actor"`` or ``"local"``) and with ``"direct"`` per replica ``serialize_s``,
         ``wire_s``, ``wait_s``, ``merge_s`` and ``collective_round_s`` (the median round) for
         sync; or ``updates``, ``held_back_s`` and ``versions_behind`` (async: mean, most; how
-        many other pushes were merged between a replica's pull and its push). Replicas on a
-        cluster add ``workers`` (the addresses they ran on, held while they ran) and ``ran``
-        (``time.time`` of the first replica's start and of the last one's end).
+        many other pushes were merged between a replica's pull and its push) and
+        ``restarts`` (the lost workers it went on without, see :func:`_elastic_async`).
+        Replicas on a cluster add ``workers`` (the addresses they ran on, held while they
+        ran) and ``ran`` (``time.time`` of the first replica's start and of the last one's
+        end).
     """
 
     estimator: object
@@ -861,8 +865,9 @@ def _elastic_async(estimator, chunks, plan, client, staleness, n_replicas, clock
     theirs is lost.
 
     While the replicas run, the client takes a copy of the parameter server's state every
-    ``checkpoint_s`` seconds (:meth:`~taskdml.parallel._collective._ServerState.snapshot`:
-    the global estimator and how many chunks each replica pushed). When a worker is lost the
+    ``checkpoint_s`` seconds, at most once per :data:`~taskdml.parallel._elastic.WATCH_S`
+    (:meth:`~taskdml.parallel._collective._ServerState.snapshot`: the global estimator and
+    how many chunks each replica pushed; one model's transfer each time). When a worker is lost the
     replicas are stopped and a new server starts from the server's state if its worker is
     still there, else from the last copy; the chunks it had not absorbed (each replica
     pushes in :func:`~taskdml.parallel._replica.async_order`) are dealt to the new replicas,
