@@ -10,8 +10,10 @@
   (``chain``), one task that runs the data-parallel engine with replicas (``replicated``), or
   subsample-and-fit tasks (``subsample``); then the scoring; then one small task with the
   trial's score. The driver only ever waits for
-  that last future, through ``distributed.as_completed``. :class:`LocalBackend` does the same
-  in this process, one step at a time (small in-memory data, no client).
+  that last future, through ``distributed.as_completed``, then fetches the step's states: a
+  worker lost later costs no completed step (Dask would recompute a lost state from the
+  trial's first step on). :class:`LocalBackend` does the same in this process, one step at a
+  time (small in-memory data, no client).
 - :class:`Driver` keeps the slots full: whenever a result arrives it tells the policy, starts
   the jobs the policy hands out until the slots are full again, and releases the state of
   every trial the policy has finished with — except, when the refit will continue the best
@@ -664,12 +666,18 @@ class ClusterBackend:
         return self.pending.next_batch(block=True)
 
     def outcome(self, handle):
-        """``(states, result)`` of a finished step; raises the step's error."""
+        """``(states, result)`` of a finished step; raises the step's error.
+
+        The states come to this process: a completed step is never computed again. Left on
+        the cluster, a state whose worker is lost would be recomputed by Dask from its
+        graph, the trial's every step since its start.
+        """
         states, workers = self.handles.pop(handle)
         for worker in workers:
             if worker in self.load:  # not if it left meanwhile
                 self.load[worker] -= 1
-        return states, handle.result()
+        result = handle.result()
+        return self.client.gather(states), result
 
     def train_all(self, job):
         """Train one state on every chunk to the job's budget (the refit); the estimator."""
@@ -1064,7 +1072,7 @@ class Driver:
                     self.kept.states = None
                 self.kept = trial  # kept for the refit to continue from
             else:
-                trial.states = None  # drops the futures: the cluster forgets them
+                trial.states = None
             trial.ended = now
 
     @staticmethod

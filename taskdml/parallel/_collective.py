@@ -235,6 +235,11 @@ class _ServerState:
     def finish(self, rank):
         self.done.add(rank)
 
+    def snapshot(self):
+        """A copy of the global estimator and, per replica, how many chunks it pushed: a
+        training whose server is lost continues from it (the engine keeps the last one)."""
+        return copy.deepcopy(self.estimator), dict(self.clocks), self.version
+
     def _forget(self):
         """Drop the row counts of versions no replica can still push against."""
         if len(self.rows_at) > 4 * len(self.clocks) + 16:
@@ -267,6 +272,11 @@ class ParameterServerActor(_ActorCollective):
         async with self._lock():
             self.state.finish(rank)
             self.condition.notify_all()
+
+    async def snapshot(self):
+        """:meth:`_ServerState.snapshot`, between two pushes."""
+        async with self._lock():
+            return self.state.snapshot()
 
     def result(self):
         """The global estimator, its version, the seconds each replica was held back, and
@@ -302,7 +312,32 @@ class ParameterServerLocal(_LocalCollective):
     result = ParameterServerActor.result
 
 
-def call(collective, method, *args):
-    """Call *method* of a collective, an actor (waiting for its result) or a local object alike."""
+def call(collective, method, *args, stop=None):
+    """Call *method* of a collective, an actor (waiting for its result) or a local object alike.
+
+    With *stop* (a callable), the wait for an actor looks at ``stop()`` every
+    :data:`STOP_POLL_S` seconds and raises :class:`TrainingStopped` once it is true: a call
+    to an actor whose worker died may never return (distributed leaves its future unset when
+    the actor's own future is cancelled), so the engine tells the replicas to stop instead.
+    """
     result = getattr(collective, method)(*args)
-    return result.result() if hasattr(result, "result") and callable(result.result) else result
+    if not (hasattr(result, "result") and callable(result.result)):
+        return result
+    while stop is not None:
+        try:
+            return result.result(timeout=STOP_POLL_S)
+        except (TimeoutError, asyncio.TimeoutError):
+            if stop():
+                raise TrainingStopped(
+                    f"the training was stopped while this replica waited for {method}: a "
+                    "worker it needs left the cluster"
+                ) from None
+    return result.result()
+
+
+STOP_POLL_S = 1.0
+"""How often a replica waiting for an actor looks whether it was asked to stop."""
+
+
+class TrainingStopped(RuntimeError):
+    """A replica stopped waiting for its collective because the engine asked it to."""

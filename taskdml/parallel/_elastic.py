@@ -87,11 +87,14 @@ class Watch:
         current ones) than it has; then the replicas are asked to stop once.
     training : str
         The segment's id, for :func:`request`.
+    every : callable, optional
+        Called each time the client looks (an async training keeps a copy of its parameter
+        server's state this way).
     """
 
-    def __init__(self, client, tasks, addresses, may_grow, training):
+    def __init__(self, client, tasks, addresses, may_grow, training, every=None):
         self.client, self.tasks, self.addresses = client, tasks, set(addresses)
-        self.may_grow, self.training = may_grow, training
+        self.may_grow, self.training, self.every = may_grow, training, every
         self.changed = threading.Event()
         for task in tasks:
             task.add_done_callback(lambda _: self.changed.set())
@@ -112,4 +115,6 @@ class Watch:
             if not asked and self.may_grow is not None and self.may_grow(workers):
                 self.client.run(request, self.training, workers=sorted(self.addresses))
                 asked = True
+            if self.every is not None:
+                self.every()
         return None

@@ -29,6 +29,8 @@ trial — calls :func:`train`. Strategies:
     stand as the global estimator, and holdout accuracy falls 1-3 points below sync's; in
     lock-step it stays within half a point. ``TrainResult.stats["versions_behind"]`` shows
     how stale the pushes were. Not deterministic: the order of pushes depends on timing.
+    A lost worker, the server's included, costs at most the pushes since the client's last
+    copy of the server's state (:func:`_elastic_async`; ``stats["restarts"]``).
 ``sequential``
     One replica walks all chunks, a chain of tasks that follows the data (dask-ml's
     ``Incremental``): for estimators that cannot be merged, and the reference in tests.
@@ -151,9 +153,11 @@ class TrainResult:
         ``"actor"`` or ``"local"``) and with ``"direct"`` per replica ``serialize_s``,
         ``wire_s``, ``wait_s``, ``merge_s`` and ``collective_round_s`` (the median round) for
         sync; or ``updates``, ``held_back_s`` and ``versions_behind`` (async: mean, most; how
-        many other pushes were merged between a replica's pull and its push). Replicas on a
-        cluster add ``workers`` (the addresses they ran on, held while they ran) and ``ran``
-        (``time.time`` of the first replica's start and of the last one's end).
+        many other pushes were merged between a replica's pull and its push) and
+        ``restarts`` (the lost workers it went on without, see :func:`_elastic_async`).
+        Replicas on a cluster add ``workers`` (the addresses they ran on, held while they
+        ran) and ``ran`` (``time.time`` of the first replica's start and of the last one's
+        end).
     """
 
     estimator: object
@@ -765,7 +769,8 @@ def _replicated(
 
     The replicas coordinate through one *collective*: an all-reduce (sync: direct messages
     between their workers, or an actor) or a parameter server (async: a Dask actor on the
-    first replica's worker). The result's
+    first replica's worker). Both go on when a worker is lost (:func:`_elastic_sync`,
+    :func:`_elastic_async`). The result's
     ``setup_s`` counts from the call's start to the replicas' submission; *clock* (a
     :class:`_Clock`) gets the pieces of the fixed cost.
     """
@@ -776,21 +781,9 @@ def _replicated(
     rule = get_merge_rule(estimator)
     plan = dataclasses.replace(plan, rule=rule)
     if strategy == "async":
-        threads = _worker_threads(client, workers)
-        count = _replica_count(n_replicas, threads, len(chunks))
-        owned = _owned(chunks, count)
-        segment = _segment(
-            client,
-            estimator,
-            owned,
-            None,
-            dataclasses.replace(_with_rounds(plan, owned), training=uuid.uuid4().hex),
-            strategy,
-            staleness,
-            threads,
-            clock,
+        return _elastic_async(
+            estimator, chunks, plan, client, staleness, n_replicas, clock, workers
         )
-        return segment.result(strategy, count)
     return _elastic_sync(estimator, chunks, plan, client, n_replicas, clock, workers)
 
 
@@ -887,6 +880,131 @@ def _elastic_sync(estimator, chunks, plan, client, n_replicas, clock, workers):
     return _joined(segments, replans, used, earlier, resumed_from)
 
 
+def _elastic_async(estimator, chunks, plan, client, staleness, n_replicas, clock, workers):
+    """Async replicas on a cluster, submitted again on the workers there are when one of
+    theirs is lost.
+
+    While the replicas run, the client takes a copy of the parameter server's state every
+    ``checkpoint_s`` seconds, at most once per :data:`~taskdml.parallel._elastic.WATCH_S`
+    (:meth:`~taskdml.parallel._collective._ServerState.snapshot`: the global estimator and
+    how many chunks each replica pushed; one model's transfer each time). When a worker is lost the
+    replicas are stopped and a new server starts from the server's state if its worker is
+    still there, else from the last copy; the chunks it had not absorbed (each replica
+    pushes in :func:`~taskdml.parallel._replica.async_order`) are dealt to the new replicas,
+    epoch by epoch. ``stats["restarts"]`` records each loss: ``workers``, ``server_lost``,
+    ``repeated_s`` (the training time whose pushes were lost and are trained again) and
+    ``chunks_left``. A second loss before any push was kept stops with an error.
+    """
+    state, resumed, left, updates = estimator, False, None, 0
+    restarts, used = [], set()
+    while True:
+        threads = _worker_threads(client, workers)
+        count = _replica_count(n_replicas, threads, len(chunks if left is None else left))
+        if left is None:
+            owned, epochs = _owned(chunks, count), None
+            items = [_replica.async_order(rank, share, plan) for rank, share in enumerate(owned)]
+        else:
+            items = [left[rank::count] for rank in range(count)]
+            owned = [[chunk for _, chunk in share] for share in items]
+            epochs = [[epoch for epoch, _ in share] for share in items]
+        segment_plan = dataclasses.replace(
+            _with_rounds(plan, owned),
+            resumed=resumed,
+            training=uuid.uuid4().hex,
+            checkpoint_s=_elastic.checkpoint_seconds(),
+        )
+        segment = _segment(
+            client, state, owned, epochs, segment_plan, "async", staleness, threads, clock
+        )
+        used.update(segment.addresses)
+        if not segment.gone:
+            break
+        kept = segment.server_copy
+        if restarts and (kept.state is None or not any(kept.state[1].values())):
+            raise _server_lost_again(segment)
+        if kept.state is not None:
+            state, pushed, version = kept.state
+            resumed, updates = True, updates + version
+            left = _not_pushed(items, pushed)
+        restarts.append(
+            {
+                "reason": "left",
+                "workers": sorted(segment.gone),
+                "server_lost": segment.addresses[0] in segment.gone,
+                "repeated_s": max(0.0, segment.lost_at - kept.taken),
+                "chunks_left": sum(map(len, items)) if kept.state is None else len(left),
+            }
+        )
+    result = segment.result("async", count)
+    result.stats.update(
+        updates=updates + result.stats["updates"], restarts=restarts, workers=sorted(used)
+    )
+    return result
+
+
+def _not_pushed(items, pushed):
+    """The ``(epoch, chunk)`` items a server had not absorbed (*pushed*: how many of its
+    *items* each replica pushed), epoch by epoch, alternating replicas within an epoch."""
+    left = [
+        (epoch, position, rank, chunk)
+        for rank, share in enumerate(items)
+        for position, (epoch, chunk) in enumerate(share[pushed.get(rank, 0) :])
+    ]
+    return [(epoch, chunk) for epoch, _, _, chunk in sorted(left, key=lambda item: item[:3])]
+
+
+def _server_lost_again(segment):
+    """The error of an async training that lost a worker again before any push was kept."""
+    return ConnectionError(
+        f"the async training lost the workers {sorted(segment.gone)} right after it had lost "
+        "a worker and started again without it, before any update was kept: something in the "
+        "training (a chunk, the estimator) may be ending the worker processes, so it stops "
+        "here. The workers' logs say why they ended."
+    )
+
+
+class _ServerCopy:
+    """The last copy of an async training's server state on the client, taken every
+    *every_s* seconds by :meth:`keep` (``state`` ``None``: none yet; ``taken``: when)."""
+
+    def __init__(self, collective, every_s):
+        self.collective, self.every_s = collective, every_s
+        self.state, self.taken = None, time.perf_counter()
+
+    def keep(self, now=False):
+        if not now and time.perf_counter() < self.taken + self.every_s:
+            return
+        try:
+            state = self.collective.snapshot().result(timeout=SNAPSHOT_TIMEOUT_S)
+        except Exception:  # the server's worker is gone: the last copy stands
+            return
+        self.state, self.taken = state, time.perf_counter()
+
+
+SNAPSHOT_TIMEOUT_S = 10
+"""Seconds the client waits for its parameter server (a copy of its state, an abort)."""
+
+
+def _left_meanwhile(client, tasks, addresses):
+    """The workers of *addresses* that left, when a replica failed on a lost connection (to
+    the parameter server's worker, typically): the scheduler may learn of the loss a moment
+    after the replica does. ``None`` for any other failure."""
+    errors = [task.exception() for task in tasks if task.status == "error"]
+    if not any(isinstance(e, OSError) or "Actor was lost" in str(e) for e in errors):
+        return None
+    deadline = time.monotonic() + LOSS_NOTICE_S
+    while time.monotonic() < deadline:
+        gone = set(addresses) - set(client.nthreads())
+        if gone:
+            return gone
+        time.sleep(0.1)
+    return None
+
+
+LOSS_NOTICE_S = 10
+"""Seconds a connection lost by a replica may take to show as a worker gone."""
+
+
 def _lost_again(segment, epoch):
     """The error of a training that lost a worker again before it got any further: something
     in the training itself may be ending the worker processes, so it is not tried again."""
@@ -961,6 +1079,8 @@ class _Segment:
     addresses: list
     setup_s: float
     gone: set = None
+    lost_at: float = None  # time.perf_counter() when the loss was seen
+    server_copy: object = None  # async: the _ServerCopy the client kept
 
     def result(self, strategy, count):
         timings = [_outcome_stats(strategy, outcome) for outcome in self.outcomes]
@@ -995,16 +1115,17 @@ def _segment(client, state, owned, left, plan, strategy, staleness, threads, clo
     if strategy == "sync":
         collective, actor_future = _sync_collective(client, addresses, plan.rule, name)
     else:
-        first = owned[0][0]
-        start = client.submit(
-            _prepare_start,
-            state,
-            first.X,
-            first.y,
-            plan.fit_kwargs.get("classes"),
-            plan.rule,
-            key=_keys.key_name("train", name, phase="prepare"),
-        )
+        first, start = owned[0][0], state
+        if not plan.resumed:
+            start = client.submit(
+                _prepare_start,
+                state,
+                first.X,
+                first.y,
+                plan.fit_kwargs.get("classes"),
+                plan.rule,
+                key=_keys.key_name("train", name, phase="prepare"),
+            )
         actor_future = client.submit(
             _collective.ParameterServerActor,
             start,
@@ -1026,14 +1147,21 @@ def _segment(client, state, owned, left, plan, strategy, staleness, threads, clo
         )
         setup_s, submitted = clock.since_start(), time.time()
         clock.lap("submit_s")
-        # Only sync replicas can start again where they stopped (:mod:`._elastic`); async
-        # ones wait for their tasks as Dask runs them.
-        gone = None
+        # A replica pinned to a worker that left is never run again: the client sees the
+        # loss and starts the training again where it can (:mod:`._elastic`).
+        kept = None
         if strategy == "sync":
             gone = _elastic.Watch(client, tasks, addresses, grows, plan.training).wait()
+        else:
+            kept = _ServerCopy(collective, plan.checkpoint_s)
+            watch = _elastic.Watch(client, tasks, addresses, None, plan.training, kept.keep)
+            gone = watch.wait() or _left_meanwhile(client, tasks, addresses)
         if gone:
-            _stop(client, tasks, collective, addresses, gone)
-            return _Segment(None, collective, plan, addresses, setup_s, gone)
+            lost_at = time.perf_counter()
+            _stop(client, tasks, collective, addresses, gone, plan.training)
+            if kept is not None:
+                kept.keep(now=True)  # a server still there loses no push
+            return _Segment(None, collective, plan, addresses, setup_s, gone, lost_at, kept)
         outcomes = client.gather(tasks)
     timings = [_outcome_stats(strategy, outcome) for outcome in outcomes]
     clock.replicas(submitted, timings)
@@ -1041,7 +1169,7 @@ def _segment(client, state, owned, left, plan, strategy, staleness, threads, clo
     return _Segment(outcomes, collective, plan, addresses, setup_s)
 
 
-def _stop(client, tasks, collective, addresses, gone):
+def _stop(client, tasks, collective, addresses, gone, training):
     """Stop the replicas of a segment that lost the workers *gone*."""
     import contextlib
 
@@ -1052,7 +1180,9 @@ def _stop(client, tasks, collective, addresses, gone):
         if isinstance(collective, _direct.DirectAllReduce):
             client.run(_direct.abort_training, collective.training, message, workers=live)
         else:
-            _collective.call(collective, "abort", message)
+            # Async replicas wait on their server: if it is gone, only this frees them.
+            client.run(_elastic.request, training, workers=live)
+            collective.abort(message).result(timeout=SNAPSHOT_TIMEOUT_S)
 
 
 def _prepare_start(estimator, X, y, classes, rule):
@@ -1085,7 +1215,7 @@ def _submit_together(client, function, start_args, owned, left, collective, plan
 
     tasks = []
     for rank, (chunks, worker) in enumerate(zip(owned, workers)):
-        resume = None if left is None else [tuple(c) for c in left[rank]]
+        resume = None if left is None else [_as_argument(c) for c in left[rank]]
         with dask.annotate(workers=[worker], allow_other_workers=False):
             task = dask.delayed(_replica_task_entry, pure=False)(
                 function,
@@ -1101,13 +1231,20 @@ def _submit_together(client, function, start_args, owned, left, collective, plan
     return client.compute(tasks)
 
 
+def _as_argument(part):
+    """A chunk as a plain tuple (see :func:`_replica_task_entry`); an epoch as it is."""
+    return part if isinstance(part, int) else tuple(part)
+
+
 def _replica_task_entry(function, rank, start_args, chunks, collective, plan, resume=None):
     """A replica task. Its chunks come as plain tuples, where a graph finds their futures
     (it passes a NamedTuple's fields on unread); *resume*: those left of the first epoch
-    (sync only)."""
+    (sync), or the epoch of each chunk (async, after a lost worker)."""
     chunks = [Chunk(*c) for c in chunks]
     if resume is None:
         return function(rank, *start_args, chunks, collective, plan)
+    if function is _replica.async_replica:  # *resume*: the epoch of each chunk
+        return function(rank, *start_args, chunks, collective, plan, resume)
     return function(rank, *start_args, chunks, collective, plan, [Chunk(*c) for c in resume])
 
 

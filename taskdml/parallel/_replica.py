@@ -11,6 +11,7 @@ a Dask task or a thread.
 
 import contextlib
 import copy
+import functools
 import time
 
 from taskdml.parallel._collective import call
@@ -42,11 +43,13 @@ def row_seed(plan, epoch, index):
 
 
 @contextlib.contextmanager
-def _coordinated(collective, rank):
+def _coordinated(collective, rank, stop=None):
     """A replica's time in the collective: it joins at the start and leaves at the end (for
     the collectives that keep per-replica state), and if it fails it tells the others
-    instead of letting them wait for it. Yields a dict that receives the collective's
-    timings of this replica when it leaves, and its start and end (``time.time``)."""
+    instead of letting them wait for it (unless *stop*, see
+    :func:`~taskdml.parallel._collective.call`, says the engine stopped them all). Yields a
+    dict that receives the collective's timings of this replica when it leaves, and its start
+    and end (``time.time``)."""
     join, leave = (getattr(type(collective), name, None) for name in ("join", "leave"))
     timings = {"started": time.time()}
     if join is not None:
@@ -55,7 +58,9 @@ def _coordinated(collective, rank):
         yield timings
     except Exception as error:
         with contextlib.suppress(Exception):
-            call(collective, "abort", f"replica {rank}: {type(error).__name__}: {error}")
+            message = f"replica {rank}: {type(error).__name__}: {error}"
+            if stop is None or not stop():
+                call(collective, "abort", message, stop=stop)
         if leave is not None:
             with contextlib.suppress(Exception):
                 leave(collective, rank)
@@ -206,30 +211,39 @@ def should_stop(history, plan):
     return all(score < best_before + plan.tol for score in scores[-patience:])
 
 
-def async_replica(rank, chunks, collective, plan):
+def async_replica(rank, chunks, collective, plan, epochs=None):
     """Train one replica's chunks against the parameter server *collective* (pull, fit one
-    chunk, push)."""
-    with _coordinated(collective, rank) as timings:
-        stats = _async_replica(rank, chunks, collective, plan)
+    chunk, push): every epoch of *chunks* in :func:`async_order`, or, in a segment that
+    continues a training whose server was lost, *chunks* as given, ``chunks[i]`` in epoch
+    ``epochs[i]``."""
+    items = async_order(rank, chunks, plan) if epochs is None else list(zip(epochs, chunks))
+    stop = functools.partial(requested, plan.training)  # a worker left (see the engine)
+    with _coordinated(collective, rank, stop) as timings:
+        stats = _async_replica(rank, items, collective, plan, stop)
     return {**stats, **timings}
 
 
-def _async_replica(rank, chunks, collective, plan):
-    busy = 0.0
-    epochs = [
+def async_order(rank, chunks, plan):
+    """``(epoch, chunk)`` in the order async replica *rank* trains on its *chunks*: its
+    pushes follow this order, so the server's count of them says which it has absorbed."""
+    return [
         (epoch, chunk)
         for epoch in range(plan.epochs)
         for chunk in epoch_order(chunks, (plan.seed, epoch, rank), plan.shuffle)
     ]
-    reading = read_ahead([chunk for _, chunk in epochs], plan.prefetch)
-    for epoch, _ in epochs:
+
+
+def _async_replica(rank, items, collective, plan, stop):
+    busy = 0.0
+    reading = read_ahead([chunk for _, chunk in items], plan.prefetch)
+    for epoch, _ in items:
         chunk = next(reading)
-        state, version = call(collective, "pull", rank)
+        state, version = call(collective, "pull", rank, stop=stop)
         replica = copy.deepcopy(state)
         began = time.perf_counter()
         rows = _fit_chunk(replica, chunk, plan, epoch)
         busy += time.perf_counter() - began
         del chunk
-        call(collective, "push", rank, replica, version, rows)
-    call(collective, "finish", rank)
+        call(collective, "push", rank, replica, version, rows, stop=stop)
+    call(collective, "finish", rank, stop=stop)
     return {"rank": rank, "busy_s": busy}
