@@ -195,7 +195,19 @@ class Cache:
         return _cache_codec.decode(entry["outputs"], self._url("entries", entry["key"]), client)
 
     def artifact(self, entry, name):
-        """The bytes of the run-directory file *name* stored with *entry*."""
+        """The bytes of the run-directory file *name* stored with *entry*.
+
+        Parameters
+        ----------
+        entry : dict
+            From :meth:`lookup`.
+        name : str
+            The file's path in a run directory (``models/model.skops``).
+
+        Returns
+        -------
+        bytes
+        """
         return self.fs.cat_file(self._path("entries", entry["key"], "artifacts", name))
 
     def store(self, key, outputs, *, client, about, artifacts=()):
@@ -392,13 +404,30 @@ class Cache:
     # ---- what the last run of a step was ---------------------------------------------------
 
     def remember(self, pipeline, step, parts):
-        """Keep the *parts* of the key *step* of *pipeline* last ran with (for explanations)."""
+        """Keep the *parts* of the key *step* of *pipeline* last ran with (for explanations).
+
+        Parameters
+        ----------
+        pipeline, step : str
+        parts : dict
+            What the step's key hashed (:func:`taskdml._cache_keys.step_keys`).
+        """
         path = self._path("steps", pipeline, f"{step}.json")
         self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
         self.fs.pipe_file(path, json.dumps(parts, sort_keys=True, default=str).encode())
 
     def last(self, pipeline, step):
-        """The parts *step* of *pipeline* last ran with, or ``None``."""
+        """The parts *step* of *pipeline* last ran with.
+
+        Parameters
+        ----------
+        pipeline, step : str
+
+        Returns
+        -------
+        dict or None
+            ``None`` when the step never ran with this store.
+        """
         try:
             return json.loads(self.fs.cat_file(self._path("steps", pipeline, f"{step}.json")))
         except (FileNotFoundError, OSError, ValueError):
@@ -437,7 +466,20 @@ class Cache:
             raise
 
     def load_checkpoint(self, key, name):
-        """The last checkpoint *name* of the step of *key*, or ``None``."""
+        """The last checkpoint *name* of the step of *key*.
+
+        Parameters
+        ----------
+        key : str
+            The step's key.
+        name : str
+            Which checkpoint of the step.
+
+        Returns
+        -------
+        object or None
+            The state saved, or ``None`` when there is none this store signed.
+        """
         import io
 
         import joblib
@@ -452,7 +494,12 @@ class Cache:
         return joblib.load(io.BytesIO(data))
 
     def drop_checkpoints(self, key):
-        """Remove the checkpoints of the step of *key* (it finished and is stored)."""
+        """Remove the checkpoints of the step of *key* (it finished and is stored).
+
+        Parameters
+        ----------
+        key : str
+        """
         self._remove(self._path("checkpoints", key))
 
 

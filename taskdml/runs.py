@@ -238,8 +238,19 @@ def dump_model(model):
 
 
 def load_model_bytes(data, format):
-    """The model :func:`dump_model` wrote as *data* in *format* (``"skops"``: only the types
-    skops trusts; ``"joblib"``: any, so only for files taskdml wrote itself)."""
+    """The model :func:`dump_model` wrote as *data* in *format*.
+
+    Parameters
+    ----------
+    data : bytes
+    format : {"skops", "joblib"}
+        ``"skops"`` loads only the types skops trusts; ``"joblib"`` loads anything, so only
+        for bytes taskdml wrote itself.
+
+    Returns
+    -------
+    estimator
+    """
     import io
 
     if format == "skops":

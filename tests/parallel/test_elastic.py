@@ -112,6 +112,7 @@ def _run(processes, address, run_dir):
         address,
         "--run-dir",
         str(run_dir),
+        "--no-cache",  # both runs train: the second must not reuse the first's model
         name="taskdml",
     )
 
