@@ -30,8 +30,9 @@ import graphlib
 import threading
 import time
 import traceback
+import uuid
 
-from taskdml import _keys
+from taskdml import _events, _keys
 from taskdml._reuse import Reuse
 from taskdml._versions import check_cluster, required_distributions, versions
 from taskdml.exceptions import ClusterUnavailable, StepFailed, TaskdmlError
@@ -190,6 +191,9 @@ class StepContext:
         self.recorder.metrics[self.step.name] = values
         if self.recorder.directory is not None:
             self.recorder.directory.record_metrics(self.step.name, values)
+        with _events.scope(self.recorder.run_id, self.step.name):
+            for name, value in values.items():
+                _events.publish("metric", name=name, value=value)
 
 
 class _Recorder:
@@ -199,6 +203,7 @@ class _Recorder:
         self.directory, self.on_event = directory, on_event
         self.steps, self.metrics = {}, {}
         self.reuse = None  # the run's use of the cache (taskdml._reuse.Reuse)
+        self.client, self.run_id = None, None  # set once connected: events go to the cluster too
         self.interrupted = False
         self._lock = threading.Lock()
 
@@ -222,10 +227,33 @@ class _Recorder:
             "time": datetime.datetime.now().isoformat(timespec="milliseconds"),
             **fields,
         }
+        self.record(event)
+        self.publish(event)
+
+    def record(self, event):
+        """Keep *event* in the run directory and hand it to the callback."""
         if self.directory is not None:
             self.directory.append_event(event)
         if self.on_event is not None:
             self.on_event(event)
+
+    def publish(self, event):
+        """Send *event* to the cluster's event log (the dashboard page's source)."""
+        if self.client is None:
+            return
+        try:
+            self.client.log_event(
+                _events.TOPIC, _events.plain({**event, "time": time.time(), "run_id": self.run_id})
+            )
+        except Exception:  # the dashboard's view is not worth a run
+            pass
+
+    def heard(self, logged):
+        """An event of the cluster's log (``(time, event)``): an ``epoch``, ``round``,
+        ``trial`` or ``metric`` of this run, published where the work ran, is recorded."""
+        _, event = logged
+        if event.get("run_id") == self.run_id and event.get("event") in _events.PROGRESS:
+            self.record(event)
 
 
 def run_pipeline(
@@ -306,6 +334,9 @@ def run_pipeline(
     else:
         directory = RunDirectory(run_root) if record else None
     recorder = _Recorder(directory, on_event)
+    recorder.run_id = (
+        directory.run_id if directory is not None else f"unrecorded-{uuid.uuid4().hex[:6]}"
+    )
     recorder.reuse = Reuse(as_cache(cache), pipeline, recorder)
     if directory is not None:
         _write_definition(directory, pipeline, resumed=resume is not None)
@@ -320,6 +351,8 @@ def run_pipeline(
             warm_modules=clusters.pipeline_modules(pipeline),
         ) as active:
             info = clusters.describe(active)
+            info["taskdml_page"] = _follow(recorder, active)
+            inputs = pipeline.dependencies()
             if directory is not None:
                 directory.update_manifest(
                     pipeline=pipeline.name, status="running", cluster=info, versions=versions()
@@ -327,9 +360,17 @@ def run_pipeline(
             recorder.event(
                 "run_started",
                 pipeline=pipeline.name,
-                run_id=_run_id(directory),
+                run_id=recorder.run_id,
                 run_dir=str(directory.path) if directory else None,
                 resumed=resume is not None,
+                steps=[
+                    {
+                        "name": s.name,
+                        "kind": s.kind,
+                        "inputs": sorted(inputs[s.name]),
+                    }
+                    for s in pipeline.ordered_steps()
+                ],
                 **info,
             )
             try:  # before any step: the user's code on the cluster, the versions, the imports
@@ -346,6 +387,8 @@ def run_pipeline(
                 raise
             with active.as_current():  # entered once here: dask's config is process-wide
                 outputs, status = _execute(pipeline, active, recorder)
+            recorder.publish({"event": "run_finished", "status": status})
+            recorder.client = None
     except KeyboardInterrupt:
         status = "interrupted"
         raise
@@ -433,6 +476,24 @@ def recorded_pipeline(run, run_root=None):
     source = manifest.get("source")
     path = source if source and Path(source).exists() else folder / "pipeline.yaml"
     return load_pipeline(path, overrides=manifest.get("overrides", ())), folder
+
+
+def _follow(recorder, client):
+    """Let the run's events reach the cluster and come back from it: install the dashboard
+    plugin (:mod:`taskdml.dashboard`), and subscribe to the events topic, so that epochs,
+    rounds and trials published on workers are recorded here. Returns the taskdml page's
+    address (``None`` without a dashboard, or when the scheduler cannot take the plugin)."""
+    import warnings
+
+    from taskdml import dashboard
+
+    recorder.client = client
+    client.subscribe_topic(_events.TOPIC, recorder.heard)
+    try:
+        return dashboard.register(client)
+    except Exception as error:  # a scheduler without taskdml: the run goes on without the page
+        warnings.warn(f"the taskdml dashboard page is not available: {error}", stacklevel=3)
+        return None
 
 
 def _run_id(directory):
@@ -619,6 +680,7 @@ def _attempts(pipeline, step, inputs, client, recorder):
                 span(pipeline.name, step.name),
                 _keys.step_scope(step.name, len(retried)),
                 _checkpoint.scope(recorder.reuse.cache, recorder.reuse.key(step)),
+                _events.scope(recorder.run_id, step.name),
             ):
                 return KINDS[step.kind].runner()(step, inputs, context)
         except transient as error:

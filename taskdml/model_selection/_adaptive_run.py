@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from taskdml import _keys
+from taskdml import _events, _keys
 from taskdml.parallel._stream import is_streamed, read_ahead, read_part
 from taskdml.parallel._tasks import (
     concatenate_parts,
@@ -818,6 +818,19 @@ class Trial:
     ended: float = None
 
 
+def _publish_trial(trial, **fields):
+    """A ``trial`` event (:mod:`taskdml._events`): where the trial stands now."""
+    _events.publish(
+        "trial",
+        trial=trial.id,
+        params=trial.params,
+        rung=trial.rung,
+        budget=trial.budget,
+        status=trial.status,
+        **fields,
+    )
+
+
 class AllTrialsFailed(Exception):
     """Raised by the driver when every trial failed (the search turns it into its message)."""
 
@@ -1030,6 +1043,7 @@ class Driver:
                 raise
             trial.status, trial.error = "failed", f"{type(error).__name__}: {error}"
             trial.states, trial.ended = None, now
+            _publish_trial(trial, error=trial.error)
             self.history.append(self._event(trial, job, float("nan"), now))
             self.policy.fail(trial.id)
             if all(t.status == "failed" for t in self.trials.values()):
@@ -1046,6 +1060,7 @@ class Driver:
             return
         trial.rung, trial.scores[job.rung] = job.rung, score
         trial.status = "plateau" if plateau else "paused"
+        _publish_trial(trial, score=score)
         self.policy.record(
             trial.id, job.rung, score if math.isfinite(score) else -math.inf, plateau
         )
@@ -1067,6 +1082,7 @@ class Driver:
                 trial.status = "completed"
             else:
                 trial.status = f"stopped at rung {trial.rung}"
+            _publish_trial(trial)
             if self.keep_best and self._better(trial, self.kept):
                 if self.kept is not None:
                     self.kept.states = None

@@ -58,7 +58,7 @@ import uuid
 import warnings
 import weakref
 
-from taskdml import _data, _keys
+from taskdml import _data, _events, _keys
 from taskdml._sklearn_compat import relink_birch_views
 from taskdml.parallel import (
     _blocks,
@@ -122,6 +122,7 @@ class TrainingPlan:
     period_state: tuple = None  # the sync period where the last segment left it, if resumed
     training: str = ""  # the segment's id: replicas asked to stop look it up
     checkpoint_s: float = _elastic.CHECKPOINT_S  # rank 0 ends a segment after this long
+    events: dict = None  # the run and step its epochs and rounds are published for
 
 
 @dataclasses.dataclass
@@ -351,6 +352,7 @@ def train(
         tol=tol,
         n_iter_no_change=n_iter_no_change,
         prefetch=int(prefetch),
+        events=_events.where(),
     )
     strategy = _choose(estimator, strategy)
     n_chunks = len(chunks)
@@ -744,6 +746,7 @@ def _sequential(estimator, chunks, plan, client):
             **_replica.epoch_scores(state, plan.validation, plan),
         }
         history.append(entry)
+        _replica.publish_epoch(plan, entry)
         if _replica.should_stop(history, plan):
             break
     return TrainResult(state, history, "sequential", {"replicas": 1})

@@ -14,6 +14,7 @@ import copy
 import functools
 import time
 
+from taskdml._events import ROUND_EVERY_S, publish_from
 from taskdml.parallel._collective import call
 from taskdml.parallel._elastic import requested
 from taskdml.parallel._merge_registry import prepare_start
@@ -123,6 +124,7 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
     ]
     reading = read_ahead([chunk for order in orders for chunk in order], plan.prefetch)
     segment_began, position = time.perf_counter(), None
+    published = segment_began  # when rank 0 last published its progress in the epoch
     for epoch, order in zip(epochs, orders):
         epoch_started = time.perf_counter()
         resumed = resume is not None and epoch == plan.first_epoch
@@ -150,6 +152,12 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
             overhead = (began - copying) + (returned - reduced)
             period.observe([entry[0] for entry in infos])
             done, round_index = done + size, round_index + 1
+            if rank == 0 and plan.events is not None and returned - published >= ROUND_EVERY_S:
+                published = returned
+                publish_from(
+                    plan.events, "round", epoch=epoch + 1, epochs=plan.epochs,
+                    round=done, of=period.most_blocks,
+                )  # fmt: skip
             if any(entry[1] for entry in infos) and period.blocks(done) > 0:
                 position = (epoch, [chunk.index for chunk in order[done:]], period.count)
                 break
@@ -167,6 +175,8 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
             report["stop"] = should_stop(history + [report], plan)
         report = call(collective, "broadcast", ("epoch", epoch), rank, report)
         history.append(report)
+        if rank == 0:
+            publish_epoch(plan, report)
         if report.get("stop"):
             break
         if any(entry[1] for entry in infos) and epoch + 1 < plan.epochs:
@@ -176,6 +186,16 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
     stats = {"rank": rank, "busy_s": busy, "reduce_wait_s": waiting, "position": position}
     stats["period_state"] = (period.period, period.inputs, period.probing, period.rounds)
     return (state, history, stats) if rank == 0 else (None, None, stats)
+
+
+def publish_epoch(plan, entry):
+    """Publish an epoch's history entry as an ``epoch`` event (:mod:`taskdml._events`)."""
+    if plan.events is None:
+        return
+    fields = ("epoch", "duration_s", "validation_score", "train_loss", "sync_every", "rounds")
+    publish_from(
+        plan.events, "epoch", epochs=plan.epochs, **{k: entry[k] for k in fields if k in entry}
+    )
 
 
 def replan_wanted(plan, rank, segment_s):

@@ -13,6 +13,7 @@ client thread, in the step's context (client, span and key names).
 import concurrent.futures
 import contextvars
 
+from taskdml import _events
 from taskdml._pipeline import thaw
 from taskdml._values import step_data
 from taskdml.parallel import _checkpoint, train
@@ -42,7 +43,8 @@ def run(step, inputs, context):
 
     def fit_item(label, params):
         estimator = estimator_class(**thaw(step.with_ or {}), **params)
-        with _checkpoint.item(label):  # each item's training keeps its own checkpoints
+        # each item's training keeps its own checkpoints, and tags its events
+        with _checkpoint.item(label), _events.item(label):
             result = train(
                 estimator,
                 data,  # X and y, or a table (feature columns as variables, and y)
