@@ -96,6 +96,21 @@ def _cluster_options(function):
     )(function)
 
 
+def _watch_options(function):
+    """Watching a run: ``--events FILE``, ``--report``."""
+    function = click.option(
+        "--report",
+        is_flag=True,
+        help="Save Dask's performance report as performance-report.html in the run directory.",
+    )(function)
+    return click.option(
+        "--events",
+        type=click.Path(dir_okay=False, writable=True),
+        help="Append the run's events to FILE as JSON lines, as they happen (the run "
+        "directory's events.jsonl has them too).",
+    )(function)
+
+
 def _cache_options(function):
     """The step cache: ``--cache-dir``, ``--no-cache``, ``--explain``.
 
@@ -145,6 +160,7 @@ def _cache_options(function):
     help="Continue RUN (an id, a path or 'latest') instead of starting one: the same as "
     "'taskdml resume RUN'.",
 )
+@_watch_options
 @click.option("--dry-run", is_flag=True, help="Validate and print the plan; run nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 @_errors
@@ -160,6 +176,8 @@ def run(
     no_cache,
     explain,
     resume,
+    events,
+    report,
     dry_run,
     as_json,
 ):
@@ -173,7 +191,8 @@ def run(
     if resume is not None:
         if pipeline_file is not None:
             raise click.UsageError("give a PIPELINE_FILE or --resume RUN, not both.")
-        _resume(resume, scheduler, workers, run_dir, cache_dir, no_cache, explain, as_json)
+        watch = {"events": events, "report": report}
+        _resume(resume, scheduler, workers, run_dir, cache_dir, no_cache, explain, as_json, watch)
         return
     if pipeline_file is None:
         raise click.MissingParameter(
@@ -202,12 +221,14 @@ def run(
             n_workers=workers,
             on_event=progress,
             cache=cache,
+            performance_report=report,
         ),
         pipeline,
         run_dir=run_dir,
         cache_dir=cache_dir,
         explain=explain,
         as_json=as_json,
+        events=events,
     )
 
 
@@ -216,18 +237,22 @@ def run(
 @_cluster_options
 @_run_dir_option
 @_cache_options
+@_watch_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 @_errors
-def resume(run_id, scheduler, workers, run_dir, cache_dir, no_cache, explain, as_json):
+def resume(
+    run_id, scheduler, workers, run_dir, cache_dir, no_cache, explain, events, report, as_json
+):
     """Continue RUN (an id, an id prefix, a path, or 'latest') after a failure or a crash.
 
     Its completed steps are reused from the step cache, a training that checkpointed
     continues from its last checkpoint, and the rest runs; the run directory is the same.
     """
-    _resume(run_id, scheduler, workers, run_dir, cache_dir, no_cache, explain, as_json)
+    watch = {"events": events, "report": report}
+    _resume(run_id, scheduler, workers, run_dir, cache_dir, no_cache, explain, as_json, watch)
 
 
-def _resume(run_id, scheduler, workers, run_dir, cache_dir, no_cache, explain, as_json):
+def _resume(run_id, scheduler, workers, run_dir, cache_dir, no_cache, explain, as_json, watch):
     from taskdml._runner import recorded_pipeline
 
     pipeline, folder = recorded_pipeline(run_id, run_dir)
@@ -240,12 +265,14 @@ def _resume(run_id, scheduler, workers, run_dir, cache_dir, no_cache, explain, a
             n_workers=workers,
             on_event=progress,
             cache=None if no_cache else _cache(cache_dir),
+            performance_report=watch["report"],
         ),
         pipeline,
         run_dir=run_dir,
         cache_dir=cache_dir,
         explain=explain,
         as_json=as_json,
+        events=watch["events"],
     )
 
 
@@ -261,14 +288,14 @@ def _cache(cache_dir):
     return Cache(cache_dir)
 
 
-def _run_and_report(start, pipeline, *, run_dir, cache_dir, explain, as_json):
+def _run_and_report(start, pipeline, *, run_dir, cache_dir, explain, as_json, events=None):
     """Run with live progress; print the results, or what failed and how to resume."""
     from cli.progress import Progress
     from taskdml.exceptions import StepFailed
     from taskdml.runs import run_summary
 
     order = [step.name for step in pipeline.ordered_steps()]
-    progress = Progress(order, live=False if as_json else None)
+    progress = Progress(order, live=False if as_json else None, events=events)
     try:
         result = start(progress)
     except StepFailed as error:

@@ -1,5 +1,6 @@
 """Live progress of a run: a redrawn block of step lines on a terminal, plain lines otherwise."""
 
+import json
 import sys
 import threading
 import time
@@ -65,9 +66,12 @@ class Progress:
         Default ``sys.stderr`` (stdout stays free for ``--json``).
     live : bool, optional
         Redraw a block of lines in place; default: when *stream* is a terminal.
+    events : path, optional
+        Also append every event to this file as a JSON line.
     """
 
-    def __init__(self, steps, stream=None, live=None):
+    def __init__(self, steps, stream=None, live=None, events=None):
+        self.events = open(events, "a", encoding="utf-8") if events else None  # noqa: SIM115
         self.stream = stream or sys.stderr
         self.live = self.stream.isatty() if live is None else live
         self.order = list(steps)
@@ -83,11 +87,19 @@ class Progress:
     def __call__(self, event):
         kind = event["event"]
         with self.lock:
+            if self.events is not None:
+                self.events.write(json.dumps(event, default=str) + "\n")
+                self.events.flush()
+                if kind == "run_finished":
+                    self.events.close()
+                    self.events = None
             if kind == "run_started":
                 self.run_id = event.get("run_id")
                 dashboard = (
                     f"dashboard: {event['dashboard']}" if event["dashboard"] else NO_DASHBOARD
                 )
+                if event.get("taskdml_page"):
+                    dashboard += f"; taskdml page: {event['taskdml_page']}"
                 self._line(
                     f"taskdml: running {event['pipeline']} on {event['workers']} workers "
                     f"({event['threads']} threads); {dashboard}"
@@ -96,6 +108,8 @@ class Progress:
                     self._line(f"run directory: {event['run_dir']}")
             elif kind.startswith("step_"):
                 self._step(kind, event)
+            elif kind in ("epoch", "round", "trial") and event.get("step") in self.state:
+                self._progress(kind, event)
             elif kind == "run_finished":
                 self.stopped.set()
                 if self.live:
@@ -124,6 +138,20 @@ class Progress:
         else:
             self._line(self._format(event["step"]))
 
+    def _progress(self, kind, event):
+        """Where a running step stands: its epoch and round, or its trials."""
+        entry = self.state[event["step"]]
+        if kind == "trial":
+            entry.setdefault("trials", {})[event["trial"]] = event.get("status", "")
+        else:
+            entry["epoch"] = (
+                (event["epoch"] - 1 + (event["round"] / max(event["of"], 1)), event["epochs"])
+                if kind == "round"
+                else (event["epoch"], event["epochs"])
+            )
+        if not self.live and kind == "epoch":
+            self._line(f"  · {event['step']:<16} epoch {event['epoch']} of {event['epochs']}")
+
     def _format(self, name):
         entry = self.state[name]
         state = entry["state"]
@@ -134,6 +162,8 @@ class Progress:
         text += f" {elapsed:7.2f}s" if elapsed is not None else " " * 9
         if entry.get("items") and state == "running":
             text += f"  {len(entry['items'])} items"
+        if state == "running":
+            text += _standing(entry, elapsed)
         if state in ("completed", "cached"):
             text += f"  {describe(entry.get('summary'))}"
         if state == "failed":
@@ -157,3 +187,26 @@ class Progress:
             with self.lock:
                 if self.drawn:
                     self._redraw()
+
+
+def _standing(entry, elapsed):
+    """A running step's bar, what it counts and the time left: ``[####······] epoch 2 of 4,
+    ETA 3 s``, or its trials by state."""
+    trials = entry.get("trials")
+    if trials:
+        ended = sum(1 for state in trials.values() if state not in ("running", "paused"))
+        counts = {}
+        for state in trials.values():
+            word = "stopped" if state.startswith("stopped") else state
+            counts[word] = counts.get(word, 0) + 1
+        parts = ", ".join(f"{n} {word}" for word, n in sorted(counts.items()))
+        return f"  {len(trials)} trials seen: {parts} ({ended} ended)"
+    if "epoch" not in entry:
+        return ""
+    done, total = entry["epoch"]
+    fraction = min(1.0, done / max(total, 1))
+    bar = "#" * round(10 * fraction) + "·" * (10 - round(10 * fraction))
+    text = f"  [{bar}] epoch {min(int(done) + 1, total) if done < total else total} of {total}"
+    if 0 < fraction < 1 and elapsed:
+        text += f", ETA {elapsed * (1 - fraction) / fraction:.0f} s"
+    return text

@@ -267,6 +267,7 @@ def run_pipeline(
     on_event=None,
     cache=None,
     resume=None,
+    performance_report=False,
 ):
     """Run *pipeline* and return a :class:`Run`.
 
@@ -296,6 +297,9 @@ def run_pipeline(
     resume : path, optional
         The directory of a run to continue (see :func:`resume_run`): the run is recorded
         there again, and with *cache* its completed steps and checkpoints are reused.
+    performance_report : bool, default False
+        Save Dask's performance report of the steps (task stream, worker profiles,
+        bandwidth) as ``performance-report.html`` in the run directory.
 
     Raises
     ------
@@ -385,7 +389,10 @@ def run_pipeline(
                 if directory is not None:
                     directory.update_manifest(error=str(error))
                 raise
-            with active.as_current():  # entered once here: dask's config is process-wide
+            with (
+                active.as_current(),  # entered once here: dask's config is process-wide
+                _performance_report(directory if performance_report else None),
+            ):
                 outputs, status = _execute(pipeline, active, recorder)
             recorder.publish({"event": "run_finished", "status": status})
             recorder.client = None
@@ -476,6 +483,18 @@ def recorded_pipeline(run, run_root=None):
     source = manifest.get("source")
     path = source if source and Path(source).exists() else folder / "pipeline.yaml"
     return load_pipeline(path, overrides=manifest.get("overrides", ())), folder
+
+
+def _performance_report(directory):
+    """Dask's performance report of the block, saved in the run directory (or nothing)."""
+    import contextlib
+
+    from distributed import performance_report
+
+    if directory is None:
+        return contextlib.nullcontext()
+    directory.update_manifest(performance_report="performance-report.html")
+    return performance_report(filename=str(directory.path / "performance-report.html"))
 
 
 def _follow(recorder, client):

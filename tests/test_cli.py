@@ -545,3 +545,26 @@ def test_retries_on_a_name_that_is_no_exception_is_refused(tmp_path):
     assert result.exit_code == 3
     assert "steps.data.retries.errors" in result.output
     assert "ConnectionError" in result.output
+
+
+@pytest.mark.slow
+def test_events_file_and_performance_report(tmp_path):
+    """--events FILE gets every event of the run as JSON lines, epochs of the training among
+    them; --report saves Dask's performance report in the run directory."""
+    events = tmp_path / "events.jsonl"
+    result = CliRunner().invoke(
+        cli,
+        ["run", str(ROOT / "pipelines" / "quickstart.yaml"), "n_samples=20000",
+         "chunk_size=5000", "epochs=2", "--run-dir", str(tmp_path / "runs"),
+         "--events", str(events), "--report"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    kinds = [json.loads(line)["event"] for line in events.read_text().splitlines()]
+    assert kinds[0] == "run_started" and kinds[-1] == "run_finished"
+    assert kinds.count("epoch") == 3  # the scaler's one epoch, the model's two
+    assert kinds.count("metric") == 4
+    (run,) = (tmp_path / "runs").iterdir()
+    assert (run / "performance-report.html").stat().st_size > 10_000
+    assert json.loads((run / "manifest.json").read_text())["performance_report"] == (
+        "performance-report.html"
+    )

@@ -1,0 +1,154 @@
+"""The taskdml page of the Dask dashboard: its state from a run's events, its JSON, and the
+page itself in headless Chromium (Debian's ``chromium``, driven by Playwright)."""
+
+import json
+import os
+import shutil
+import urllib.request
+from pathlib import Path
+
+import pytest
+from distributed import Client, LocalCluster
+
+import taskdml
+from taskdml.dashboard import RunState
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = Path(os.environ.get("TASKDML_TEST_ARTIFACTS", ROOT / "build" / "test-artifacts"))
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_the_state_follows_a_runs_events_and_counts_its_steps_tasks():
+    """Steps move through their states, epochs, trials and metrics are kept, and the tasks of
+    a step are counted by their keys' prefix."""
+    state = RunState()
+    steps = [{"name": "data", "kind": "call", "inputs": []},
+             {"name": "model", "kind": "fit", "inputs": ["data"]}]  # fmt: skip
+    state.apply({"event": "run_started", "run_id": "r1", "pipeline": "p", "steps": steps})
+    state.apply({"event": "step_started", "run_id": "r1", "step": "data"})
+    for key, finish in [(("data-abc", 0), "waiting"), (("data-abc", 0), "memory"),
+                        (("data-abc", 1), "waiting"), ("other-xyz", "waiting")]:  # fmt: skip
+        state.transition(key, finish)
+    state.apply({"event": "step_cached", "run_id": "r1", "step": "data", "duration_s": 0.1})
+    state.apply({"event": "epoch", "run_id": "r1", "step": "model", "epoch": 1, "epochs": 2,
+                 "validation_score": 0.8})  # fmt: skip
+    state.apply({"event": "trial", "run_id": "r1", "step": "model", "trial": 3, "score": 0.7,
+                 "status": "stopped at rung 0"})  # fmt: skip
+    state.apply({"event": "run_finished", "run_id": "r1", "status": "succeeded"})
+    (run,) = state.snapshot()["runs"]
+    assert run["status"] == "succeeded"
+    assert run["steps"]["data"]["state"] == "cached"
+    assert run["steps"]["data"]["tasks"] == {"done": 1, "seen": 2, "erred": 0}
+    assert run["steps"]["model"]["epochs"][0]["validation_score"] == 0.8
+    assert run["steps"]["model"]["trials"]["3"]["status"] == "stopped at rung 0"
+    state.transition(("data-abc", 2), "waiting")  # the run is over: nothing counted
+    assert run["steps"]["data"]["tasks"]["seen"] == 2
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A quickstart run (4 epochs) and a search run on a cluster with a dashboard: the
+    cluster's address, the runs and the events each run handed to its callback."""
+    folder = tmp_path_factory.mktemp("dashboard")
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        quickstart = taskdml.load_pipeline(
+            ROOT / "pipelines" / "quickstart.yaml",
+            overrides=["n_samples=40000", "chunk_size=5000", "epochs=4"],
+        )
+        search = taskdml.load_pipeline(ROOT / "pipelines" / "search.yaml", overrides=["trials=9"])
+        events = {"quickstart": [], "search": []}
+        runs = {
+            "search": taskdml.run_pipeline(
+                search, client, run_root=folder, on_event=events["search"].append
+            ),
+            "quickstart": taskdml.run_pipeline(
+                quickstart, client, run_root=folder, on_event=events["quickstart"].append
+            ),
+        }
+        yield client.dashboard_link.rsplit("/status", 1)[0], runs, events
+
+
+def test_the_json_endpoint_lists_the_runs_steps_epochs_and_trials(finished_run):
+    """/taskdml/api/state holds both runs, newest first, every step completed, the model's
+    four epochs and the search's nine trials."""
+    address, runs, _ = finished_run
+    state = json.load(urllib.request.urlopen(f"{address}/taskdml/api/state", timeout=30))
+    newest, older = state["runs"][:2]
+    assert newest["run_id"] == runs["quickstart"].run_id and newest["status"] == "succeeded"
+    assert {n: s["state"] for n, s in newest["steps"].items()} == dict.fromkeys(
+        ["data", "split", "scale", "model", "report"], "completed"
+    )
+    assert [e["epoch"] for e in newest["steps"]["model"]["epochs"]] == [1, 2, 3, 4]
+    assert newest["steps"]["report"]["metrics"]["accuracy"] > 0.6
+    assert len(older["steps"]["tune"]["trials"]) == 9
+
+
+def test_the_event_stream_of_a_search_run_is_whole(finished_run):
+    """events.jsonl parses line by line; every step started and finished; every trial of the
+    search ends in a final state; the callback got the same events."""
+    _, runs, events = finished_run
+    lines = (Path(runs["search"].path) / "events.jsonl").read_text().splitlines()
+    logged = [json.loads(line) for line in lines]
+    assert [e["event"] for e in logged] == [e["event"] for e in events["search"]]
+    assert logged[0]["event"] == "run_started" and logged[-1]["event"] == "run_finished"
+    steps = {"data", "split", "scale", "tune", "report"}
+    assert {e["step"] for e in logged if e["event"] == "step_started"} == steps
+    assert {e["step"] for e in logged if e["event"] == "step_finished"} == steps
+    final = {}
+    for event in logged:
+        if event["event"] == "trial":
+            final[event["trial"]] = event["status"]
+    assert len(final) == 9
+    assert all(s == "completed" or s.startswith("stopped at rung") for s in final.values())
+    assert {e["name"] for e in logged if e["event"] == "metric"} == {"accuracy", "roc_auc"}
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
+def test_the_page_in_chromium_shows_the_steps_and_a_training_curve(finished_run):
+    """Headless Chromium opens /taskdml: the steps are listed with their states, the DAG and a
+    training curve are drawn; a screenshot is kept in build/test-artifacts/."""
+    from playwright.sync_api import sync_playwright
+
+    address, runs, _ = finished_run
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"],
+        )  # fmt: skip
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1400})
+            page.goto(f"{address}/taskdml", timeout=30_000)
+            page.wait_for_selector("#steps tbody tr[data-step='model']", timeout=30_000)
+            rows = page.locator("#steps tbody tr")
+            assert rows.count() == 5
+            states = {
+                rows.nth(i).get_attribute("data-step"): rows.nth(i).locator(".state").inner_text()
+                for i in range(5)
+            }
+            assert states == dict.fromkeys(["data", "split", "scale", "model", "report"],
+                                           "completed")  # fmt: skip
+            assert page.locator("#dag svg g[data-state='completed']").count() == 5
+            curve = page.locator("svg.curve[aria-label='model: validation score per epoch']")
+            if curve.count() == 0:  # no validation data: the loss or the period is drawn
+                curve = page.locator("svg.curve")
+            assert curve.count() >= 1 and curve.first.locator("polyline").count() >= 1
+            assert page.locator("#status").inner_text() == "succeeded"
+            page.select_option("#pick", runs["search"].run_id)
+            page.wait_for_selector("table.leaderboard[data-step='tune']", timeout=30_000)
+            assert page.locator("table.leaderboard tr").count() == 1 + 9
+            page.select_option("#pick", runs["quickstart"].run_id)
+            page.wait_for_selector("#steps tbody tr[data-step='model']", timeout=30_000)
+            page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+        finally:
+            browser.close()
+    assert (ARTIFACTS / "dashboard.png").stat().st_size > 10_000
