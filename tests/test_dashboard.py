@@ -111,7 +111,10 @@ def test_the_event_stream_of_a_search_run_is_whole(finished_run):
     assert {e["name"] for e in logged if e["event"] == "metric"} == {"accuracy", "roc_auc"}
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
+@pytest.mark.skipif(
+    CHROMIUM is None and not os.environ.get("CI"),  # CI installs it (.ci/run): never skipped
+    reason="Debian's chromium is not installed (apt-get install chromium)",
+)
 def test_the_page_in_chromium_shows_the_steps_and_a_training_curve(finished_run):
     """Headless Chromium opens /taskdml: the steps are listed with their states, the DAG and a
     training curve are drawn; a screenshot is kept in build/test-artifacts/."""
