@@ -11,6 +11,7 @@ import pytest
 from distributed import Client, LocalCluster
 
 import taskdml
+import taskdml.dashboard
 from taskdml.dashboard import RunState
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -155,3 +156,22 @@ def test_the_page_in_chromium_shows_the_steps_and_a_training_curve(finished_run)
         finally:
             browser.close()
     assert (ARTIFACTS / "dashboard.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_a_scheduler_started_elsewhere_loads_the_page_with_preload(dask_cluster):
+    """`dask scheduler` with taskdml.dashboard preloaded serves /taskdml before any run, and
+    a run on it keeps that plugin (it is not installed twice)."""
+    preload = {"DASK_DISTRIBUTED__SCHEDULER__PRELOAD": '["taskdml.dashboard"]'}
+    address = dask_cluster.start(workers=(None,), scheduler=preload)
+
+    def plugins(dask_scheduler):  # pickled by value: the scheduler cannot import the tests
+        return [name for name in dask_scheduler.plugins if name.startswith("taskdml")]
+
+    with Client(address, set_as_default=False) as client:
+        assert client.run_on_scheduler(plugins) == ["taskdml-dashboard"]
+        link = client.dashboard_link.rsplit("/status", 1)[0]
+        assert json.load(urllib.request.urlopen(f"{link}/taskdml/api/state"))["runs"] == []
+        page = taskdml.dashboard.register(client)
+        assert page == f"{link}/taskdml"
+        assert client.run_on_scheduler(plugins) == ["taskdml-dashboard"]
