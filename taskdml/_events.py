@@ -39,8 +39,9 @@ _where = contextvars.ContextVar("taskdml_events", default=None)
 
 @contextlib.contextmanager
 def scope(run_id, step):
-    """Tag the events published inside the block with the run and the step."""
-    token = _where.set({"run_id": run_id, "step": step})
+    """Tag the events published inside the block with the run and the step (none are
+    published when *run_id* is ``None``)."""
+    token = _where.set(None if run_id is None else {"run_id": run_id, "step": step})
     try:
         yield
     finally:

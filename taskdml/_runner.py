@@ -191,7 +191,7 @@ class StepContext:
         self.recorder.metrics[self.step.name] = values
         if self.recorder.directory is not None:
             self.recorder.directory.record_metrics(self.step.name, values)
-        with _events.scope(self.recorder.run_id, self.step.name):
+        with _events.scope(self.recorder.run_id if self.recorder.client else None, self.step.name):
             for name, value in values.items():
                 _events.publish("metric", name=name, value=value)
 
@@ -394,8 +394,10 @@ def run_pipeline(
                 _performance_report(directory if performance_report else None),
             ):
                 outputs, status = _execute(pipeline, active, recorder)
-            recorder.publish({"event": "run_finished", "status": status})
-            recorder.client = None
+            if recorder.client is not None:
+                recorder.publish({"event": "run_finished", "status": status})
+                active.unsubscribe_topic(_events.TOPIC)
+                recorder.client = None
     except KeyboardInterrupt:
         status = "interrupted"
         raise
@@ -501,11 +503,16 @@ def _follow(recorder, client):
     """Let the run's events reach the cluster and come back from it: install the dashboard
     plugin (:mod:`taskdml.dashboard`), and subscribe to the events topic, so that epochs,
     rounds and trials published on workers are recorded here. Returns the taskdml page's
-    address (``None`` without a dashboard, or when the scheduler cannot take the plugin)."""
+    address (``None`` without a dashboard, or when the scheduler cannot take the plugin).
+    The dask config ``taskdml.events: false`` turns all of it off."""
     import warnings
+
+    import dask
 
     from taskdml import dashboard
 
+    if not dask.config.get("taskdml.events", True):  # opted out: nothing goes to the cluster
+        return None
     recorder.client = client
     client.subscribe_topic(_events.TOPIC, recorder.heard)
     try:
@@ -699,7 +706,7 @@ def _attempts(pipeline, step, inputs, client, recorder):
                 span(pipeline.name, step.name),
                 _keys.step_scope(step.name, len(retried)),
                 _checkpoint.scope(recorder.reuse.cache, recorder.reuse.key(step)),
-                _events.scope(recorder.run_id, step.name),
+                _events.scope(recorder.run_id if recorder.client else None, step.name),
             ):
                 return KINDS[step.kind].runner()(step, inputs, context)
         except transient as error:
