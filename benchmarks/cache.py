@@ -16,9 +16,8 @@
 
    - *after two steps*: ``pipelines/data_parallel.yaml``, killed once ``data`` and ``split``
      completed;
-   - *mid training*: a 30-epoch sync training of 200,000 × 20 with checkpoints every
-     second (``DASK_TASKDML__ELASTIC__CHECKPOINT_S=1``), killed 0.3 s after the first
-     checkpoint;
+   - *mid training*: a 60-epoch sync training of 200,000 × 20 with checkpoints every
+     second (``DASK_TASKDML__ELASTIC__CHECKPOINT_S=1``), killed at its first checkpoint;
    - *mid search*: ``pipelines/search.yaml`` with 40 trials (ASHA), killed 0.5 s after its
      first checkpoint.
 
@@ -55,7 +54,7 @@ steps:
   model:
     fit: sklearn.linear_model:SGDClassifier
     with: {random_state: 0}
-    parallel: {epochs: 30, sync_every: 2, random_state: 0}
+    parallel: {epochs: 60, sync_every: 2, random_state: 0}
     inputs: {data: data}
 """
 
@@ -151,7 +150,7 @@ def resumes(folder, quick):
             lambda f: _completed(f) >= 2,
         ),
         "mid training": resume_case(
-            "training", ["run", "long.yaml"], folder, _checkpointed, then_wait=0.3,
+            "training", ["run", "long.yaml"], folder, _checkpointed,
             env={"DASK_TASKDML__ELASTIC__CHECKPOINT_S": "1"},
         ),
         "mid search": resume_case(
