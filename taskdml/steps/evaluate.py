@@ -2,6 +2,11 @@
 
 When the model input comes from a ``foreach`` step (one model per item), every model is
 evaluated, all in one graph, and the metrics are keyed by item.
+
+The same chunk tasks also reduce the predictions to what the run's picture of the step needs
+(:func:`taskdml.metrics.evaluate_graph` with ``diagnostics=True``): a confusion matrix, or a
+bounded sample of residuals. It goes into the step's manifest entry as ``diagnostics``
+(keyed by item after a foreach), where :mod:`taskdml.pictures` reads it.
 """
 
 import dask
@@ -33,14 +38,16 @@ def run(step, inputs, context):
     models = {None: models} if single else models
     data = step_data(inputs, "data", context)
     graphs = [
-        evaluate_graph(model, data, list(step.target), preprocess=preprocess)
+        evaluate_graph(model, data, list(step.target), preprocess=preprocess, diagnostics=True)
         for model in models.values()
     ]
     results = dask.compute(*graphs)
     values = {
-        label: {name: float(value) for name, value in result.items()}
-        for label, result in zip(models, results)
+        label: {name: float(value) for name, value in scores.items()}
+        for label, (scores, _) in zip(models, results)
     }
+    found = {label: diagnostics for label, (_, diagnostics) in zip(models, results)}
     values = values[None] if single else values
+    context.note(diagnostics=found[None] if single else found)
     context.record_metrics(values)
     return {"metrics": values}
