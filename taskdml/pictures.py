@@ -315,10 +315,30 @@ _CURVES = {
     "validation_score": "validation score",
     "train_loss": "training loss",
 }
+"""What a history may hold per epoch, drawn in this order; else the throughput or the time."""
+
+_FALLBACK = {
+    "rows_per_s": ("rows per second", "throughput per epoch"),
+    "duration_s": ("epoch duration (s)", "time per epoch"),
+}
+
+
+def _with_throughput(history):
+    """The history's rows with ``rows_per_s``: the epoch's rows (``samples_seen`` is
+    cumulative) over its ``duration_s``."""
+    rows, seen = [], 0
+    for row in history:
+        row = dict(row)
+        if "samples_seen" in row and row.get("duration_s"):
+            row["rows_per_s"] = (row["samples_seen"] - seen) / row["duration_s"]
+            seen = row["samples_seen"]
+        rows.append(row)
+    return rows
 
 
 def draw_training(step, training):
-    """A training's history per epoch: scores and losses (else durations), and sync period.
+    """A training's history per epoch: scores and losses (else throughput or durations), and
+    the sync period.
 
     Parameters
     ----------
@@ -344,9 +364,15 @@ def draw_training(step, training):
     from matplotlib.lines import Line2D
 
     runs = {None: training} if "history" in training else training
-    runs = {item: entry for item, entry in runs.items() if entry.get("history")}
+    runs = {
+        item: {**entry, "history": _with_throughput(entry["history"])}
+        for item, entry in runs.items()
+        if entry.get("history")
+    }
     entries = [row for entry in runs.values() for row in entry["history"]]
-    curves = [key for key in _CURVES if any(key in row for row in entries)] or ["duration_s"]
+    curves = [key for key in _CURVES if any(key in row for row in entries)] or [
+        next((key for key in _FALLBACK if any(key in row for row in entries)), "duration_s")
+    ]
     figure = Figure(figsize=(max(6.4, 5.2 * len(curves)), 3.6))
     axes = figure.subplots(1, len(curves), squeeze=False)[0]
     synced = any("sync_every" in row for row in entries)
@@ -377,9 +403,14 @@ def draw_training(step, training):
                     alpha=0.6,
                 )
         axis.set_xlabel("epoch")
-        axis.set_ylabel(_CURVES.get(key, "epoch duration (s)"))
-        axis.set_title(_CURVES.get(key, "time per epoch"), fontsize=9)
-        axis.xaxis.get_major_locator().set_params(integer=True)
+        ylabel, title = _FALLBACK.get(key, (_CURVES.get(key), _CURVES.get(key)))
+        axis.set_ylabel(ylabel)
+        axis.set_title(title, fontsize=9)
+        epochs = sorted({row["epoch"] for row in entries})
+        if len(epochs) <= 12:
+            axis.set_xticks(epochs)
+        else:
+            axis.xaxis.get_major_locator().set_params(integer=True)
         if twin is not None:
             twin.set_ylabel("sync_every (chunks per round)", fontsize=8)
             twin.yaxis.get_major_locator().set_params(integer=True)
