@@ -24,6 +24,16 @@ pyplot, so the user's backend and pyplot's figures are left alone.
 import json
 from pathlib import Path
 
+__all__ = [
+    "STATE_COLOURS",
+    "dag_edges",
+    "draw_dag",
+    "draw_evaluation",
+    "draw_run",
+    "draw_training",
+    "step_state",
+]
+
 STATE_COLOURS = {
     "completed": "#8fd19e",
     "cached": "#9ec5fe",

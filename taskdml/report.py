@@ -21,6 +21,8 @@ from pathlib import Path
 from taskdml.exceptions import ReportWarning
 from taskdml.pictures import STATE_COLOURS, draw_run, step_state
 
+__all__ = ["REPORT_NAME", "render_report", "write_report"]
+
 REPORT_NAME = "report.html"
 """The report's file name in the run directory."""
 
