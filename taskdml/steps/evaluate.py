@@ -15,6 +15,13 @@ from taskdml._values import step_data
 from taskdml.metrics import evaluate_graph
 from taskdml.steps.fit import as_transformers
 
+MAX_RESIDUALS = 2000
+"""How many ``(prediction, residual)`` pairs a regressor's evaluation keeps for its picture,
+shared among the models of a foreach (the manifest holds them all)."""
+
+MIN_RESIDUALS = 200
+"""The fewest pairs kept per model, however many models a foreach has."""
+
 
 def run(step, inputs, context):
     """Evaluate ``inputs["model"]`` on ``inputs["data"]``, chunk-wise.
@@ -38,7 +45,14 @@ def run(step, inputs, context):
     models = {None: models} if single else models
     data = step_data(inputs, "data", context)
     graphs = [
-        evaluate_graph(model, data, list(step.target), preprocess=preprocess, diagnostics=True)
+        evaluate_graph(
+            model,
+            data,
+            list(step.target),
+            preprocess=preprocess,
+            diagnostics=True,
+            max_residuals=max(MIN_RESIDUALS, MAX_RESIDUALS // len(models)),
+        )
         for model in models.values()
     ]
     results = dask.compute(*graphs)
