@@ -521,6 +521,78 @@ def runs_show(run, run_dir, as_json):
         f"in {summary['duration_s']}s ({summary['run_dir']})"
     )
     click.echo(_results_table(summary["steps"], summary["metrics"]))
+    if summary["report"] or summary["pictures"]:
+        click.echo("")
+    if summary["report"]:
+        click.echo(f"report:  {summary['report']}")
+    for path in summary["pictures"].values():
+        click.echo(f"picture: {path}")
+
+
+@runs.command("compare", epilog=EXIT_CODES_TEXT)
+@click.argument("runs_", metavar="RUN RUN...", nargs=-1, required=True)
+@_run_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON on stdout.")
+@_errors
+def runs_compare(runs_, run_dir, as_json):
+    """Show the parameters and metrics of RUNs side by side, one column per run.
+
+    Every parameter of the pipelines' params block is shown (* marks those that differ);
+    of the steps' with, parallel and foreach settings, only those that differ.
+    """
+    from taskdml.runs import compare_runs
+
+    table = compare_runs(runs_, run_dir)
+    if as_json:
+        click.echo(json.dumps(table, indent=2, default=str))
+        return
+    click.echo(_comparison_text(table))
+
+
+def _comparison_text(table):
+    runs = table["runs"]
+    header = ["", *(run["run_id"] for run in runs)]
+    rows = [
+        ["pipeline", *(str(run["pipeline"]) for run in runs)],
+        ["status", *(str(run["status"]) for run in runs)],
+        ["duration", *(_cell(run["duration_s"], "s") for run in runs)],
+    ]
+    sections = [("", rows)]
+    params = [
+        [("* " if name in table["differ"] else "  ") + name, *map(_setting, values)]
+        for name, values in table["params"].items()
+    ]
+    sections.append(("parameters (* differs)", params))
+    settings = [[f"  {name}", *map(_setting, values)] for name, values in table["settings"].items()]
+    sections.append(("step settings that differ", settings))
+    metrics = [[f"  {name}", *map(_cell, values)] for name, values in table["metrics"].items()]
+    sections.append(("metrics", metrics))
+    every = [header] + [row for _, section in sections for row in section]
+    widths = [max(len(row[i]) for row in every) for i in range(len(header))]
+
+    def line(row):
+        return "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+
+    lines = [line(header)]
+    for title, section in sections:
+        if title:
+            lines += ["", title + ":" if section else f"{title}: none"]
+        lines += [line(row) for row in section]
+    return "\n".join(lines)
+
+
+def _cell(value, unit=""):
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4f}" if not unit else f"{value:.2f}{unit}"
+    return _setting(value)
+
+
+def _setting(value):
+    if value is None:
+        return "-"
+    return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
 @cli.group()

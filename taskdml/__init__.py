@@ -60,6 +60,9 @@ _LAZY = {
     "VersionMismatchWarning": "taskdml.exceptions",
     "InsecureConnectionWarning": "taskdml.exceptions",
     "CacheWarning": "taskdml.exceptions",
+    "ReportWarning": "taskdml.exceptions",
+    "write_report": "taskdml.report",
+    "compare_runs": "taskdml.runs",
 }
 
 __all__ = [
@@ -78,6 +81,7 @@ __all__ = [
     "Pipeline",
     "PipelineError",
     "ProjectError",
+    "ReportWarning",
     "Run",
     "RunNotFound",
     "SequentialFallbackWarning",
@@ -89,6 +93,7 @@ __all__ = [
     "__version__",
     "available_metrics",
     "builds_graph",
+    "compare_runs",
     "dump_pipeline",
     "evaluate",
     "get_merge_rule",
@@ -103,6 +108,7 @@ __all__ = [
     "train",
     "unmergeable_reason",
     "versions",
+    "write_report",
 ]
 
 

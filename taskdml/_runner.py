@@ -37,6 +37,7 @@ from taskdml._reuse import Reuse
 from taskdml._versions import check_cluster, required_distributions, versions
 from taskdml.exceptions import ClusterUnavailable, StepFailed, TaskdmlError
 from taskdml.parallel import _checkpoint
+from taskdml.report import write_report
 from taskdml.runs import RunDirectory, load_model
 from taskdml.steps import KINDS
 
@@ -409,6 +410,7 @@ def run_pipeline(
                 duration_s=duration,
                 finished=datetime.datetime.now().isoformat(timespec="seconds"),
             )
+            write_report(directory, on_error="warn")
         recorder.event("run_finished", status=status, duration_s=duration)
     run = Run(
         _run_id(directory),

@@ -136,6 +136,11 @@ class InsecureConnectionWarning(UserWarning):
     pickled tasks included, cross the network unencrypted and unauthenticated."""
 
 
+class ReportWarning(UserWarning):
+    """A run's pictures or ``report.html`` could not be written (:mod:`taskdml.report`); the
+    run's outcome and its other records are unaffected."""
+
+
 class CacheWarning(UserWarning):
     """A step's outputs could not be stored in the step cache, or a cache entry was refused
     (:mod:`taskdml._cache`); the run goes on without it."""

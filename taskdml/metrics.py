@@ -26,6 +26,12 @@ they are given as plain objects, ``dask.delayed`` objects or ``distributed.Futur
 named by :func:`taskdml._keys.key_name`: ``<step>-model``, ``<step>-preprocess``,
 ``<step>-statistics`` (tuple keys ``(name, chunk)``), ``<step>-combine`` (``(name, level, i)``)
 and ``<step>-score``, where ``<step>`` is ``evaluate`` outside a pipeline.
+
+With ``diagnostics=True`` the same chunk tasks also keep what a picture of the evaluation
+needs, merged as exactly as the metrics: a classifier's confusion matrix (counts add), or a
+regressor's bounded sample of ``(prediction, residual)`` pairs — every row gets a
+pseudo-random priority from its row number and a chunk keeps its ``max_residuals`` lowest, so
+a merge keeps the lowest of the union and the sample is the same for any chunking.
 """
 
 import dataclasses
@@ -155,6 +161,48 @@ def _regression_chunk(y, predicted, n_classes):
         "sum_sq": float(np.sum(residual**2)),
         "sum_abs": float(np.sum(np.abs(residual))),
         "max_abs": float(np.max(np.abs(residual))),
+    }
+
+
+def _row_priority(start, n):
+    """A pseudo-random priority in ``[0, 1)`` for rows ``start`` to ``start + n - 1``: the
+    splitmix64 hash of the row number, so a row has the same priority in any chunking."""
+    z = np.arange(start, start + n, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) / 2.0**53
+
+
+def _residual_sample_chunk(y, predicted, size, start):
+    """At most *size* ``(prediction, residual)`` pairs of one chunk (its first row is row
+    *start*): those of lowest priority."""
+    y = np.asarray(y, dtype=np.float64)
+    predicted = np.asarray(predicted, dtype=np.float64).reshape(len(y))
+    priority = _row_priority(start, len(y))
+    keep = np.argsort(priority, kind="stable")[:size]
+    return {
+        "n": len(y),
+        "size": size,
+        "priority": priority[keep],
+        "prediction": predicted[keep],
+        "residual": (y - predicted)[keep],
+    }
+
+
+def _residual_sample_combine(values):
+    """The *size* pairs of lowest priority among several chunks' samples."""
+    size = values[0]["size"]
+    priority = np.concatenate([value["priority"] for value in values])
+    keep = np.argsort(priority, kind="stable")[:size]
+    return {
+        "n": sum(value["n"] for value in values),
+        "size": size,
+        "priority": priority[keep],
+        **{
+            name: np.concatenate([value[name] for value in values])[keep]
+            for name in ("prediction", "residual")
+        },
     }
 
 
@@ -636,10 +684,11 @@ def _encode_labels(values, classes):
     return order[position], np.asarray(found, dtype=bool)
 
 
-def _chunk_statistics(model, preprocess, X, y, metrics, chunk, start):
+def _chunk_statistics(model, preprocess, X, y, metrics, chunk, start, max_residuals=None):
     """Statistics of one chunk: preprocess, predict, reduce (a task).
 
-    Returns ``None`` for an empty chunk, otherwise ``{"n_samples", "classes", <statistic>...}``.
+    Returns ``None`` for an empty chunk, otherwise ``{"n_samples", "classes", <statistic>...}``,
+    and ``"diagnostics"`` (see :func:`evaluate_graph`) unless *max_residuals* is ``None``.
     """
     y = np.asarray(y)
     if len(y) == 0:
@@ -667,19 +716,36 @@ def _chunk_statistics(model, preprocess, X, y, metrics, chunk, start):
             continue
         method = _response_method(model, name, statistic)
         if method not in responses:
-            responses[method] = getattr(model, method)(X)
-            if method == "predict" and classes is not None:
-                responses[method], known = _encode_labels(responses[method], classes)
-                if not known.all():
-                    raise DataError(
-                        f"{_describe(model)} predicted labels outside its classes_ in {where}"
-                    )
+            responses[method] = (
+                _predict(model, X, classes, where)
+                if method == "predict"
+                else getattr(model, method)(X)
+            )
         cache_key = (statistic.compute, method)
         if cache_key not in computed:
             n_classes = None if classes is None else len(classes)
             computed[cache_key] = statistic.compute(y, responses[method], n_classes)
         result[statistic.name] = computed[cache_key]
+    if max_residuals is not None:
+        if "predict" not in responses:
+            responses["predict"] = _predict(model, X, classes, where)
+        result["diagnostics"] = (
+            _confusion_chunk(y, responses["predict"], len(classes))
+            if classes is not None
+            else _residual_sample_chunk(y, responses["predict"], max_residuals, start)
+        )
     return result
+
+
+def _predict(model, X, classes, where):
+    """``model.predict(X)``; for a classifier, as indices into *classes*."""
+    predicted = model.predict(X)
+    if classes is None:
+        return predicted
+    predicted, known = _encode_labels(predicted, classes)
+    if not known.all():
+        raise DataError(f"{_describe(model)} predicted labels outside its classes_ in {where}")
+    return predicted
 
 
 def _statistics_of(metrics):
@@ -698,6 +764,13 @@ def _combine_statistics(parts, metrics):
     }
     for name, statistic in _statistics_of(metrics).items():
         combined[name] = statistic.combine([part[name] for part in parts])
+    if "diagnostics" in parts[0]:
+        diagnostics = [part["diagnostics"] for part in parts]
+        combined["diagnostics"] = (
+            _residual_sample_combine(diagnostics)
+            if isinstance(diagnostics[0], dict)
+            else _sum_values(diagnostics)
+        )
     return combined
 
 
@@ -709,6 +782,25 @@ def _score(statistics, metrics):
     return {
         name: float(metric.score(statistics[metric.statistic.name], classes))
         for name, metric in metrics.items()
+    }
+
+
+def _score_and_diagnose(statistics, metrics):
+    """The metrics' values and the JSON-able diagnostics (the final task with diagnostics)."""
+    scores = _score(statistics, metrics)
+    classes, found = statistics["classes"], statistics["diagnostics"]
+    if classes is not None:
+        return scores, {
+            "kind": "confusion",
+            "labels": np.asarray(classes).tolist(),
+            "counts": found.tolist(),
+        }
+    order = np.argsort(found["prediction"], kind="stable")
+    return scores, {
+        "kind": "residuals",
+        "n_samples": int(found["n"]),
+        "prediction": [float(f"{v:.6g}") for v in found["prediction"][order]],
+        "residual": [float(f"{v:.6g}") for v in found["residual"][order]],
     }
 
 
@@ -757,7 +849,9 @@ def _as_node(value, phase, token):
     return dask.delayed(value, name=key_name(_DEFAULT_PREFIX, token, phase=phase), traverse=False)
 
 
-def evaluate_graph(model, data, metrics, *, preprocess=(), split_every=8):
+def evaluate_graph(
+    model, data, metrics, *, preprocess=(), split_every=8, diagnostics=False, max_residuals=2000
+):
     """Build (without computing) the graph that evaluates *model* on *data*.
 
     Use it to compute several evaluations, or an evaluation and other work, in one
@@ -769,11 +863,19 @@ def evaluate_graph(model, data, metrics, *, preprocess=(), split_every=8):
         As for :func:`evaluate`.
     split_every : int, default=8
         How many statistics one combine task merges.
+    diagnostics : bool, default=False
+        Also compute, in the same chunk tasks, what a picture of the evaluation needs.
+    max_residuals : int, default=2000
+        With *diagnostics*, how many ``(prediction, residual)`` pairs a regressor's sample
+        keeps at most (a uniform sample of the rows, the same for any chunking).
 
     Returns
     -------
     dask.delayed.Delayed
-        Computes to ``{metric name: float}``.
+        Computes to ``{metric name: float}``; with *diagnostics*, to ``(scores, found)``
+        where *found* is JSON-able: ``{"kind": "confusion", "labels", "counts"}`` (rows the
+        true label, columns the predicted one) for a classifier, ``{"kind": "residuals",
+        "n_samples", "prediction", "residual"}`` (sorted by prediction) for a regressor.
 
     Examples
     --------
@@ -795,6 +897,9 @@ def evaluate_graph(model, data, metrics, *, preprocess=(), split_every=8):
     metrics = _resolve_metrics(metrics)
     if not (isinstance(split_every, int) and split_every >= 2):
         raise DataError(f"split_every must be an integer >= 2; got {split_every!r}")
+    if diagnostics and not (isinstance(max_residuals, int) and max_residuals >= 1):
+        raise DataError(f"max_residuals must be an integer >= 1; got {max_residuals!r}")
+    kept = max_residuals if diagnostics else None
     preprocess = list(preprocess)
     X, y = _check_data(data)
     # Plain objects are checked here, before anything runs; delayed ones in each chunk task.
@@ -817,6 +922,7 @@ def evaluate_graph(model, data, metrics, *, preprocess=(), split_every=8):
         X_name,
         y.name,
         list(metrics),
+        kept,
     )
     statistics_name = key_name(_DEFAULT_PREFIX, token, phase="statistics")
     starts = np.cumsum((0,) + tuple(rows))
@@ -829,6 +935,7 @@ def evaluate_graph(model, data, metrics, *, preprocess=(), split_every=8):
             metrics,
             chunk,
             int(starts[chunk]),
+            kept,
             dask_key_name=(statistics_name, chunk),
         )
         for chunk, (x_block, y_block) in enumerate(zip(x_blocks, y.to_delayed().ravel()))
@@ -843,7 +950,7 @@ def evaluate_graph(model, data, metrics, *, preprocess=(), split_every=8):
             for j, i in enumerate(range(0, len(parts), split_every))
         ]
         level += 1
-    return dask.delayed(_score, pure=True)(
+    return dask.delayed(_score_and_diagnose if diagnostics else _score, pure=True)(
         parts[0], metrics, dask_key_name=key_name(_DEFAULT_PREFIX, token, phase="score")
     )
 

@@ -381,7 +381,9 @@ def run_summary(run, root=None, *, exit_code=None):
     -------
     dict
         ``run_id``, ``pipeline``, ``run_dir``, ``status``, ``exit_code``, ``duration_s``,
-        ``steps`` (each step's manifest entry without its traceback) and ``metrics``.
+        ``steps`` (each step's manifest entry without its traceback), ``metrics``, and the
+        paths of ``report`` (``report.html``, or ``None``) and the ``pictures``
+        (``{name: path}``) that exist.
 
     Raises
     ------
@@ -389,6 +391,7 @@ def run_summary(run, root=None, *, exit_code=None):
         When *run* matches no recorded run, or several.
     """
     manifest = find_run(run, root)
+    folder, report = Path(manifest["path"]), manifest.get("report")
     metrics_file = Path(manifest["path"], "metrics.json")
     metrics = _read_json(metrics_file) if metrics_file.exists() else {}
     if exit_code is None:
@@ -405,7 +408,116 @@ def run_summary(run, root=None, *, exit_code=None):
             for name, entry in manifest.get("steps", {}).items()
         },
         "metrics": metrics,
+        "report": str(folder / report) if report and (folder / report).exists() else None,
+        "pictures": {
+            name: str(folder / path)
+            for name, path in (manifest.get("pictures") or {}).items()
+            if (folder / path).exists()
+        },
     }
+
+
+def compare_runs(runs, root=None):
+    """Parameters and metrics of several recorded runs, side by side.
+
+    Parameters
+    ----------
+    runs : sequence of str or path
+        Anything :func:`find_run` accepts, one per run, in the order of the columns.
+    root : path, optional
+        The folder of run directories; default :data:`DEFAULT_ROOT` (``.taskdml/runs``).
+
+    Returns
+    -------
+    dict
+        ``runs``: per run ``run_id``, ``pipeline``, ``status``, ``duration_s``, ``run_dir``;
+        ``params``: ``{name: [value per run]}``, every resolved ``params`` entry of any run;
+        ``differ``: the names of ``params`` whose values differ; ``settings``:
+        ``{"<step>.<with|parallel|foreach>.<key>": [value per run]}``, only those that
+        differ; ``metrics``: ``{"<step>.<metric>": [value per run]}`` (``<step>[<item>]``
+        after a foreach). A run that lacks an entry has ``None`` there.
+
+    Raises
+    ------
+    RunNotFound
+        When a run matches no recorded run, or several.
+
+    Examples
+    --------
+    >>> from taskdml.runs import compare_runs
+    >>> table = compare_runs(["20250101-120000-abcdef", "latest"])  # doctest: +SKIP
+    >>> table["differ"], table["metrics"]["report.accuracy"]  # doctest: +SKIP
+    (['epochs'], [0.8712, 0.8893])
+    """
+    manifests = [find_run(run, root) for run in runs]
+    specs = [_resolved(Path(manifest["path"])) for manifest in manifests]
+    params = _side_by_side([spec.get("params") or {} for spec in specs])
+    settings = _side_by_side([_settings(spec) for spec in specs])
+    metrics = _side_by_side(
+        [
+            _flat_metrics(_read_json(Path(m["path"], "metrics.json")))
+            if Path(m["path"], "metrics.json").exists()
+            else {}
+            for m in manifests
+        ]
+    )
+    return {
+        "runs": [
+            {
+                "run_id": manifest["run_id"],
+                "pipeline": manifest.get("pipeline"),
+                "status": manifest.get("status"),
+                "duration_s": manifest.get("duration_s"),
+                "run_dir": str(manifest["path"]),
+            }
+            for manifest in manifests
+        ],
+        "params": params,
+        "differ": [name for name, values in params.items() if _differ(values)],
+        "settings": {name: values for name, values in settings.items() if _differ(values)},
+        "metrics": metrics,
+    }
+
+
+def _resolved(folder):
+    import yaml
+
+    path = folder / "resolved.yaml"
+    return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.exists() else {}
+
+
+def _settings(spec):
+    """``{"<step>.<with|parallel|foreach>.<key>": value}`` of a resolved pipeline."""
+    found = {}
+    for step, entry in (spec.get("steps") or {}).items():
+        for block in ("with", "parallel", "foreach"):
+            for key, value in ((entry or {}).get(block) or {}).items():
+                found[f"{step}.{block}.{key}"] = value
+    return found
+
+
+def _flat_metrics(metrics):
+    found = {}
+    for step, values in metrics.items():
+        for name, value in values.items():
+            if isinstance(value, dict):  # after a foreach: {item: {metric: value}}
+                found.update({f"{step}[{name}].{metric}": v for metric, v in value.items()})
+            else:
+                found[f"{step}.{name}"] = value
+    return found
+
+
+def _side_by_side(mappings):
+    names = list(dict.fromkeys(name for mapping in mappings for name in mapping))
+    return {name: [mapping.get(name) for mapping in mappings] for name in names}
+
+
+def _differ(values):
+    return any(
+        json.dumps(v, sort_keys=True, default=str)
+        != json.dumps(values[0], sort_keys=True, default=str)
+        for v in values
+    )
 
 
 def _read_json(path):

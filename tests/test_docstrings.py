@@ -17,6 +17,8 @@ PUBLIC_MODULES = [
     "taskdml.spec",
     "taskdml.cluster",
     "taskdml.render",
+    "taskdml.pictures",
+    "taskdml.report",
 ]
 SECTION = re.compile(r"^(Parameters|Returns|Yields|Raises|Examples|Attributes)\n-{3,}$", re.M)
 
