@@ -175,3 +175,40 @@ def test_a_scheduler_started_elsewhere_loads_the_page_with_preload(dask_cluster)
         page = taskdml.dashboard.register(client)
         assert page == f"{link}/taskdml"
         assert client.run_on_scheduler(plugins) == ["taskdml-dashboard"]
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None and not os.environ.get("CI"),
+    reason="Debian's chromium is not installed (apt-get install chromium)",
+)
+def test_report_html_of_a_finished_run_opens_offline_in_chromium(finished_run):
+    """report.html of the quickstart run opens from the file alone (no request leaves it):
+    its steps table, its metrics and every picture are there and drawn."""
+    from playwright.sync_api import sync_playwright
+
+    _, runs, _ = finished_run
+    report = Path(runs["quickstart"].path) / "report.html"
+    requested = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1400})
+            page.on("request", lambda request: requested.append(request.url))
+            page.goto(report.as_uri(), timeout=30_000)
+            text = page.inner_text("body")
+            for step in ("data", "split", "scale", "model", "report"):
+                assert step in text
+            assert "accuracy" in text and runs["quickstart"].run_id in text
+            images = page.locator("img")
+            assert images.count() >= 3  # the DAG, the training, the evaluation
+            widths = [
+                images.nth(i).evaluate("img => img.naturalWidth") for i in range(images.count())
+            ]
+            assert all(width > 100 for width in widths)
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
+        finally:
+            browser.close()
+    assert [url for url in requested if not url.startswith(("file:", "data:"))] == []
