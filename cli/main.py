@@ -303,6 +303,10 @@ def _run_and_report(start, pipeline, *, run_dir, cache_dir, explain, as_json, ev
             click.echo(json.dumps(run_summary(error.run_dir, exit_code=error.exit_code), indent=2))
         if explain and error.run_dir is not None:
             click.echo(_explanation(run_summary(error.run_dir)["steps"], order), err=True)
+        if error.run_dir is not None:
+            for name, entry in run_summary(error.run_dir)["steps"].items():
+                for frame in entry.get("where", []):
+                    click.echo(f"  in your code ({name}): {frame.strip()}", err=True)
         click.echo(
             f"\nrun failed; what finished is kept in {error.run_dir}\n"
             f"see it with: taskdml runs show {error.run_dir}\n"

@@ -667,16 +667,60 @@ def _run_step(pipeline, step, inputs, client, recorder):
             raise
         duration = round(time.perf_counter() - started, 3)
         message = _describe_error(error)
+        where = user_frames(error)
         recorder.step(
             step.name,
             state="failed",
             duration_s=duration,
             error=message,
+            where=where,
             traceback=traceback.format_exc(),
         )
-        recorder.event("step_failed", step=step.name, duration_s=duration, error=message)
+        recorder.event(
+            "step_failed", step=step.name, duration_s=duration, error=message, where=where
+        )
         raise
     return _finished(step, produced, started, recorder, cached=False)
+
+
+def user_frames(error, most=5):
+    """The frames of *error*'s traceback in the user's own code (not Python's, an installed
+    library's or taskdml's), innermost last: ``["path:line in function: source", ...]``.
+
+    Parameters
+    ----------
+    error : BaseException
+        Raised in the client or, re-raised by distributed, in a worker task.
+    most : int, default 5
+        The innermost frames kept.
+
+    Returns
+    -------
+    list of str
+    """
+    import os
+    import re
+    import sys
+    import sysconfig
+
+    from taskdml._project import PLUGIN_PREFIX
+
+    library = {os.path.realpath(p) for p in sysconfig.get_paths().values()}
+    library |= {os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)}
+    library.add(os.path.dirname(os.path.realpath(__file__)))  # taskdml itself
+    shipped = re.compile(
+        rf".*{re.escape(os.sep)}{PLUGIN_PREFIX}{re.escape(os.sep)}[^/]+/[0-9a-f]+/"
+    )
+    frames = []
+    for frame in traceback.extract_tb(error.__traceback__):
+        path = os.path.realpath(frame.filename)
+        if frame.filename.startswith("<") or any(
+            path.startswith(folder + os.sep) for folder in library
+        ):
+            continue
+        shown = shipped.sub("", frame.filename)  # a shipped copy: the path in the project
+        frames.append(f"{shown}:{frame.lineno} in {frame.name}: {frame.line or ''}")
+    return frames[-most:]
 
 
 def _finished(step, produced, started, recorder, cached):

@@ -453,3 +453,23 @@ def test_the_embedded_cluster_warms_what_the_pipeline_names(tmp_path):
     imported = json.loads(target.read_text())
     assert list(imported) == pipeline_modules(pipeline)
     assert "sklearn.semi_supervised" in imported and all(imported.values()), imported
+
+
+def test_a_failed_step_names_the_frames_of_the_users_code(tmp_path, client):
+    """A step failing inside the user's function records (and publishes) where in the user's
+    code, without Python's, Dask's or taskdml's frames."""
+    from taskdml import Pipeline, Step, run_pipeline
+    from taskdml.exceptions import StepFailed
+
+    pipeline = Pipeline(
+        "fails",
+        [Step("bad", call="pipeline_functions:fail", with_={"message": "no luck"})],
+        imports={"allow": ["pipeline_functions"]},
+    )
+    events = []
+    with pytest.raises(StepFailed):
+        run_pipeline(pipeline, client, run_root=tmp_path, on_event=events.append)
+    (failed,) = [e for e in events if e["event"] == "step_failed"]
+    (frame,) = failed["where"]
+    assert frame.endswith("in fail: raise RuntimeError(message)")
+    assert "pipeline_functions.py:" in frame
