@@ -110,6 +110,10 @@ class Progress:
                 self._step(kind, event)
             elif kind in ("epoch", "round", "trial") and event.get("step") in self.state:
                 self._progress(kind, event)
+            elif kind == "tasks":
+                for name, tasks in event["steps"].items():
+                    if name in self.state:
+                        self.state[name]["tasks"] = tasks
             elif kind == "run_finished":
                 self.stopped.set()
                 if self.live:
@@ -202,11 +206,20 @@ def _standing(entry, elapsed):
         parts = ", ".join(f"{n} {word}" for word, n in sorted(counts.items()))
         return f"  {len(trials)} trials seen: {parts} ({ended} ended)"
     if "epoch" not in entry:
-        return ""
+        tasks = entry.get("tasks")
+        if not tasks:
+            return ""
+        return f"  {_bar(tasks['done'] / tasks['seen'])} {tasks['done']} of {tasks['seen']} tasks"
     done, total = entry["epoch"]
     fraction = min(1.0, done / max(total, 1))
-    bar = "#" * round(10 * fraction) + "·" * (10 - round(10 * fraction))
-    text = f"  [{bar}] epoch {min(int(done) + 1, total) if done < total else total} of {total}"
+    current = min(int(done) + 1, total) if done < total else total
+    text = f"  {_bar(fraction)} epoch {current} of {total}"
     if 0 < fraction < 1 and elapsed:
         text += f", ETA {elapsed * (1 - fraction) / fraction:.0f} s"
     return text
+
+
+def _bar(fraction):
+    """``[####······]`` for *fraction* of 1."""
+    filled = round(10 * min(1.0, max(0.0, fraction)))
+    return "[" + "#" * filled + "·" * (10 - filled) + "]"

@@ -23,6 +23,7 @@ transition, and every transition is also handed to ``on_event`` for live display
 """
 
 import concurrent.futures
+import contextlib
 import contextvars
 import dataclasses
 import datetime
@@ -393,6 +394,7 @@ def run_pipeline(
             with (
                 active.as_current(),  # entered once here: dask's config is process-wide
                 _performance_report(directory if performance_report else None),
+                _watching_tasks(recorder, active),
             ):
                 outputs, status = _execute(pipeline, active, recorder)
             if recorder.client is not None:
@@ -499,6 +501,36 @@ def _performance_report(directory):
         return contextlib.nullcontext()
     directory.update_manifest(performance_report="performance-report.html")
     return performance_report(filename=str(directory.path / "performance-report.html"))
+
+
+@contextlib.contextmanager
+def _watching_tasks(recorder, client, every_s=1.0):
+    """While the block runs, hand the callback a ``tasks`` event every *every_s* seconds: the
+    tasks done of those seen, per running step, as the dashboard plugin counts them (for the
+    terminal's progress; not recorded in ``events.jsonl``)."""
+    from taskdml.dashboard import step_tasks
+
+    stop = threading.Event()
+
+    def watch():
+        while not stop.wait(every_s):
+            try:
+                counts = client.run_on_scheduler(step_tasks, recorder.run_id)
+            except Exception:  # the cluster is going away: nothing more to show
+                return
+            if counts:
+                recorder.on_event({"event": "tasks", "steps": counts})
+
+    watcher = None
+    if recorder.on_event is not None and recorder.client is not None:
+        watcher = threading.Thread(target=watch, name="taskdml-tasks", daemon=True)
+        watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        if watcher is not None:
+            watcher.join(timeout=5)
 
 
 def _follow(recorder, client):

@@ -260,6 +260,20 @@ def register(client):
     return link.rsplit("/status", 1)[0] + "/taskdml"
 
 
+def step_tasks(run_id, dask_scheduler=None):
+    """``{step: {"done", "seen", "erred"}}`` of the running steps of *run_id* (run on the
+    scheduler by :meth:`distributed.Client.run_on_scheduler`; empty without the plugin)."""
+    plugin = dask_scheduler.plugins.get(NAME)
+    run = plugin.state.runs.get(run_id) if plugin is not None else None
+    if run is None:
+        return {}
+    return {
+        name: dict(step["tasks"])
+        for name, step in run["steps"].items()
+        if step["state"] == "running" and step["tasks"]["seen"]
+    }
+
+
 def _has_plugin(dask_scheduler):
     return NAME in dask_scheduler.plugins
 

@@ -473,3 +473,21 @@ def test_a_failed_step_names_the_frames_of_the_users_code(tmp_path, client):
     (frame,) = failed["where"]
     assert frame.endswith("in fail: raise RuntimeError(message)")
     assert "pipeline_functions.py:" in frame
+
+
+def test_a_long_step_reports_its_tasks_done_of_seen(tmp_path, client):
+    """While a step runs longer than a second, the callback gets ``tasks`` events with the
+    step's tasks done of those seen (the terminal's progress of steps that are not
+    trainings)."""
+    from taskdml import Pipeline, Step, run_pipeline
+
+    pipeline = Pipeline(
+        "slow",
+        [Step("wait", call="pipeline_functions:wait_and_return",
+              with_={"value": 1, "seconds": 2.5})],
+        imports={"allow": ["pipeline_functions"]},
+    )  # fmt: skip
+    events = []
+    run_pipeline(pipeline, client, record=False, on_event=events.append)
+    counts = [e["steps"]["wait"] for e in events if e["event"] == "tasks"]
+    assert counts and counts[0] == {"done": 0, "seen": 1, "erred": 0}
