@@ -43,6 +43,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.utils import check_random_state
 from sklearn.utils.metaestimators import available_if
+from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from taskdml import _keys
@@ -278,6 +279,7 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
             n_features = X.shape[1]
         else:
             X, y = validate_data(self, X, y, accept_sparse="csr", reset=True)
+            check_classification_targets(y)
             n_features = X.shape[1]
         if y is None:
             raise ValueError("ClassSharded.fit needs labels: pass y, or a Dataset with 'y'.")
@@ -287,8 +289,8 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
         rows = len(classes) if len(classes) > 2 else 1
         if len(classes) < 2:
             raise ValueError(
-                f"ClassSharded needs at least 2 classes, got {classes.tolist()!r}; pass every "
-                "label in classes=."
+                f"ClassSharded needs at least 2 classes, got {len(classes)} class "
+                f"({classes.tolist()!r}); pass every label in classes=."
             )
         client = current_client() if chunked else None
         workers = sorted(client.scheduler_info(n_workers=-1)["workers"]) if client else []
@@ -421,6 +423,7 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
             A dask array for chunked *X* (its chunks already computing on a cluster), a
             NumPy array otherwise.
         """
+        check_is_fitted(self, "shards_")
         width = None if len(self.classes_) == 2 else len(self.classes_)
         if width is None:
             return self._combined(X, shard_decision, _identity, (), None).astype(float)
@@ -439,6 +442,7 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
         labels : dask array or ndarray of shape (n_samples,)
             A dask array for chunked *X*, a NumPy array otherwise.
         """
+        check_is_fitted(self, "shards_")
         if len(self.classes_) == 2:
             return self._combined(X, _whole_predict, _identity, (), None)
         return self._combined(X, shard_scores, combine_predict, (self.classes_, self._kind), None)
@@ -466,6 +470,7 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
         proba : dask array or ndarray of shape (n_samples, n_classes)
             A dask array for chunked *X*, a NumPy array otherwise.
         """
+        check_is_fitted(self, "shards_")
         kind = "ovr" if self._kind == "ovr" and len(self.classes_) > 2 else "sgd"
         if len(self.classes_) == 2:
             return self._combined(X, shard_proba, combine_columns, (), 2)
@@ -588,7 +593,10 @@ def _train_chunked(client, workers, shards, groups, X, y, sample_weight, seeds_o
                 classes, w_i, key=(name, k, i), workers=[workers[k % len(workers)]],
                 allow_other_workers=True, pure=False,
             )  # fmt: skip
-    client.gather(states[-1:])  # wait, raising the first error of a chain
-    for state in states:
-        state.result()
+    from distributed import wait
+
+    wait(states)
+    for state in states:  # the first error of a chain; a shard itself never travels here
+        if state.status != "finished":
+            raise state.exception()
     return states

@@ -11,6 +11,7 @@ from sklearn.base import clone
 from sklearn.linear_model import LinearRegression, Perceptron, SGDClassifier
 from sklearn.multiclass import OneVsRestClassifier
 from sklearn.naive_bayes import GaussianNB
+from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from taskdml import ClassSharded
 
@@ -196,3 +197,24 @@ def test_predict_rejects_other_feature_counts(data):
     model = ClassSharded(SGDClassifier(), n_shards=2).fit(X[:1000], y[:1000])
     with pytest.raises(ValueError, match="expecting 50 features"):
         model.predict(X[:10, :5])
+
+
+# SGD is stochastic: weighting a row is not repeating it, so SGDClassifier fails these too
+# (scikit-learn marks them as expected failures of SGDClassifier in its own test suite).
+EXPECTED_FAILED_CHECKS = dict.fromkeys(
+    (
+        "check_sample_weight_equivalence_on_dense_data",
+        "check_sample_weight_equivalence_on_sparse_data",
+    ),
+    "SGD: a sample weight is not a repeated row; SGDClassifier fails it too",
+)
+
+
+@pytest.mark.timeout(120)
+@parametrize_with_checks(
+    [ClassSharded(SGDClassifier(random_state=0), n_shards=1)],
+    expected_failed_checks=lambda estimator: EXPECTED_FAILED_CHECKS,
+)
+def test_scikit_learn_estimator_checks(estimator, check):
+    """ClassSharded passes scikit-learn's estimator checks on in-memory data."""
+    check(estimator)
