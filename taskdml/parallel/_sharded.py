@@ -310,7 +310,8 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
         name = _keys.key_name(
             "train",
             *fresh, type(estimator).__name__, estimator.get_params(deep=False),
-            classes, n_shards, X.name if chunked else X, phase="shard",
+            classes, n_shards, *[getattr(a, "name", a) for a in (X, y, sample_weight)],
+            phase="shard",
         )  # fmt: skip
         groups = np.array_split(np.arange(len(classes)), n_shards)
         shards = [

@@ -134,6 +134,26 @@ def test_one_vs_rest_sharded_equals_unsharded(client, data, base):
         assert not hasattr(model, "predict_proba")
 
 
+@pytest.mark.timeout(120)
+def test_sample_weight_on_a_cluster(client, data):
+    """Row weights reach every shard: equal to the unsharded model trained with them."""
+    X, y = data
+    weight = np.random.default_rng(1).uniform(0.1, 2.0, len(y))
+    reference = SGDClassifier(random_state=0)
+    for start in range(0, len(y), CHUNK):
+        rows = slice(start, start + CHUNK)
+        reference.partial_fit(X[rows], y[rows], classes=np.unique(y), sample_weight=weight[rows])
+    model = ClassSharded(SGDClassifier(random_state=0), n_shards=2).fit(
+        *_chunked(X, y), sample_weight=da.from_array(weight, chunks=CHUNK)
+    )
+    shards = _shards(model, client)
+    assert np.array_equal(
+        np.vstack([e.coef_ for s in shards for e in s.estimators]), reference.coef_
+    )
+    unweighted = ClassSharded(SGDClassifier(random_state=0), n_shards=2).fit(*_chunked(X, y))
+    assert unweighted.shards_[0].key != model.shards_[0].key
+
+
 @pytest.mark.timeout(60)
 def test_xarray_dataset_and_explicit_classes(data):
     """An xarray Dataset chunked along samples trains; classes= may name unseen labels."""
