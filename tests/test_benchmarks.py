@@ -32,3 +32,22 @@ def test_scaling_quick_run(tmp_path):
     for section in ("### Speed-up", "### Streaming against persisting", "### Peak memory"):
         assert section in run.stdout
     assert (ROOT / "benchmarks" / "RESULTS.md").read_text() == results
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_model_parallel_quick_run(tmp_path):
+    """benchmarks/model_parallel.py --quick trains and predicts a sharded model on 4 workers,
+    compares it with the unsharded one, and leaves RESULTS.md alone."""
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "model_parallel.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "### A model larger than one worker" in run.stdout
+    assert "equals the unsharded one bit for bit: yes" in run.stdout
+    assert (ROOT / "benchmarks" / "RESULTS.md").read_text() == results

@@ -9,8 +9,9 @@ modules: ``_engine`` (strategies and the driver of a training), ``_replica`` and
 ``_collective`` (what replicas do and how they all-reduce), ``_merge`` and ``_merge_*`` (the
 rules per estimator family), ``_estimator`` (:class:`DataParallel`), ``_tasks`` (the task
 functions shared with the searches), ``_chunks`` (the inspection of every chunk before
-training) and ``_tabular`` (scikit-learn Pipelines: transformers fitted chunk-wise, the last
-step trained by the engine).
+training), ``_sharded`` (:class:`ClassSharded`: a one-vs-rest model split by class across
+workers, model parallelism) and ``_tabular`` (scikit-learn Pipelines: transformers fitted
+chunk-wise, the last step trained by the engine).
 """
 
 from taskdml._lazy import exports
@@ -20,6 +21,7 @@ _LAZY = {
     "SequentialFallbackWarning": "taskdml.parallel._engine",
     "TrainResult": "taskdml.parallel._engine",
     "train": "taskdml.parallel._engine",
+    "ClassSharded": "taskdml.parallel._sharded",
     "DataParallel": "taskdml.parallel._estimator",
     "ChunkwiseFit": "taskdml.parallel._tabular",
     "fit_chunkwise": "taskdml.parallel._tabular",
@@ -37,6 +39,7 @@ _LAZY = {
 
 __all__ = [
     "ChunkwiseFit",
+    "ClassSharded",
     "DataParallel",
     "MergeRule",
     "SequentialFallbackWarning",

@@ -1,0 +1,603 @@
+"""Class-sharded model parallelism: a one-vs-rest linear classifier split by class.
+
+A linear classifier with many classes on many features (1,000 classes x 2^20 hashed features
+is 8 GB of ``coef_`` in float64) does not fit one worker. scikit-learn's multi-class
+``SGDClassifier`` and ``OneVsRestClassifier`` are one-vs-rest: every class is an independent
+binary problem on the same rows. :class:`ClassSharded` splits the classes into contiguous
+shards; a shard is a list of binary estimators, one per class, and lives on one worker.
+
+Training is one chain of tasks per shard, one link per chunk, in the chunks' order:
+``(name, shard, chunk)`` runs ``partial_fit`` of the shard's binary estimators on that chunk
+and hands the shard to the next link on the same worker. Only the chunk travels (to every
+shard's worker); a shard's coefficients never leave its worker, and the client sends each
+link no more than the chunk's key and the shard's per-class seeds. The links update the shard
+in place instead of on a copy, unlike the engine's task functions (:mod:`._tasks`): a copy
+would double the memory of a shard, which is what this module exists to bound. A link is
+therefore not safe to retry on the same input; Dask recomputes a lost chain from its start.
+
+Exactness. For ``SGDClassifier`` (and ``Perceptron``) every ``partial_fit`` call of the
+unsharded model draws one seed per class from ``check_random_state(random_state)`` and trains
+class ``c`` on ``y == c`` with that seed, positive weight ``class_weight[c]`` and negative
+weight 1. The client draws those same seeds per chunk and gives each shard its classes'
+seeds; a shard's binary ``SGDClassifier`` for ``c`` gets them as its ``random_state`` and
+``class_weight={1: class_weight[c], 0: 1}``. ``coef_`` and ``intercept_`` then equal the
+unsharded model's bit for bit (tested). ``average`` is refused: the multi-class averaged SGD of
+scikit-learn writes each class's plain intercept into the averaged intercepts that a binary
+averaged model keeps apart, so the two differ beyond rounding. ``OneVsRestClassifier`` clones
+its binary estimator per class and trains it on ``y == c``: the shards do the same. Decision
+values are computed per shard (a matrix-vector product per class rather than one matrix
+product), so they equal the unsharded ones to rounding, and predictions are equal.
+
+Prediction is a task per (chunk, shard) computing the shard's columns of the decision function
+(or of the unnormalised probabilities), then a task per chunk combining the shards' columns:
+the argmax, or the normalisation of the probabilities. No task ever holds two shards.
+
+Two classes make one binary problem, one row of ``coef_``: it cannot be split, so it is one
+shard holding a clone of the whole estimator.
+"""
+
+import numbers
+import uuid
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, clone
+from sklearn.utils import check_random_state
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from taskdml import _keys
+
+_MAX_SEED = np.iinfo(np.int32).max  # what scikit-learn's SGD draws its per-class seeds under
+
+
+class _ClassShard:
+    """Some classes of a one-vs-rest model: their labels and binary estimators, or (two
+    classes) the whole estimator in ``estimators[0]`` with ``whole`` set."""
+
+    def __init__(self, kind, classes, estimators, whole, key):
+        self.kind = kind  # "sgd" or "ovr"
+        self.classes = classes
+        self.estimators = estimators
+        self.whole = whole
+        self.key = key
+
+    def __sizeof__(self):  # dask's sizeof: the coefficients, so that memory reports are true
+        import dask.sizeof
+
+        return sum(dask.sizeof.sizeof(vars(e)) for e in self.estimators)
+
+
+def _kind(estimator):
+    from sklearn.linear_model import Perceptron, SGDClassifier
+    from sklearn.multiclass import OneVsRestClassifier
+
+    if isinstance(estimator, (SGDClassifier, Perceptron)):
+        if estimator.average:
+            raise ValueError(
+                f"ClassSharded cannot shard {type(estimator).__name__}(average="
+                f"{estimator.average!r}): scikit-learn's multi-class averaged SGD mixes the "
+                "classes' plain and averaged intercepts, which shards of binary problems "
+                "cannot reproduce. Use average=False."
+            )
+        return "sgd"
+    if isinstance(estimator, OneVsRestClassifier) and hasattr(estimator.estimator, "partial_fit"):
+        return "ovr"
+    raise ValueError(
+        "ClassSharded shards the classes of a one-vs-rest linear classifier trained with "
+        f"partial_fit; got {type(estimator).__name__}. Use SGDClassifier or Perceptron, or "
+        "OneVsRestClassifier(<a binary estimator with partial_fit>); for other estimators "
+        "use taskdml.DataParallel (data parallelism)."
+    )
+
+
+def new_shard(estimator, kind, classes, shard_classes, key):
+    """A fresh shard of *estimator* for *shard_classes* (all of *classes* when two)."""
+    if len(classes) == 2:
+        return _ClassShard(kind, classes, [clone(estimator)], True, key)
+    if kind == "sgd":
+        weights = estimator.class_weight or {}
+        binaries = [
+            clone(estimator).set_params(class_weight={1: weights.get(c, 1.0), 0: 1.0})
+            for c in shard_classes
+        ]
+    else:
+        binaries = [clone(estimator.estimator) for _ in shard_classes]
+    return _ClassShard(kind, np.asarray(shard_classes), binaries, False, key)
+
+
+def train_shard(shard, X, y, seeds, all_classes, sample_weight=None):
+    """``partial_fit`` every binary estimator of *shard* on one chunk, in place; return it.
+
+    *seeds* are the shard's classes' seeds for this chunk (``None`` for OneVsRest).
+    """
+    if X.shape[0] == 0:
+        return shard
+    kwargs = {} if sample_weight is None else {"sample_weight": sample_weight}
+    if shard.whole:
+        shard.estimators[0].partial_fit(X, y, classes=all_classes, **kwargs)
+        return shard
+    unknown = np.setdiff1d(y, all_classes)
+    if len(unknown):
+        raise ValueError(
+            f"a chunk holds labels {unknown.tolist()!r} outside the classes "
+            f"{all_classes.tolist()!r}; pass every label in classes= to fit."
+        )
+    for i, (label, binary) in enumerate(zip(shard.classes, shard.estimators)):
+        if seeds is not None:
+            binary.set_params(random_state=int(seeds[i]))
+        binary.partial_fit(X, (y == label).astype(np.int64), classes=np.array((0, 1)), **kwargs)
+    return shard
+
+
+def shard_scores(shard, X):
+    """The shard's columns of the decision function on chunk *X* (1-D for a whole shard)."""
+    if shard.whole:
+        return shard.estimators[0].decision_function(X)
+    if shard.kind == "ovr":  # what OneVsRestClassifier.predict compares
+        from sklearn.multiclass import _predict_binary
+
+        columns = [_predict_binary(e, X) for e in shard.estimators]
+    else:
+        columns = [e.decision_function(X) for e in shard.estimators]
+    return np.column_stack(columns) if columns else np.empty((X.shape[0], 0))
+
+
+def shard_decision(shard, X):
+    """The shard's columns of ``decision_function`` on chunk *X*."""
+    if shard.whole or shard.kind == "sgd":
+        return shard_scores(shard, X)
+    return np.column_stack([np.ravel(e.decision_function(X)) for e in shard.estimators])
+
+
+def shard_proba(shard, X):
+    """The shard's unnormalised probability columns on chunk *X* (all of them when whole)."""
+    if shard.whole:
+        return shard.estimators[0].predict_proba(X)
+    if shard.kind == "ovr":
+        return np.column_stack([e.predict_proba(X)[:, 1] for e in shard.estimators])
+    scores = shard_scores(shard, X)
+    if shard.estimators[0].loss == "log_loss":
+        from scipy.special import expit
+
+        return expit(scores)
+    return (np.clip(scores, -1, 1) + 1) / 2  # modified_huber
+
+
+def combine_predict(classes, kind, *parts):
+    """The predicted labels of one chunk from its shards' score columns, in class order.
+
+    Ties go where the unsharded model sends them: ``LinearClassifierMixin`` to the first
+    maximal class, ``OneVsRestClassifier`` to the last.
+    """
+    scores = np.hstack(parts)
+    if kind == "ovr":
+        return classes[scores.shape[1] - 1 - np.argmax(scores[:, ::-1], axis=1)]
+    return classes[np.argmax(scores, axis=1)]
+
+
+def combine_proba(kind, *parts):
+    """The probabilities of one chunk from its shards' columns, normalised per row as the
+    unsharded estimator normalises them."""
+    proba = np.hstack(parts).astype(np.float64)
+    totals = proba.sum(axis=1)
+    if kind == "ovr":
+        np.divide(proba, totals[:, None], out=proba, where=totals[:, None] != 0)
+        return proba
+    all_zero = totals == 0
+    if np.any(all_zero):  # modified_huber can give every class 0: uniform, as sklearn does
+        proba[all_zero, :] = 1
+        totals[all_zero] = proba.shape[1]
+    return proba / totals[:, None]
+
+
+def combine_columns(*parts):
+    """One chunk's decision function from its shards' columns."""
+    return np.hstack(parts)
+
+
+class ClassSharded(ClassifierMixin, BaseEstimator):
+    """A one-vs-rest linear classifier whose classes are split across workers.
+
+    Each shard holds the binary estimators of some classes and trains them with
+    ``partial_fit`` on every chunk, in order, on one worker; prediction combines the shards'
+    decision functions chunk by chunk. The result equals the unsharded estimator trained with
+    ``partial_fit`` on the same chunks in the same order (same ``coef_`` and ``intercept_``
+    bit for bit; decision values to rounding). See :mod:`taskdml.parallel._sharded`.
+
+    Parameters
+    ----------
+    estimator : SGDClassifier, Perceptron or OneVsRestClassifier
+        The model to shard. ``SGDClassifier``/``Perceptron`` with ``average=False``; a
+        ``OneVsRestClassifier`` over any binary estimator with ``partial_fit``.
+    n_shards : int, optional
+        Number of shards, at most the number of classes. Default: the number of workers of
+        the distributed client (one shard per worker), or 1 without one.
+
+    Attributes
+    ----------
+    shards_ : list
+        One per shard, in class order: with a distributed client a ``distributed.Future`` of
+        the shard, which stays on its worker; otherwise the shard itself. A shard has
+        ``classes`` and ``estimators`` (one binary estimator per class).
+    classes_ : ndarray of shape (n_classes,)
+        The class labels.
+    n_features_in_ : int
+        Number of features seen in ``fit``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.linear_model import SGDClassifier
+    >>> from taskdml.parallel import ClassSharded
+    >>> rng = np.random.default_rng(0)
+    >>> X, y = rng.normal(size=(300, 5)), np.arange(300) % 3
+    >>> X[np.arange(300), y] += 3
+    >>> model = ClassSharded(SGDClassifier(random_state=0), n_shards=2).fit(X, y)
+    >>> [shard.classes.tolist() for shard in model.shards_]
+    [[0, 1], [2]]
+    >>> unsharded = SGDClassifier(random_state=0).partial_fit(X, y, classes=[0, 1, 2])
+    >>> bool((model.predict(X) == unsharded.predict(X)).all())
+    True
+    """
+
+    def __init__(self, estimator, n_shards=None):
+        self.estimator = estimator
+        self.n_shards = n_shards
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+    def fit(self, X, y=None, classes=None, sample_weight=None):
+        """Train the shards on every chunk of *X*, in order.
+
+        Parameters
+        ----------
+        X : dask array, xarray Dataset/DataArray, array-like or sparse matrix
+            Chunked along samples (one feature chunk); in-memory data is one chunk.
+        y : dask array or array-like, optional
+            Labels (in the ``Dataset`` when *X* is one).
+        classes : array-like, optional
+            Every label; computed from *y* (one pass over it) when not given.
+        sample_weight : dask array or array-like, optional
+            Weights of the rows.
+
+        Returns
+        -------
+        self : ClassSharded
+        """
+        from taskdml._data import as_dask, is_chunked, unwrap
+        from taskdml.parallel._engine import current_client
+
+        kind = _kind(self.estimator)
+        X, y, sample_weight, _ = unwrap(X, y, sample_weight)
+        chunked = is_chunked(X)
+        if chunked:
+            X, y, sample_weight = as_dask(X, y, sample_weight)
+            n_features = X.shape[1]
+        else:
+            X, y = validate_data(self, X, y, accept_sparse="csr", reset=True)
+            check_classification_targets(y)
+            n_features = X.shape[1]
+        if y is None:
+            raise ValueError("ClassSharded.fit needs labels: pass y, or a Dataset with 'y'.")
+        if classes is None:
+            classes = np.unique(y.compute() if chunked else y)
+        classes = np.unique(np.asarray(classes))
+        rows = len(classes) if len(classes) > 2 else 1
+        if len(classes) < 2:
+            raise ValueError(
+                f"ClassSharded needs at least 2 classes, got {len(classes)} class "
+                f"({classes.tolist()!r}); pass every label in classes=."
+            )
+        client = current_client() if chunked else None
+        workers = sorted(client.scheduler_info(n_workers=-1)["workers"]) if client else []
+        n_shards = self.n_shards
+        if n_shards is None:
+            n_shards = min(max(len(workers), 1), rows)
+        if not isinstance(n_shards, numbers.Integral) or n_shards < 1:
+            raise ValueError(f"n_shards must be a positive integer, got {n_shards!r}.")
+        if n_shards > rows:
+            raise ValueError(
+                f"n_shards={n_shards} but the model has {rows} coefficient row(s) "
+                f"({len(classes)} classes) to shard; use n_shards <= {rows}."
+            )
+        estimator = clone(self.estimator)
+        # a random_state that is not an integer trains differently each time: a fresh key
+        fresh = [] if _reproducible(estimator) else [uuid.uuid4().hex]
+        name = _keys.key_name(
+            "train",
+            *fresh, type(estimator).__name__, estimator.get_params(deep=False),
+            classes, n_shards, *[getattr(a, "name", a) for a in (X, y, sample_weight)],
+            phase="shard",
+        )  # fmt: skip
+        groups = np.array_split(np.arange(len(classes)), n_shards)
+        shards = [
+            new_shard(estimator, kind, classes, classes[g], (name, s)) for s, g in enumerate(groups)
+        ]
+        seeds_of = self._seeder(estimator, kind, classes)
+        if chunked:
+            shards = _train_chunked(client, workers, shards, groups, X, y, sample_weight,
+                                    seeds_of, classes, name)  # fmt: skip
+        else:
+            seeds = seeds_of()
+            for shard, g in zip(shards, groups):
+                train_shard(shard, X, y, None if seeds is None else seeds[g], classes,
+                            sample_weight)  # fmt: skip
+        self.shards_, self.classes_, self.n_features_in_ = shards, classes, n_features
+        self._kind = kind
+        return self
+
+    @staticmethod
+    def _seeder(estimator, kind, classes):
+        """A function drawing the per-class seeds of the next ``partial_fit`` call, as the
+        unsharded multi-class SGD draws them (a fresh generator per call for an integer
+        ``random_state``, the same instance advancing otherwise)."""
+        if kind != "sgd" or len(classes) == 2:
+            return lambda: None
+        random_state = estimator.random_state
+        return lambda: check_random_state(random_state).randint(_MAX_SEED, size=len(classes))
+
+    def _parts(self, X, function):
+        """``function(shard, chunk)`` per (chunk, shard): lists of delayed per chunk, the
+        dask array of *X* and whether *X* was chunked."""
+        import dask
+        import dask.array as da
+
+        from taskdml._data import as_dask, is_chunked, unwrap
+
+        check_is_fitted(self, "shards_")
+        X = unwrap(X)[0]
+        chunked = is_chunked(X)
+        if chunked:
+            X = as_dask(X)[0]
+        else:
+            X = validate_data(self, X, accept_sparse="csr", reset=False)
+            X = da.from_array(X, chunks=X.shape) if not hasattr(X, "tocsr") else X
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[1]} features, but ClassSharded is expecting "
+                f"{self.n_features_in_} features as input."
+            )
+        if not isinstance(X, da.Array):  # an in-memory sparse matrix: one chunk
+            blocks = [X]
+        else:
+            blocks = list(X.to_delayed().ravel())
+        shards = [_as_delayed(s) for s in self.shards_]
+        phase = function.__name__.strip("_").replace("_", "-")
+        token = X.name if isinstance(X, da.Array) else X
+        name = _keys.key_name("predict", [_shard_key(s) for s in shards], token, phase=phase)
+        homes = _homes(self.shards_)
+        if any(homes):  # shards on workers: each (chunk, shard) task runs where its shard is
+            client = self.shards_[0].client
+            blocks = client.compute(blocks) if isinstance(X, da.Array) else [client.scatter(X)]
+            per_chunk = [
+                [
+                    client.submit(function, shard, block, key=(name, i, s), **homes[s])
+                    for s, shard in enumerate(self.shards_)
+                ]
+                for i, block in enumerate(blocks)
+            ]
+        else:
+            per_chunk = [
+                [
+                    dask.delayed(function, pure=True)(shard, block, dask_key_name=(name, i, s))
+                    for s, shard in enumerate(shards)
+                ]
+                for i, block in enumerate(blocks)
+            ]
+        rows = X.chunks[0] if isinstance(X, da.Array) else (X.shape[0],)
+        return per_chunk, rows, chunked
+
+    def _combined(self, X, function, combine, args, width):
+        import dask
+        import dask.array as da
+        from dask.delayed import Delayed
+
+        per_chunk, rows, chunked = self._parts(X, function)
+        name = _keys.key_name("predict", [str(p[0].key) for p in per_chunk], phase="combine")
+        pieces = []
+        for i, (parts, n) in enumerate(zip(per_chunk, rows)):
+            if isinstance(parts[0], Delayed):
+                value = dask.delayed(combine, pure=True)(*args, *parts, dask_key_name=(name, i))
+            else:
+                value = parts[0].client.submit(combine, *args, *parts, key=(name, i))
+            shape = (n,) if width is None else (n, width)
+            dtype = self.classes_.dtype if width is None else np.float64
+            pieces.append(da.from_delayed(value, shape=shape, dtype=dtype))
+        result = da.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+        return result if chunked else result.compute()
+
+    def decision_function(self, X):
+        """Decision values per class (1-D for two classes), chunk by chunk.
+
+        Parameters
+        ----------
+        X : dask array, xarray Dataset/DataArray, array-like or sparse matrix
+            Rows to predict, chunked along samples or in memory.
+
+        Returns
+        -------
+        scores : dask array or ndarray of shape (n_samples, n_classes) or (n_samples,)
+            A dask array for chunked *X* (its chunks already computing on a cluster), a
+            NumPy array otherwise.
+        """
+        check_is_fitted(self, "shards_")
+        width = None if len(self.classes_) == 2 else len(self.classes_)
+        if width is None:
+            return self._combined(X, shard_decision, _identity, (), None).astype(float)
+        return self._combined(X, shard_decision, combine_columns, (), width)
+
+    def predict(self, X):
+        """The class of every row: the argmax over all shards' decision values.
+
+        Parameters
+        ----------
+        X : dask array, xarray Dataset/DataArray, array-like or sparse matrix
+            Rows to predict, chunked along samples or in memory.
+
+        Returns
+        -------
+        labels : dask array or ndarray of shape (n_samples,)
+            A dask array for chunked *X*, a NumPy array otherwise.
+        """
+        check_is_fitted(self, "shards_")
+        if len(self.classes_) == 2:
+            return self._combined(X, _whole_predict, _identity, (), None)
+        return self._combined(X, shard_scores, combine_predict, (self.classes_, self._kind), None)
+
+    def _has_proba(self):
+        estimator = self.estimator
+        if _kind(estimator) == "ovr":
+            return hasattr(estimator.estimator, "predict_proba")
+        return getattr(estimator, "loss", None) in ("log_loss", "modified_huber")
+
+    @available_if(_has_proba)
+    def predict_proba(self, X):
+        """Class probabilities, normalised over all shards as the unsharded model does.
+
+        Available when the estimator has them (``loss="log_loss"`` or ``"modified_huber"``;
+        a OneVsRest estimator with ``predict_proba``).
+
+        Parameters
+        ----------
+        X : dask array, xarray Dataset/DataArray, array-like or sparse matrix
+            Rows to predict, chunked along samples or in memory.
+
+        Returns
+        -------
+        proba : dask array or ndarray of shape (n_samples, n_classes)
+            A dask array for chunked *X*, a NumPy array otherwise.
+        """
+        check_is_fitted(self, "shards_")
+        kind = "ovr" if self._kind == "ovr" and len(self.classes_) > 2 else "sgd"
+        if len(self.classes_) == 2:
+            return self._combined(X, shard_proba, combine_columns, (), 2)
+        return self._combined(X, shard_proba, combine_proba, (kind,), len(self.classes_))
+
+    @available_if(_has_proba)
+    def predict_log_proba(self, X):
+        """The logarithm of :meth:`predict_proba`.
+
+        Parameters
+        ----------
+        X : dask array, xarray Dataset/DataArray, array-like or sparse matrix
+            Rows to predict, chunked along samples or in memory.
+
+        Returns
+        -------
+        log_proba : dask array or ndarray of shape (n_samples, n_classes)
+        """
+        return np.log(self.predict_proba(X))
+
+    def score(self, X, y=None, sample_weight=None):
+        """Mean accuracy of :meth:`predict` on *X* against *y* (computed for dask inputs).
+
+        Parameters
+        ----------
+        X : dask array, xarray Dataset/DataArray, array-like or sparse matrix
+            Rows to predict, chunked along samples or in memory.
+        y : dask array or array-like, optional
+            True labels (in the ``Dataset`` when *X* is one).
+        sample_weight : dask array or array-like, optional
+            Weights of the rows.
+
+        Returns
+        -------
+        score : float
+        """
+        import dask
+        from sklearn.metrics import accuracy_score
+
+        from taskdml._data import unwrap
+
+        X, y, sample_weight, _ = unwrap(X, y, sample_weight)
+        y_pred, y, sample_weight = dask.compute(self.predict(X), y, sample_weight)
+        return accuracy_score(y, y_pred, sample_weight=sample_weight)
+
+
+def _reproducible(estimator):
+    """Whether every ``random_state`` of *estimator* (nested ones included) is an integer."""
+    return all(
+        isinstance(value, numbers.Integral)
+        for key, value in estimator.get_params(deep=True).items()
+        if key.split("__")[-1] == "random_state"
+    )
+
+
+def _identity(part):
+    return part
+
+
+def _shard_key(shard):
+    return getattr(shard, "key", shard)
+
+
+def _whole_predict(shard, X):
+    return shard.estimators[0].predict(X)
+
+
+def _homes(shards):
+    """Per shard, the annotations that keep its tasks on its worker (none in memory)."""
+    futures = [s for s in shards if not isinstance(s, _ClassShard)]
+    if not futures:
+        return [{} for _ in shards]
+    holders = futures[0].client.who_has(futures)
+    return [
+        {"workers": list(holders[s.key]), "allow_other_workers": False}
+        if not isinstance(s, _ClassShard) and holders.get(s.key)
+        else {}
+        for s in shards
+    ]
+
+
+def _as_delayed(shard):
+    """A shard as a dask argument: a future as it is, an in-memory shard under its own key
+    (never tokenized: that would hash all its coefficients)."""
+    import dask
+
+    if isinstance(shard, _ClassShard):
+        return dask.delayed(shard, name=f"{shard.key[0]}-{shard.key[1]}", traverse=False)
+    return shard
+
+
+def _train_chunked(client, workers, shards, groups, X, y, sample_weight, seeds_of, classes, name):
+    """Train *shards* over the chunks of dask arrays: chained futures pinned one shard per
+    worker with a client, a loop over the computed chunks in this process without one."""
+    import dask
+
+    blocks = [list(a.to_delayed().ravel()) if a is not None else None for a in (X, y)]
+    weights = list(sample_weight.to_delayed().ravel()) if sample_weight is not None else None
+    n_chunks = len(blocks[0])
+    if client is None:
+        for i in range(n_chunks):
+            X_i, y_i, w_i = dask.compute(
+                blocks[0][i], blocks[1][i], None if weights is None else weights[i]
+            )
+            seeds = seeds_of()
+            for shard, g in zip(shards, groups):
+                train_shard(shard, X_i, y_i, None if seeds is None else seeds[g], classes, w_i)
+        return shards
+    states = [
+        client.scatter(shard, workers=[workers[k % len(workers)]], hash=False)
+        for k, shard in enumerate(shards)
+    ]
+    for i in range(n_chunks):
+        X_i, y_i = client.compute([blocks[0][i], blocks[1][i]])
+        w_i = client.compute(weights[i]) if weights is not None else None
+        seeds = seeds_of()
+        for k, g in enumerate(groups):
+            states[k] = client.submit(
+                train_shard, states[k], X_i, y_i, None if seeds is None else seeds[g],
+                classes, w_i, key=(name, k, i), workers=[workers[k % len(workers)]],
+                allow_other_workers=True, pure=False,
+            )  # fmt: skip
+    from distributed import wait
+
+    wait(states)
+    for state in states:  # the first error of a chain; a shard itself never travels here
+        if state.status != "finished":
+            raise state.exception()
+    return states
