@@ -10,8 +10,9 @@ modules: ``_engine`` (strategies and the driver of a training), ``_replica`` and
 rules per estimator family), ``_estimator`` (:class:`DataParallel`), ``_tasks`` (the task
 functions shared with the searches), ``_chunks`` (the inspection of every chunk before
 training), ``_sharded`` (:class:`ClassSharded`: a one-vs-rest model split by class across
-workers, model parallelism) and ``_tabular`` (scikit-learn Pipelines: transformers fitted
-chunk-wise, the last step trained by the engine).
+workers, model parallelism), ``_vertical`` (:class:`FeatureSharded`: a linear model split by
+feature, the blocks exchanging partial margins) and ``_tabular`` (scikit-learn Pipelines:
+transformers fitted chunk-wise, the last step trained by the engine).
 """
 
 from taskdml._lazy import exports
@@ -22,6 +23,7 @@ _LAZY = {
     "TrainResult": "taskdml.parallel._engine",
     "train": "taskdml.parallel._engine",
     "ClassSharded": "taskdml.parallel._sharded",
+    "FeatureSharded": "taskdml.parallel._vertical",
     "DataParallel": "taskdml.parallel._estimator",
     "ChunkwiseFit": "taskdml.parallel._tabular",
     "fit_chunkwise": "taskdml.parallel._tabular",
@@ -41,6 +43,7 @@ __all__ = [
     "ChunkwiseFit",
     "ClassSharded",
     "DataParallel",
+    "FeatureSharded",
     "MergeRule",
     "SequentialFallbackWarning",
     "TrainResult",
