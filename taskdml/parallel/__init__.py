@@ -9,8 +9,9 @@ modules: ``_engine`` (strategies and the driver of a training), ``_replica`` and
 ``_collective`` (what replicas do and how they all-reduce), ``_merge`` and ``_merge_*`` (the
 rules per estimator family), ``_estimator`` (:class:`DataParallel`), ``_tasks`` (the task
 functions shared with the searches), ``_chunks`` (the inspection of every chunk before
-training) and ``_tabular`` (scikit-learn Pipelines: transformers fitted chunk-wise, the last
-step trained by the engine).
+training), ``_tabular`` (scikit-learn Pipelines: transformers fitted chunk-wise, the last
+step trained by the engine) and ``_federated`` with ``_federated_privacy`` (FedAvg across data
+silos pinned to their workers, secure aggregation, client-level differential privacy).
 """
 
 from taskdml._lazy import exports
@@ -24,6 +25,11 @@ _LAZY = {
     "ChunkwiseFit": "taskdml.parallel._tabular",
     "fit_chunkwise": "taskdml.parallel._tabular",
     "register_chunkwise": "taskdml.parallel._tabular",
+    "DifferentialPrivacy": "taskdml.parallel._federated_privacy",
+    "dp_epsilon": "taskdml.parallel._federated_privacy",
+    "FederatedResult": "taskdml.parallel._federated",
+    "Silo": "taskdml.parallel._federated",
+    "train_federated": "taskdml.parallel._federated",
     "MergeRule": "taskdml.parallel._merge",
     "get_merge_rule": "taskdml.parallel._merge",
     "merge_replicas": "taskdml.parallel._merge",
@@ -38,9 +44,13 @@ _LAZY = {
 __all__ = [
     "ChunkwiseFit",
     "DataParallel",
+    "DifferentialPrivacy",
+    "FederatedResult",
     "MergeRule",
     "SequentialFallbackWarning",
+    "Silo",
     "TrainResult",
+    "dp_epsilon",
     "fit_chunkwise",
     "get_merge_rule",
     "merge_replicas",
@@ -51,6 +61,7 @@ __all__ = [
     "register_unmergeable",
     "round_start",
     "train",
+    "train_federated",
     "unmergeable_reason",
 ]
 
