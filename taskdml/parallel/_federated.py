@@ -329,9 +329,10 @@ def train_federated(
     *Protects* against an honest-but-curious coordinator that follows the protocol and
     reads what it gathers. *Does not* protect against a coordinator that tampers with the
     tasks or reads the workers' memory (here, one Dask cluster: whoever holds its client can
-    read any key, including a silo's private key), against colluding silos (two silos that
-    share their secrets unmask a third's update only if all others collude), nor survive a
-    silo dropping out mid-round (its masks would no longer cancel: the round fails).
+    read any key, including a silo's private key), against a coordinator colluding with all
+    the other silos (it then knows every mask of the one left), nor survive a silo dropping
+    out mid-round (its masks would no longer cancel: the round fails). With two silos the
+    sum and a silo's own update give away the other's: use it with three or more.
 
     With ``dp`` each silo clips its update to ``dp.clip_norm`` and adds its share of
     Gaussian noise; the global model moves by the mean of the noised updates (unweighted: a
