@@ -6,8 +6,11 @@ driver, :func:`train_federated`, resolves every silo to its workers' addresses o
 that no worker belongs to two silos, and then submits only tasks restricted to one silo's
 workers (``workers=`` those addresses, ``allow_other_workers=False``):
 
-1. *load*: ``silo.load(**silo.kwargs)`` runs there and its chunks stay there, in the
-   workers' memory, for the whole training;
+1. *load*: ``silo.load(**silo.kwargs)`` runs on one of them and its chunks stay in that
+   worker process for the whole training -- in a module-level store, not as the value of a
+   Dask key, so that nothing Dask does with keys (fetch a dependency elsewhere,
+   ``retire_workers``, ``rebalance``, ``replicate``) can copy them to another worker: the key
+   holds a small handle, and every later task of the silo is restricted to that worker;
 2. *round* ``r``: every silo ``partial_fit``\\s a copy of the global model ``local_epochs``
    times over its own chunks and returns the model (or, with secure aggregation or
    differential privacy, only a protected update) and the rows it saw; the coordinator
@@ -15,10 +18,10 @@ workers (``workers=`` those addresses, ``allow_other_workers=False``):
    engine's model averaging with a round of whole local epochs -- and the next round starts
    from the merge.
 
-The global model travels inside the task (from the client through the scheduler), so the only
-worker-to-worker transfers are within a silo; the chunks are never an input of a task outside
-their silo. What moves across silos is model state, the row counts, and, for a classifier
-trained without ``classes=``, each silo's set of labels.
+The global model travels inside the task (from the client through the scheduler), and no task
+takes another task's result as input, so there are no worker-to-worker transfers at all. What
+moves across silos is model state, the row counts, and, for a classifier trained without
+``classes=``, each silo's set of labels.
 
 FedProx (a proximal term ``mu/2 ||w - w_global||^2`` in each local objective) is not offered:
 scikit-learn's ``partial_fit`` takes no extra term or gradient hook, and imitating it by
@@ -63,7 +66,8 @@ class Silo:
         Keyword arguments of ``load``.
     workers : sequence of str, optional
         Names or addresses (``"tcp://127.0.0.1:40000"``) of the silo's workers. Host names
-        are refused: a host may run the workers of several silos.
+        are refused: a host may run the workers of several silos. The loader runs on one of
+        them, and the silo's training on that one.
     resources : mapping, optional
         A Dask resource (``{"silo_a": 1}``): the silo is every worker that has at least these.
 
@@ -131,27 +135,76 @@ class FederatedResult:
 # -- tasks (run on one silo's workers) ---------------------------------------------------
 
 
-def _load_silo(load, kwargs):
-    """The silo's data as a list of ``(X, y)`` chunks."""
+# The chunks (and secure aggregation's private keys) a worker process holds, by token. They are
+# kept out of Dask's store of keys, whose values Dask may copy to any worker (a dependency
+# fetched elsewhere, ``retire_workers``, ``rebalance``, ``replicate``); the keys hold only a
+# small handle, and a task that runs anywhere else finds nothing.
+_HELD = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Held:
+    """A handle on what one worker holds for a silo: its token, its address, its rows."""
+
+    token: str
+    address: str
+    n_rows: int = 0
+
+
+def _worker_address():
+    from distributed import get_worker
+
+    try:
+        return get_worker().address
+    except ValueError:  # not in a worker: the threads of the local scheduler
+        return "local"
+
+
+def _load_silo(load, kwargs, token):
+    """Load the silo's data as a list of ``(X, y)`` chunks, keep it here, return a handle."""
     data = load(**dict(kwargs))
     if isinstance(data, tuple) and len(data) == 2 and np.ndim(data[0]) == 2:
         data = [data]
     chunks = [(np.asarray(X), np.asarray(y)) for X, y in data]
     if not chunks or not any(len(X) for X, _ in chunks):
         raise ValueError(f"{getattr(load, '__name__', load)!r} loaded no rows.")
-    return chunks
+    _HELD[token] = chunks
+    return _Held(token, _worker_address(), sum(len(X) for X, _ in chunks))
 
 
-def _labels(chunks):
-    return np.unique(np.concatenate([np.asarray(y) for _, y in chunks]))
+def _make_keys(token):
+    """A key pair kept here; the handle and the public key go back."""
+    _HELD[token] = privacy.make_key_pair()
+    return _Held(token, _worker_address()), privacy.public_key(_HELD[token])
 
 
-def _prepare(estimator, chunks, classes):
-    X, y = chunks[0]
+def _held(handle):
+    try:
+        return _HELD[handle.token]
+    except KeyError:
+        raise RuntimeError(
+            f"Worker {_worker_address()} does not hold the silo data {handle.token!r}, which "
+            f"was loaded on {handle.address}: a silo's tasks must run where it loaded its data "
+            f"(was that worker restarted?)."
+        ) from None
+
+
+def _drop(*handles):
+    for handle in handles:
+        _HELD.pop(handle.token, None)
+
+
+def _labels(data):
+    return np.unique(np.concatenate([np.asarray(y) for _, y in _held(data)]))
+
+
+def _prepare(estimator, data, classes):
+    X, y = _held(data)[0]
     return prepare_start(estimator, X, y, classes=classes)
 
 
-def _train_locally(estimator, chunks, classes, local_epochs):
+def _train_locally(estimator, data, classes, local_epochs):
+    chunks = _held(data)
     model = copy.deepcopy(estimator)
     rows = 0
     for _ in range(local_epochs):
@@ -166,14 +219,14 @@ def _train_locally(estimator, chunks, classes, local_epochs):
     return model, rows
 
 
-def _local_round(estimator, chunks, classes, local_epochs):
+def _local_round(estimator, data, classes, local_epochs):
     """FedAvg without protection: the silo's whole model and the rows it saw."""
-    return _train_locally(estimator, chunks, classes, local_epochs)
+    return _train_locally(estimator, data, classes, local_epochs)
 
 
 def _protected_round(
     estimator,
-    chunks,
+    data,
     classes,
     local_epochs,
     key_pair,
@@ -187,7 +240,7 @@ def _protected_round(
     """The silo's model without its parameters, the rows it saw, and the parameters as a
     protected update: ``rows * parameters`` (FedAvg weights) or, with ``dp``, the clipped and
     noised difference to the global model; masked with ``key_pair`` if given."""
-    model, rows = _train_locally(estimator, chunks, classes, local_epochs)
+    model, rows = _train_locally(estimator, data, classes, local_epochs)
     names = _parameter_names(model)
     local = _flatten(model, names)
     if dp is None:
@@ -196,7 +249,7 @@ def _protected_round(
         update = privacy.clip(local - _start(estimator, names, local), dp.clip_norm)
         update = update + privacy.noise_share(update.size, dp, n_silos, seed)
     if key_pair is not None:
-        update = privacy.mask(privacy.encode(update), index, key_pair, public_keys, context)
+        update = privacy.mask(privacy.encode(update), index, _held(key_pair), public_keys, context)
     for name in names:
         setattr(model, name, np.zeros_like(getattr(model, name)))
     return model, rows, update
@@ -404,73 +457,84 @@ def train_federated(
 
         client = default_client()
     workers = _resolve(client, silos)
-    call = uuid.uuid4().hex  # a fresh key pair and fresh data per call
+    call = uuid.uuid4().hex  # fresh data, keys and tokens per call
 
-    def submit(function, phase, silo, index, *args):
-        key = (_keys.key_name("federated", call, silo.name, phase=phase), *index)
-        return client.submit(
-            function, *args, key=key, workers=workers[silo.name], allow_other_workers=False
-        )
+    def submit(function, phase, index, where, *args):
+        key = (_keys.key_name("federated", call, phase=phase), *index)
+        return client.submit(function, *args, key=key, workers=where, allow_other_workers=False)
 
-    data = [
-        submit(_load_silo, "load", s, (i,), s.load, dict(s.kwargs)) for i, s in enumerate(silos)
-    ]
-    if classes is None and is_classifier(estimator):
-        labels = client.gather(
-            [submit(_labels, "labels", s, (i,), data[i]) for i, s in enumerate(silos)]
-        )
-        classes = np.unique(np.concatenate(labels))
-    if not is_classifier(estimator):
-        classes = None
-    current = submit(_prepare, "prepare", silos[0], (0,), estimator, data[0], classes).result()
-
-    keys = public_keys = None
-    if secure_aggregation:
-        keys = [submit(privacy.make_key_pair, "keys", s, (i,)) for i, s in enumerate(silos)]
-        public_keys = client.gather(
-            [submit(privacy.public_key, "public", s, (i,), keys[i]) for i, s in enumerate(silos)]
-        )
-    seeds = np.random.SeedSequence(random_state).spawn(rounds * len(silos))
-    protect = secure_aggregation or dp is not None
-    history, n_samples = [], {}
-    for r in range(rounds):
-        began = time.perf_counter()
-        if protect:
-            futures = [
-                submit(
-                    _protected_round, "round", s, (r, i), current, data[i], classes,
-                    local_epochs, None if keys is None else keys[i], public_keys, i,
-                    len(silos), (call, r), dp,
-                    None if random_state is None else seeds[r * len(silos) + i],
-                )
-                for i, s in enumerate(silos)
-            ]  # fmt: skip
-            outcomes = client.gather(futures)
-            current = _merge_protected(current, outcomes, rule, dp, secure_aggregation)
-        else:
-            futures = [
-                submit(_local_round, "round", s, (r, i), current, data[i], classes, local_epochs)
-                for i, s in enumerate(silos)
-            ]
-            outcomes = client.gather(futures)
-            current = merge_replicas([m for m, _ in outcomes], [n for _, n in outcomes], rule=rule)
-        del futures
-        n_samples = {s.name: outcome[1] // local_epochs for s, outcome in zip(silos, outcomes)}
-        score = None
-        if eval_set is not None:
-            score = float(without_round_start(copy.deepcopy(current)).score(*eval_set))
-        history.append(
-            {
-                "round": r + 1,
-                "seconds": time.perf_counter() - began,
-                "n_samples": {s.name: o[1] for s, o in zip(silos, outcomes)},
-                "score": score,
-                "epsilon": None
-                if dp is None
-                else privacy.dp_epsilon(dp.noise_multiplier, r + 1, dp.delta),
-            }
-        )
-    client.cancel([*data, *(keys or [])])
+    data = client.gather(
+        [
+            submit(_load_silo, "load", (i,), workers[s.name], s.load, s.kwargs, f"{call}-{i}")
+            for i, s in enumerate(silos)
+        ]
+    )
+    # From here on each silo's tasks run where its data is: the worker of its silo that loaded it.
+    where = [[d.address] for d in data]
+    key_pairs = []
+    try:
+        if classes is None and is_classifier(estimator):
+            labels = client.gather(
+                [submit(_labels, "labels", (i,), where[i], d) for i, d in enumerate(data)]
+            )
+            classes = np.unique(np.concatenate(labels))
+        if not is_classifier(estimator):
+            classes = None
+        current = submit(_prepare, "prepare", (0,), where[0], estimator, data[0], classes)
+        current = current.result()
+        public_keys = None
+        if secure_aggregation:
+            made = client.gather(
+                [
+                    submit(_make_keys, "keys", (i,), where[i], f"{call}-{i}-key")
+                    for i in range(len(data))
+                ]
+            )
+            key_pairs, public_keys = [h for h, _ in made], [k for _, k in made]
+        seeds = np.random.SeedSequence(random_state).spawn(rounds * len(silos))
+        history = []
+        for r in range(rounds):
+            began = time.perf_counter()
+            if secure_aggregation or dp is not None:
+                futures = [
+                    submit(
+                        _protected_round, "round", (r, i), where[i], current, data[i], classes,
+                        local_epochs, key_pairs[i] if key_pairs else None, public_keys, i,
+                        len(silos), (call, r), dp,
+                        None if random_state is None else seeds[r * len(silos) + i],
+                    )
+                    for i in range(len(silos))
+                ]  # fmt: skip
+                outcomes = client.gather(futures)
+                current = _merge_protected(current, outcomes, rule, dp, secure_aggregation)
+            else:
+                futures = [
+                    submit(
+                        _local_round, "round", (r, i), where[i], current, data[i], classes,
+                        local_epochs,
+                    )
+                    for i in range(len(silos))
+                ]  # fmt: skip
+                outcomes = client.gather(futures)
+                models, rows = [m for m, _ in outcomes], [n for _, n in outcomes]
+                current = merge_replicas(models, rows, rule=rule)
+            del futures
+            score = None
+            if eval_set is not None:
+                score = float(without_round_start(copy.deepcopy(current)).score(*eval_set))
+            history.append(
+                {
+                    "round": r + 1,
+                    "seconds": time.perf_counter() - began,
+                    "n_samples": {s.name: o[1] for s, o in zip(silos, outcomes)},
+                    "score": score,
+                    "epsilon": None
+                    if dp is None
+                    else privacy.dp_epsilon(dp.noise_multiplier, r + 1, dp.delta),
+                }
+            )
+    finally:
+        _release(submit, data, key_pairs)
     report = None
     if dp is not None:
         report = {
@@ -486,10 +550,25 @@ def train_federated(
         estimator=without_round_start(current),
         history=history,
         workers=workers,
-        n_samples=n_samples,
+        n_samples={s.name: d.n_rows for s, d in zip(silos, data)},
         secure_aggregation=bool(secure_aggregation),
         privacy=report,
     )
+
+
+def _release(submit, data, key_pairs):
+    """Drop what the silos' workers hold for this training (waiting a few seconds at most: a
+    worker that died took it along)."""
+    from distributed import wait
+
+    drops = [
+        submit(_drop, "drop", (i,), [held.address], held, *key_pairs[i : i + 1])
+        for i, held in enumerate(data)
+    ]
+    try:
+        wait(drops, timeout=10)
+    except TimeoutError:
+        pass
 
 
 def _merge_protected(current, outcomes, rule, dp, secure):

@@ -1,11 +1,13 @@
 """Federated training: silos pinned to their workers, FedAvg, secure aggregation, DP."""
 
 import copy
+import subprocess
 import sys
 
 import cloudpickle
 import numpy as np
 import pytest
+from dask.sizeof import sizeof
 from distributed import Client, Nanny, Scheduler, SpecCluster, WorkerPlugin, get_task_stream
 from sklearn.datasets import load_digits
 from sklearn.linear_model import SGDClassifier, SGDRegressor
@@ -33,20 +35,22 @@ def digits(labels=None, chunk=100, rows=slice(0, 1500)):
 
 
 class StoredKeys(WorkerPlugin):
-    """Records every key that reaches a worker's memory (computed there or fetched)."""
+    """Records every key that reaches a worker's memory (computed there or fetched), and the
+    size of its value."""
 
     name = "stored-keys"
 
     def setup(self, worker):
-        self.keys = set()
+        self.worker, self.sizes = worker, {}
 
     def transition(self, key, start, finish, **kwargs):
         if finish == "memory":
-            self.keys.add(key)
+            value = self.worker.data[key] if key in self.worker.data else None
+            self.sizes[key] = max(self.sizes.get(key, 0), sizeof(value))
 
 
 def stored_keys(dask_worker):
-    return sorted(map(repr, dask_worker.plugins["stored-keys"].keys))
+    return {repr(k): size for k, size in dask_worker.plugins["stored-keys"].sizes.items()}
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +79,9 @@ def silos(labels=(None, None, None), **kwargs):
 
 
 def test_chunks_never_leave_their_silo(client):
-    """Every task of a silo runs on its worker, every transfer a worker receives comes from
-    its own silo, and no worker ever stores a key of another silo."""
+    """Every task of a silo runs on its worker, no worker fetches anything from another, and
+    no worker ever stores a key of another silo; the keys hold handles, not the chunks, so
+    nothing Dask does with keys (retire_workers, rebalance) can move the data."""
     client.register_plugin(StoredKeys())
     with get_task_stream(client) as stream:
         result = train_federated(
@@ -92,17 +97,16 @@ def test_chunks_never_leave_their_silo(client):
     names = dict(enumerate(SILOS))
     ours = [t for t in stream.data if isinstance(t["key"], tuple) and "federated" in t["key"][0]]
     phases = {t["key"][0].split("-")[1] for t in ours}
-    assert phases == {"load", "labels", "prepare", "keys", "public", "round"}
+    assert phases == {"load", "labels", "prepare", "keys", "round", "drop"}
     for task in ours:
         assert silo_of[task["worker"]] == names[task["key"][-1]], task["key"]
-        for step in task["startstops"]:
-            if step["action"] == "transfer":
-                assert silo_of[step["source"]] == silo_of[task["worker"]]
-    for address, keys in client.run(stored_keys).items():
-        federated = [k for k in keys if "federated" in k]
-        assert federated, address
+        assert [s for s in task["startstops"] if s["action"] == "transfer"] == []
+    for address, sizes in client.run(stored_keys).items():
+        federated = {k: size for k, size in sizes.items() if "federated" in k}
         index = SILOS.index(silo_of[address])
-        assert all(k.endswith(f", {index})") for k in federated), (address, federated)
+        assert {k.endswith(f", {index})") for k in federated} == {True}, (address, federated)
+        loads = [size for k, size in federated.items() if "federated-load" in k]
+        assert len(loads) == 1 and loads[0] < 1_000  # its chunks: hundreds of kB
     client.unregister_worker_plugin("stored-keys")
 
 
@@ -278,3 +282,22 @@ def test_errors_name_the_silo_and_the_fix(client, make, options, message):
     estimator = options.pop("estimator", SGDClassifier())
     with pytest.raises(ValueError, match=message):
         train_federated(estimator, make(), **options)
+
+
+def test_a_task_away_from_its_silo_finds_no_data():
+    """A silo's task that runs where the silo did not load its data fails, saying so."""
+    from taskdml.parallel._federated import _Held, _held
+
+    with pytest.raises(RuntimeError, match=r"does not hold the silo data 'gone', which was "):
+        _held(_Held("gone", "tcp://127.0.0.1:1"))
+
+
+def test_dp_without_dp_accounting_says_what_to_install():
+    """Without dp-accounting, dp= fails before any task runs and names the extra."""
+    code = (
+        "import sys; sys.modules['dp_accounting'] = None\n"
+        "from taskdml.parallel import dp_epsilon\n"
+        "try:\n    dp_epsilon(1.0, 1, 1e-5)\nexcept ImportError as e:\n    print(e)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "pip install taskdml[federated]" in done.stdout, done.stderr
