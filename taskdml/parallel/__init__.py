@@ -11,8 +11,10 @@ rules per estimator family), ``_estimator`` (:class:`DataParallel`), ``_tasks`` 
 functions shared with the searches), ``_chunks`` (the inspection of every chunk before
 training), ``_sharded`` (:class:`ClassSharded`: a one-vs-rest model split by class across
 workers, model parallelism), ``_vertical`` (:class:`FeatureSharded`: a linear model split by
-feature, the blocks exchanging partial margins) and ``_tabular`` (scikit-learn Pipelines:
-transformers fitted chunk-wise, the last step trained by the engine).
+feature, the blocks exchanging partial margins), ``_tabular`` (scikit-learn Pipelines:
+transformers fitted chunk-wise, the last step trained by the engine) and ``_federated`` with
+``_federated_privacy`` (FedAvg across data silos pinned to their workers, secure aggregation,
+client-level differential privacy).
 """
 
 from taskdml._lazy import exports
@@ -28,6 +30,11 @@ _LAZY = {
     "ChunkwiseFit": "taskdml.parallel._tabular",
     "fit_chunkwise": "taskdml.parallel._tabular",
     "register_chunkwise": "taskdml.parallel._tabular",
+    "DifferentialPrivacy": "taskdml.parallel._federated_privacy",
+    "dp_epsilon": "taskdml.parallel._federated_privacy",
+    "FederatedResult": "taskdml.parallel._federated",
+    "Silo": "taskdml.parallel._federated",
+    "train_federated": "taskdml.parallel._federated",
     "MergeRule": "taskdml.parallel._merge",
     "get_merge_rule": "taskdml.parallel._merge",
     "merge_replicas": "taskdml.parallel._merge",
@@ -43,10 +50,14 @@ __all__ = [
     "ChunkwiseFit",
     "ClassSharded",
     "DataParallel",
+    "DifferentialPrivacy",
+    "FederatedResult",
     "FeatureSharded",
     "MergeRule",
     "SequentialFallbackWarning",
+    "Silo",
     "TrainResult",
+    "dp_epsilon",
     "fit_chunkwise",
     "get_merge_rule",
     "merge_replicas",
@@ -57,6 +68,7 @@ __all__ = [
     "register_unmergeable",
     "round_start",
     "train",
+    "train_federated",
     "unmergeable_reason",
 ]
 
