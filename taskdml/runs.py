@@ -304,16 +304,18 @@ def list_runs(root=None):
     Returns
     -------
     list of dict
-        Each run's ``manifest.json`` with its ``path`` added; unreadable manifests are skipped.
+        Each run's ``manifest.json`` with its ``path`` added, by the time it was created;
+        unreadable manifests are skipped.
     """
     root = Path(DEFAULT_ROOT if root is None else root)
     runs = []
-    for manifest in sorted(root.glob("*/manifest.json")):
+    for manifest in root.glob("*/manifest.json"):
         try:
             runs.append(_read_json(manifest) | {"path": str(manifest.parent)})
         except (OSError, ValueError):
             continue
-    return runs
+    # by when they were created: a folder renamed or named by hand does not pass for the latest
+    return sorted(runs, key=lambda run: (str(run.get("created", "")), run["path"]))
 
 
 def find_run(run, root=None):

@@ -491,3 +491,19 @@ def test_a_long_step_reports_its_tasks_done_of_seen(tmp_path, client):
     run_pipeline(pipeline, client, record=False, on_event=events.append)
     counts = [e["steps"]["wait"] for e in events if e["event"] == "tasks"]
     assert counts and counts[0] == {"done": 0, "seen": 1, "erred": 0}
+
+
+def test_latest_is_the_run_created_last_whatever_its_folder_is_called(tmp_path):
+    """`latest` is the run created last, not the last folder name in sort order (a folder
+    copied or named by hand)."""
+    from taskdml.runs import RunDirectory, find_run, list_runs
+
+    first, second = RunDirectory(tmp_path), RunDirectory(tmp_path)
+    first.update_manifest(created="2026-01-02T00:00:00")
+    second.update_manifest(created="2026-01-03T00:00:00")
+    (tmp_path / first.run_id).rename(tmp_path / "zzz-named-by-hand")
+    assert [os.path.basename(run["path"]) for run in list_runs(tmp_path)] == [
+        "zzz-named-by-hand",
+        second.run_id,
+    ]
+    assert find_run("latest", tmp_path)["run_id"] == second.run_id
