@@ -174,3 +174,23 @@ def test_a_search_killed_mid_way_goes_on_from_its_checkpoint(tmp_path):
     assert len(trials) == 30 and trials["score"].notna().all()
     steps = trials["steps"].str.split(", ").str.len()
     assert (steps == trials["rung"] + 1).all()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_an_async_training_killed_mid_way_trains_only_what_its_server_had_not_absorbed(tmp_path):
+    """An async training writes each copy of its server's state as a checkpoint; killed after
+    the first, the resumed training goes on from it and every chunk of every epoch is absorbed
+    once in all (updates = epochs × chunks)."""
+    (tmp_path / "long.yaml").write_text(
+        LONG_TRAINING.replace("epochs: 30, sync_every: 2", "epochs: 40, strategy: async")
+    )
+    often = {"DASK_TASKDML__ELASTIC__CHECKPOINT_S": "0.5"}
+    process = _start(["run", "long.yaml", "--run-dir", "runs"], tmp_path, **often)
+    checkpoints = tmp_path / "cache" / "checkpoints"
+    _kill_when(process, lambda: any(checkpoints.glob("*/*.checkpoint")))
+    _run(["resume", "latest", "--run-dir", "runs"], tmp_path, **often)
+    training = _manifest(tmp_path)["steps"]["model"]["training"]
+    assert training["strategy"] == "async"
+    assert 0 < training["stats"]["resumed_from"]["updates"] < 40 * 20
+    assert training["stats"]["updates"] == 40 * 20

@@ -10,8 +10,10 @@ none. When the step runs again with the same key — ``taskdml resume`` after a 
 same pipeline run again — the training starts from its last checkpoint instead of from the
 start, and the step's stats say so (``resumed_from``). The epoch order and shuffles are
 functions of the seed and the epoch, so with a fixed seed and an integer ``sync_every`` the
-result equals an uninterrupted training's. The checkpoints are removed when the step's
-outputs are stored.
+result equals an uninterrupted training's. An async training writes each copy of its parameter
+server's state that the client takes (every ``checkpoint-s`` too) with the chunks the server
+had not absorbed; a resumed one trains only those, so every chunk of every epoch is absorbed
+once. The checkpoints are removed when the step's outputs are stored.
 
 The runner opens a :func:`scope` around each step; a ``fit`` step names each ``foreach``
 item's training (:func:`item`), and every training in it :func:`claim`\\ s the next name, so

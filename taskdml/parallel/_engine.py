@@ -896,10 +896,20 @@ def _elastic_async(estimator, chunks, plan, client, staleness, n_replicas, clock
     pushes in :func:`~taskdml.parallel._replica.async_order`) are dealt to the new replicas,
     epoch by epoch. ``stats["restarts"]`` records each loss: ``workers``, ``server_lost``,
     ``repeated_s`` (the training time whose pushes were lost and are trained again) and
-    ``chunks_left``. A second loss before any push was kept stops with an error.
+    ``chunks_left``. A second loss before any push was kept stops with an error. Inside a
+    pipeline step each copy is also written as the training's checkpoint
+    (:mod:`._checkpoint`), so a resumed run trains only the chunks not absorbed
+    (``stats["resumed_from"]``).
     """
     state, resumed, left, updates = estimator, False, None, 0
-    restarts, used = [], set()
+    restarts, used, resumed_from = [], set(), None
+    checkpoints = _checkpoint.claim()
+    saved = checkpoints.load() if checkpoints is not None else None
+    if saved is not None:  # a run resumed: go on from the last copy it wrote
+        by_index = {chunk.index: chunk for chunk in chunks}
+        state, resumed, updates = saved["state"], True, saved["updates"]
+        left = [(epoch, by_index[index]) for epoch, index in saved["left"]]
+        restarts, resumed_from = saved["restarts"], {"updates": updates, "chunks_left": len(left)}
     while True:
         threads = _worker_threads(client, workers)
         count = _replica_count(n_replicas, threads, len(chunks if left is None else left))
@@ -917,8 +927,9 @@ def _elastic_async(estimator, chunks, plan, client, staleness, n_replicas, clock
             checkpoint_s=_elastic.checkpoint_seconds(),
         )
         segment = _segment(
-            client, state, owned, epochs, segment_plan, "async", staleness, threads, clock
-        )
+            client, state, owned, epochs, segment_plan, "async", staleness, threads, clock,
+            on_copy=_async_checkpoint(checkpoints, items, updates, restarts),
+        )  # fmt: skip
         used.update(segment.addresses)
         if not segment.gone:
             break
@@ -942,7 +953,30 @@ def _elastic_async(estimator, chunks, plan, client, staleness, n_replicas, clock
     result.stats.update(
         updates=updates + result.stats["updates"], restarts=restarts, workers=sorted(used)
     )
+    if resumed_from is not None:
+        result.stats["resumed_from"] = resumed_from
     return result
+
+
+def _async_checkpoint(checkpoints, items, updates, restarts):
+    """What the client does with each copy of the server's state inside a pipeline step:
+    write it as the training's checkpoint (:mod:`._checkpoint`), with the chunks the server
+    had not absorbed, so that a resumed run trains only those. ``None`` outside a step."""
+    if checkpoints is None:
+        return None
+
+    def save(copy):
+        estimator, pushed, version = copy
+        checkpoints.save(
+            {
+                "state": estimator,
+                "updates": updates + version,
+                "left": [(epoch, chunk.index) for epoch, chunk in _not_pushed(items, pushed)],
+                "restarts": restarts,
+            }
+        )
+
+    return save
 
 
 def _not_pushed(items, pushed):
@@ -970,8 +1004,8 @@ class _ServerCopy:
     """The last copy of an async training's server state on the client, taken every
     *every_s* seconds by :meth:`keep` (``state`` ``None``: none yet; ``taken``: when)."""
 
-    def __init__(self, collective, every_s):
-        self.collective, self.every_s = collective, every_s
+    def __init__(self, collective, every_s, on_copy=None):
+        self.collective, self.every_s, self.on_copy = collective, every_s, on_copy
         self.state, self.taken = None, time.perf_counter()
 
     def keep(self, now=False):
@@ -982,6 +1016,8 @@ class _ServerCopy:
         except Exception:  # the server's worker is gone: the last copy stands
             return
         self.state, self.taken = state, time.perf_counter()
+        if self.on_copy is not None:
+            self.on_copy(state)
 
 
 SNAPSHOT_TIMEOUT_S = 10
@@ -1096,7 +1132,9 @@ class _Segment:
         return result
 
 
-def _segment(client, state, owned, left, plan, strategy, staleness, threads, clock, grows=None):
+def _segment(
+    client, state, owned, left, plan, strategy, staleness, threads, clock, grows=None, on_copy=None
+):
     """Run the replicas once, from *state*, on the chunks *owned* (and *left* of the first
     epoch); see :class:`_Segment`."""
     _in_memory(client, [c for share in owned for c in share])  # placement follows them
@@ -1156,7 +1194,7 @@ def _segment(client, state, owned, left, plan, strategy, staleness, threads, clo
         if strategy == "sync":
             gone = _elastic.Watch(client, tasks, addresses, grows, plan.training).wait()
         else:
-            kept = _ServerCopy(collective, plan.checkpoint_s)
+            kept = _ServerCopy(collective, plan.checkpoint_s, on_copy)
             watch = _elastic.Watch(client, tasks, addresses, None, plan.training, kept.keep)
             gone = watch.wait() or _left_meanwhile(client, tasks, addresses)
         if gone:
