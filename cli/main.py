@@ -125,6 +125,11 @@ def _cache_options(function):
     function = click.option(
         "--no-cache", is_flag=True, help="Neither reuse nor store step outputs."
     )(function)
+    return _cache_dir_option(function)
+
+
+def _cache_dir_option(function):
+    """``--cache-dir`` of every command that uses the step cache."""
     return click.option(
         "--cache-dir",
         metavar="PATH_OR_URL",
@@ -602,15 +607,6 @@ def _setting(value):
 @cli.group()
 def cache():
     """Inspect and prune the step cache."""
-
-
-def _cache_dir_option(function):
-    return click.option(
-        "--cache-dir",
-        metavar="PATH_OR_URL",
-        envvar="TASKDML_CACHE_DIR",
-        help="The step cache [default: .taskdml/cache; env TASKDML_CACHE_DIR].",
-    )(function)
 
 
 @cache.command("list")

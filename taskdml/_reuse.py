@@ -91,9 +91,7 @@ class Reuse:
             return None
         entry = self.cache.lookup(found.key)
         if entry is None:
-            last = self.cache.last(self.pipeline.name, step.name)
-            why = _cache_keys.explain(found.parts, last) or [_NOT_STORED]
-            self._miss(step, found.key, why)
+            self._miss(step, found.key, _why_missing(self.cache, self.pipeline, step.name, found))
             return None
         try:
             produced = self.cache.load(entry, context.client)
@@ -186,10 +184,15 @@ def plan(cache, pipeline):
         elif cache.lookup(found.key, touch=False) is not None:
             entry = {"key": found.key, "hit": True, "why": ["its outputs are in the cache"]}
         else:
-            why = _cache_keys.explain(found.parts, cache.last(pipeline.name, name))
-            entry = {"key": found.key, "hit": False, "why": why or [_NOT_STORED]}
+            why = _why_missing(cache, pipeline, name, found)
+            entry = {"key": found.key, "hit": False, "why": why}
         would[name] = {"cache": entry}
     return would
+
+
+def _why_missing(cache, pipeline, name, found):
+    """Why step *name*'s key (*found*) is not in *cache*: how it differs from its last run."""
+    return _cache_keys.explain(found.parts, cache.last(pipeline.name, name)) or [_NOT_STORED]
 
 
 def _this_machine():

@@ -122,10 +122,11 @@ class RunState:
         name = key[0] if isinstance(key, tuple) else key
         if not isinstance(name, str):
             return
-        run = self.active.get(name.split("-", 1)[0])
+        step = name.split("-", 1)[0]
+        run = self.active.get(step)
         if run is None:
             return
-        tasks = run["steps"][name.split("-", 1)[0]]["tasks"]
+        tasks = run["steps"][step]["tasks"]
         if finish in ("waiting", "queued", "no-worker"):
             tasks["seen"] += 1
         elif finish == "memory":
