@@ -18,6 +18,7 @@ pandas DataFrame                            Parquet
 estimator                                   skops, or joblib where skops cannot (recorded)
 ``distributed.Future``                      its value's format, written by the worker that
                                             holds it, and read back into a future there
+:class:`~taskdml.parallel.ClassSharded`     its shell as an estimator, its shards as futures
 anything else                               joblib (recorded)
 ==========================================  ===============================================
 
@@ -75,6 +76,15 @@ def encode(value, folder, name, client):
     if type(value).__name__ == "Future":
         written = client.submit(_encode_in_memory, value, folder, name, pure=False)
         return {"kind": "future", "value": written.result()}
+    from taskdml.parallel._sharded import is_sharded, split_shards
+
+    if is_sharded(value):  # its shell here, each shard written by the worker that holds it
+        shell, shards = split_shards(value)
+        return {
+            "kind": "sharded",
+            "model": _encode_in_memory(shell, folder, name),
+            "shards": encode(shards, folder, f"{name}.shard", client),
+        }
     if dask.is_dask_collection(value):
         return _encode_collection(value, folder, name)
     return _encode_in_memory(value, folder, name)
@@ -104,6 +114,11 @@ def decode(node, folder, client):
         return items if kind == "list" else tuple(items)
     if kind == "future":
         return client.submit(_decode_in_memory, node["value"], folder, pure=False)
+    if kind == "sharded":
+        from taskdml.parallel._sharded import with_shards
+
+        shell = _decode_in_memory(node["model"], folder)
+        return with_shards(shell, decode(node["shards"], folder, client))
     if kind in _COLLECTIONS:
         return _COLLECTIONS[kind](node, folder)
     return _decode_in_memory(node, folder)

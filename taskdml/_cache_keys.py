@@ -4,7 +4,8 @@ A step's key is the SHA-256 of its *parts*, all known before anything runs:
 
 - ``format``: :data:`FORMAT`, the layout of cache entries (a new layout misses every old entry);
 - ``spec``: the step as resolved (after overrides and interpolation), without the keys that do
-  not change its outputs (``description``, ``retries``);
+  not change its outputs (``description``, ``retries``), and for a federated step the silos
+  it trains on (their loaders, arguments and workers);
 - ``code``: a fingerprint of every module whose code the step runs — the module of its target
   and of every ``"module:attr"`` named inside its parameters (estimators given as values),
   ``taskdml.metrics`` for an evaluation. A module installed as a library (under
@@ -72,7 +73,7 @@ def step_keys(pipeline):
     keys = {}
     for step in pipeline.ordered_steps():
         try:
-            parts = _parts(step, keys)
+            parts = _parts(step, keys, pipeline.silos_of(step))
         except _NoKey as problem:
             keys[step.name] = StepKey(None, None, str(problem))
             continue
@@ -85,8 +86,10 @@ class _NoKey(Exception):
     """A part of a step's key cannot be computed."""
 
 
-def _parts(step, keys):
+def _parts(step, keys, silos):
     spec = {k: v for k, v in step.to_dict().items() if k not in _NOT_OUTPUTS}
+    if silos:  # a federated step reads the data its silos load
+        spec["silos"] = silos
     inputs = {}
     for argument, position, ref_step, ref_output in step.references():
         if keys[ref_step].key is None:

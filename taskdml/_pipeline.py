@@ -316,7 +316,10 @@ class Step:
         if self.outputs is not None and len(set(self.outputs)) != len(self.outputs):
             problems.append((("outputs",), f"output names repeat: {list(self.outputs)}."))
         inputs = set(self.inputs or {})
-        for missing in sorted(kind.required_inputs - inputs):
+        required, allowed = kind.required_inputs, kind.allowed_inputs
+        if self.mode == "federated" and allowed is not None:  # its silos load the data
+            required, allowed = required - {"data"}, allowed - {"data", "preprocess"}
+        for missing in sorted(required - inputs):
             problems.append(
                 (
                     ("inputs",),
@@ -324,16 +327,57 @@ class Step:
                     f"(e.g. inputs: {{{missing}: other_step}}).",
                 )
             )
-        if kind.allowed_inputs is not None:
-            for extra in sorted(inputs - kind.allowed_inputs):
+        if allowed is not None:
+            for extra in sorted(inputs - allowed):
+                federated = self.mode == "federated"
+                why = " A federated step's data is loaded by its silos." * federated
                 problems.append(
                     (
                         ("inputs", extra),
                         f"unknown input {extra!r} for a {self.kind!r} "
-                        f"step.{did_you_mean(extra, kind.allowed_inputs)} Allowed: "
-                        f"{', '.join(sorted(kind.allowed_inputs))}.",
+                        f"step.{did_you_mean(extra, allowed)} Allowed: "
+                        f"{', '.join(sorted(allowed)) or 'none'}.{why}",
                     )
                 )
+        return problems + self._parallel_problems()
+
+    @property
+    def mode(self):
+        """The kind of parallelism the step asks for (``parallel.mode``; default ``"data"``)."""
+        return (self.parallel or {}).get("mode", "data")
+
+    def _parallel_problems(self):
+        """Keys of ``parallel`` that the step's mode does not read, and modes a search
+        cannot use."""
+        if not self.parallel or self.kind not in ("fit", "search"):
+            return []
+        mode = self.mode
+        if self.kind == "search" and mode not in ("data", "task", "auto"):
+            return [
+                (
+                    ("parallel", "mode"),
+                    f"a search trains its trials data-parallel or one task each: use mode "
+                    f"data, task or auto, not {mode!r} (model and federated are for fit steps).",
+                )
+            ]
+        read = _schema.MODE_KEYS["data"] + _schema.MODE_KEYS["model"] if mode == "auto" else ()
+        read = set(read or _schema.MODE_KEYS[mode]) | {"mode"}
+        problems = []
+        for key in self.parallel:
+            if key not in read:
+                owners = [m for m, keys in _schema.MODE_KEYS.items() if key in keys]
+                problems.append(
+                    (
+                        ("parallel", key),
+                        f"{key!r} does not apply to mode {mode!r}; it belongs to mode "
+                        f"{' or '.join(map(repr, owners))}.",
+                    )
+                )
+        if mode == "federated" and "rounds" not in self.parallel:
+            problems.append(
+                (("parallel",), "a federated step needs rounds (e.g. parallel: {mode: federated, "
+                 "rounds: 10})."),
+            )  # fmt: skip
         return problems
 
 
@@ -350,6 +394,8 @@ class Pipeline:
         The parameters the steps were resolved with (kept for the record).
     cluster : mapping, optional
         ``{n_workers, threads_per_worker, memory_limit}``, ``{address}`` or ``{spec}``.
+    silos : mapping, optional
+        The parties of federated steps: ``{name: {load, with, workers | resources}}``.
     imports : mapping, optional
         ``{"allow": [module globs], "trust": bool}``; default allow: ``sklearn.*, taskdml.*,
         numpy, scipy.stats, scipy.sparse`` (:mod:`taskdml._trust`).
@@ -372,16 +418,20 @@ class Pipeline:
     params: dict | None = None
     cluster: dict | None = None
     imports: dict | None = None
+    silos: dict | None = None
     source: object = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "steps", tuple(self.steps))
-        for field in ("params", "cluster", "imports"):
+        for field in ("params", "cluster", "imports", "silos"):
             object.__setattr__(self, field, freeze(getattr(self, field) or {}))
         problems = _schema.check(self.to_dict(), _schema.SCHEMA)
         if not problems:
             problems = (
-                self._graph_problems() or self._target_problems() or _cluster_problems(self.cluster)
+                self._graph_problems()
+                or self._target_problems()
+                or _cluster_problems(self.cluster)
+                or self._silo_problems()
             )
         if problems:
             raise PipelineError(problems=problems)
@@ -480,11 +530,62 @@ class Pipeline:
         result = {"taskdml": 1, "name": self.name}
         if self.description:
             result["description"] = self.description
-        for field in ("params", "cluster", "imports"):
+        for field in ("params", "cluster", "silos", "imports"):
             if getattr(self, field):
                 result[field] = thaw(getattr(self, field))
         result["steps"] = {step.name: step.to_dict() for step in self.steps}
         return result
+
+    def silos_of(self, step):
+        """The silos a federated step trains on, by name, as written in the file.
+
+        Parameters
+        ----------
+        step : Step
+
+        Returns
+        -------
+        dict
+            ``{name: {load, with, workers | resources}}``; empty for any other step.
+        """
+        if step.mode != "federated":
+            return {}
+        names = step.parallel.get("silos") or list(self.silos)
+        return {name: thaw(self.silos[name]) for name in names}
+
+    def _silo_problems(self):
+        problems = []
+        for name, silo in self.silos.items():
+            path = ("silos", name)
+            if ("workers" in silo) == ("resources" in silo):
+                problems.append(
+                    (path, "a silo needs one of workers: [names] or resources: {name: 1}.")
+                )
+            try:
+                resolve_callable(silo["load"], self.allow, trust=self.trust)
+            except PipelineError as error:
+                problems.append((path + ("load",), str(error)))
+        for step in self.steps:
+            if step.mode != "federated":
+                continue
+            if not self.silos:
+                problems.append(
+                    (
+                        ("steps", step.name, "parallel", "mode"),
+                        "a federated step needs a silos: block at the top of the file "
+                        "(name -> {load, with, workers or resources}).",
+                    )
+                )
+            for position, name in enumerate(step.parallel.get("silos", ())):
+                if name not in self.silos:
+                    problems.append(
+                        (
+                            ("steps", step.name, "parallel", "silos", position),
+                            f"unknown silo {name!r}.{did_you_mean(name, self.silos)} "
+                            f"Silos: {', '.join(self.silos) or 'none'}.",
+                        )
+                    )
+        return problems
 
     def _graph_problems(self):
         problems = []

@@ -355,6 +355,7 @@ def run_pipeline(
             n_workers=n_workers,
             client=client,
             warm_modules=clusters.pipeline_modules(pipeline),
+            silos=pipeline.silos,
         ) as active:
             info = clusters.describe(active)
             info["taskdml_page"] = _follow(recorder, active)

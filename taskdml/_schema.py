@@ -26,11 +26,31 @@ _callable = {
     "title": "a callable written 'module:attr' (e.g. 'sklearn.linear_model:SGDClassifier')",
 }
 
+MODES = ("data", "model", "federated", "task", "auto")
+"""The kinds of parallelism a ``fit:`` or ``search:`` step may ask for (``parallel.mode``)."""
+
+MODE_KEYS = {
+    "data": ("strategy", "sync_every", "staleness", "epochs", "shuffle", "random_state", "data",
+             "prefetch"),
+    "model": ("shards", "epochs", "random_state"),
+    "federated": ("silos", "rounds", "local_epochs", "secure_aggregation", "dp", "random_state"),
+    "task": ("epochs", "shuffle", "random_state"),
+}  # fmt: skip
+"""The ``parallel`` keys each mode reads (``auto`` reads those of data and model)."""
+
 PARALLEL = {
     "type": "object",
-    "description": "how a fit trains: data-parallel replicas merged sync/async, or sequential",
+    "description": "how a fit trains: data-parallel replicas merged sync/async, sequential in "
+    "one task, model-parallel shards, or federated across silos",
     "additionalProperties": False,
     "properties": {
+        "mode": {
+            "enum": list(MODES),
+            "description": "data: replicas of the model on chunks of the data (default); model: "
+            "the model's classes split across workers; federated: trained inside the silos, "
+            "only model state moves; task: one task per training (one worker); auto: chosen "
+            "from the model's and the data's size against the workers' memory",
+        },
         "strategy": {"enum": ["sync", "async", "sequential"]},
         "sync_every": {
             "anyOf": [
@@ -58,6 +78,70 @@ PARALLEL = {
             "type": "integer",
             "minimum": 0,
             "description": "chunks a streaming replica reads ahead (default 2)",
+        },
+        "shards": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "model: shards of the classes (default one per worker)",
+        },
+        "silos": {
+            "type": "array",
+            "items": {"type": "string", "pattern": IDENTIFIER},
+            "description": "federated: the silos that train (default every silo of the file)",
+        },
+        "rounds": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "federated: rounds of local training and merging",
+        },
+        "local_epochs": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "federated: passes each silo makes over its data per round",
+        },
+        "secure_aggregation": {
+            "type": "boolean",
+            "description": "federated: the aggregator sees only the sum of masked updates",
+        },
+        "dp": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["clip_norm", "noise_multiplier"],
+            "description": "federated: client-level differential privacy",
+            "properties": {
+                "clip_norm": {"type": "number", "description": "bound on a silo's update"},
+                "noise_multiplier": {
+                    "type": "number",
+                    "description": "Gaussian noise's standard deviation over clip_norm",
+                },
+                "delta": {"type": "number", "description": "delta of (epsilon, delta)"},
+            },
+        },
+    },
+}
+
+SILO = {
+    "type": "object",
+    "description": "a party whose data stays on its own workers",
+    "additionalProperties": False,
+    "required": ["load"],
+    "properties": {
+        "load": {
+            **_callable,
+            "description": "returns the silo's (X, y) or a list of such chunks; runs on the "
+            "silo's workers only",
+        },
+        "with": {"type": "object", "description": "keyword arguments of load"},
+        "workers": {
+            "type": "array",
+            "items": {"type": ["string", "integer"]},
+            "description": "names or addresses of the silo's workers",
+        },
+        "resources": {
+            "type": "object",
+            "additionalProperties": {"type": "number"},
+            "description": "a Dask resource its workers have, e.g. {hospital_a: 1}; the "
+            "embedded cluster starts a worker with it",
         },
     },
 }
@@ -286,6 +370,14 @@ SCHEMA = {
         "description": {"type": "string"},
         "params": {"type": "object", "description": "values for ${params.*} and CLI overrides"},
         "cluster": CLUSTER,
+        "silos": {
+            "type": "object",
+            "minProperties": 1,
+            "description": "the parties of federated steps: name -> {load, with, workers or "
+            "resources}",
+            "propertyNames": {"pattern": IDENTIFIER},
+            "additionalProperties": SILO,
+        },
         "imports": {
             "type": "object",
             "additionalProperties": False,

@@ -87,6 +87,7 @@ def connect(
     n_workers=None,
     client=None,
     warm_modules=(),
+    silos=None,
 ):
     """Yield a ``distributed.Client`` for a run, and close what this call started.
 
@@ -104,6 +105,10 @@ def connect(
     warm_modules : sequence of str, optional
         Modules the workers of a cluster started here import in the background from their
         start (:func:`warm`); not used for a cluster reached by address or *client*.
+    silos : mapping, optional
+        The pipeline's ``silos`` block. An embedded LocalCluster gets one more worker per silo
+        that names ``resources``, started with them and named ``silo-<name>``; any other
+        cluster must already have workers with those resources.
 
     Yields
     ------
@@ -131,6 +136,8 @@ def connect(
             _client(deployment, f"the cluster {type(deployment).__name__}")
         )
         _size(deployment, cluster.get("spec", {}))
+        if not cluster.get("spec") and _add_silo_workers(deployment, thaw(silos or {})):
+            started.wait_for_workers(len(deployment.worker_spec), timeout=120)
         if warm_modules:
             warm(started, warm_modules)
         yield started
@@ -187,6 +194,26 @@ def _start(cluster, n_workers, security):
     if not kwargs["processes"]:  # threads in this process: inproc:// cannot take a host
         kwargs["protocol"] = "tcp://"
     return _guarded(LocalCluster, kwargs)
+
+
+def _add_silo_workers(cluster, silos):
+    """Add a worker per silo that names resources to a LocalCluster; whether any was added.
+
+    This is how a federated pipeline runs on one machine: each silo's worker group is a
+    worker of its own, holding its resource, so the silo's tasks go there only.
+    """
+    import copy
+
+    added = False
+    for name, silo in silos.items():
+        if "resources" in silo:
+            spec = copy.deepcopy(cluster.new_spec)
+            spec["options"]["resources"] = dict(silo["resources"])
+            cluster.worker_spec[f"silo-{name}"] = spec
+            added = True
+    if added:
+        cluster.scale(len(cluster.worker_spec))
+    return added
 
 
 def _size(deployment, spec):

@@ -684,11 +684,15 @@ def _encode_labels(values, classes):
     return order[position], np.asarray(found, dtype=bool)
 
 
-def _chunk_statistics(model, preprocess, X, y, metrics, chunk, start, max_residuals=None):
+def _chunk_statistics(
+    model, preprocess, X, y, metrics, chunk, start, max_residuals=None, responses=None
+):
     """Statistics of one chunk: preprocess, predict, reduce (a task).
 
     Returns ``None`` for an empty chunk, otherwise ``{"n_samples", "classes", <statistic>...}``,
     and ``"diagnostics"`` (see :func:`evaluate_graph`) unless *max_residuals* is ``None``.
+    *responses* are the chunk's predictions already made elsewhere (``{method: array}``,
+    for a model whose parts live on workers); *X* is then not needed.
     """
     y = np.asarray(y)
     if len(y) == 0:
@@ -709,7 +713,7 @@ def _chunk_statistics(model, preprocess, X, y, metrics, chunk, start, max_residu
                 f"classes only, or refit the model on data that contains these labels"
             ) from None
     result = {"n_samples": len(y), "classes": classes}
-    responses, computed = {}, {}
+    responses, computed = dict(responses or {}), {}
     for name, metric in metrics.items():
         statistic = metric.statistic
         if statistic.name in result:
@@ -908,14 +912,22 @@ def evaluate_graph(
             check_is_fitted(model)
         _check_model(model, metrics)
     _check_preprocess([t for t in preprocess if not (is_dask_collection(t) or _is_future(t))])
-    model_node = _as_node(model, "model", model)
-    preprocess_nodes = [_as_node(t, "preprocess", t) for t in preprocess]
-
     if _data.is_frame(X):  # a table: one chunk per partition
         rows, X_name = _data.partition_lengths(X), X._name
         x_blocks = _data.outside_annotations(lambda: list(X.to_delayed()))
     else:
         rows, X_name, x_blocks = X.chunks[0], X.name, X.to_delayed().ravel()
+    from taskdml.parallel._sharded import is_sharded
+
+    responses = [None] * len(rows)
+    if is_sharded(model):  # predicted where its shards are; the chunk tasks get the answers
+        responses = _sharded_responses(model, X, preprocess, metrics, diagnostics)
+        shards = [str(getattr(shard, "key", shard)) for shard in model.shards_]
+        model, preprocess, x_blocks = _Answered(model), [], [None] * len(rows)
+        model_node = _as_node(model, "model", shards)
+    else:
+        model_node = _as_node(model, "model", model)
+    preprocess_nodes = [_as_node(t, "preprocess", t) for t in preprocess]
     token = (
         _node_key(model_node),
         [_node_key(node) for node in preprocess_nodes],
@@ -936,6 +948,7 @@ def evaluate_graph(
             chunk,
             int(starts[chunk]),
             kept,
+            responses[chunk],
             dask_key_name=(statistics_name, chunk),
         )
         for chunk, (x_block, y_block) in enumerate(zip(x_blocks, y.to_delayed().ravel()))
@@ -1100,6 +1113,34 @@ def score_in_memory(model, chunks, metric, *, split_every=8):
             for i in range(0, len(parts), split_every)
         ]
     return _score(parts[0], metrics)[metric]
+
+
+def _sharded_responses(model, X, preprocess, metrics, diagnostics):
+    """Per chunk, ``{method: delayed block}`` of what the metrics need from a
+    :class:`~taskdml.parallel.ClassSharded` model, each made by its shards' tasks."""
+    from taskdml.parallel._tasks import transformed
+
+    methods = {_response_method(model, name, m.statistic) for name, m in metrics.items()}
+    if diagnostics:
+        methods.add("predict")
+    X = transformed(X, list(preprocess))
+    blocks = {method: getattr(model, method)(X).to_delayed().ravel() for method in methods}
+    return [{method: blocks[method][i] for method in methods} for i in range(len(X.chunks[0]))]
+
+
+class _Answered:
+    """A sharded model as its chunk tasks see it once its shards made the predictions: its
+    classes, and which methods it has (never called)."""
+
+    def __init__(self, model):
+        self.classes_ = model.classes_
+        for method in ("predict", "predict_proba", "decision_function", "predict_log_proba"):
+            if hasattr(model, method):
+                setattr(self, method, _made_by_shards)
+
+
+def _made_by_shards(X):
+    raise RuntimeError("a sharded model's predictions are made by its shards' tasks")
 
 
 def _is_future(value):

@@ -386,6 +386,7 @@ def draw_training(step, training):
     figure = Figure(figsize=(max(6.4, 5.2 * len(curves)), 3.6))
     axes = figure.subplots(1, len(curves), squeeze=False)[0]
     synced = any("sync_every" in row for row in entries)
+    along = "epoch" if all("epoch" in row for row in entries) else "round"  # federated: rounds
     for axis, key in zip(axes, curves):
         twin = axis.twinx() if synced and axis is axes[-1] else None
         for i, (item, entry) in enumerate(runs.items()):
@@ -393,7 +394,7 @@ def draw_training(step, training):
             rows = [row for row in entry["history"] if key in row]
             label = item if item is not None else entry.get("strategy", "training")
             axis.plot(
-                [row["epoch"] for row in rows],
+                [row[along] for row in rows],
                 [row[key] for row in rows],
                 marker="o",
                 markersize=4,
@@ -403,7 +404,7 @@ def draw_training(step, training):
             if twin is not None:
                 rows = [row for row in entry["history"] if "sync_every" in row]
                 twin.step(
-                    [row["epoch"] for row in rows],
+                    [row[along] for row in rows],
                     [row["sync_every"] for row in rows],
                     where="mid",
                     color=colour,
@@ -412,11 +413,11 @@ def draw_training(step, training):
                     markersize=3,
                     alpha=0.6,
                 )
-        axis.set_xlabel("epoch")
+        axis.set_xlabel(along)
         ylabel, title = _FALLBACK.get(key, (_CURVES.get(key), _CURVES.get(key)))
         axis.set_ylabel(ylabel)
-        axis.set_title(title, fontsize=9)
-        epochs = sorted({row["epoch"] for row in entries})
+        axis.set_title(title.replace("epoch", along), fontsize=9)
+        epochs = sorted({row[along] for row in entries})
         if len(epochs) <= 12:
             axis.set_xticks(epochs)
         else:

@@ -186,6 +186,9 @@ class RunDirectory:
     def save_model(self, step, model):
         """Persist a fitted model under ``models/`` (:func:`dump_model` picks the format).
 
+        A :class:`~taskdml.parallel.ClassSharded` model becomes a folder
+        ``models/<step>.sharded/``: its shell and one file per shard, gathered one at a time.
+
         Parameters
         ----------
         step : str
@@ -197,10 +200,23 @@ class RunDirectory:
         dict
             ``{"path", "format"}`` (and ``"why_not_skops"`` for joblib) for the manifest.
         """
-        data, artifact = dump_model(model)
-        artifact = {"path": str(Path("models") / f"{step}.{artifact['format']}"), **artifact}
-        atomic_write(self.path / artifact["path"], data)
-        return artifact
+        from taskdml.parallel._sharded import gathered, is_sharded, split_shards
+
+        if not is_sharded(model):
+            data, artifact = dump_model(model)
+            artifact = {"path": str(Path("models") / f"{step}.{artifact['format']}"), **artifact}
+            atomic_write(self.path / artifact["path"], data)
+            return artifact
+        # A model split across workers: a folder of its shell and one file per shard, each
+        # shard brought here alone, so this process never holds the whole model.
+        shell, shards = split_shards(model)
+        folder = Path("models") / f"{step}.sharded"
+        data, facts = dump_model(shell)
+        atomic_write(self.path / folder / f"model.{facts['format']}", data)
+        for i, shard in enumerate(shards):
+            data, facts = dump_model(gathered(shard))
+            atomic_write(self.path / folder / f"shard-{i:04d}.{facts['format']}", data)
+        return {"path": str(folder), "format": "sharded", "shards": len(shards), **facts}
 
 
 def dump_model(model):
@@ -276,7 +292,8 @@ def load_model(run_path, step):
     -------
     estimator
         skops files are loaded with only the types skops trusts; joblib files (written where
-        skops could not persist the model) with joblib.
+        skops could not persist the model) with joblib. A model trained class-sharded
+        (``parallel: {mode: model}``) comes back with its shards in this process.
 
     Raises
     ------
@@ -287,6 +304,12 @@ def load_model(run_path, step):
     for format in ("skops", "joblib"):
         if (folder / f"{step}.{format}").exists():
             return load_model_bytes((folder / f"{step}.{format}").read_bytes(), format)
+    if (folder / f"{step}.sharded").is_dir():
+        from taskdml.parallel._sharded import with_shards
+
+        files = sorted((folder / f"{step}.sharded").iterdir())
+        loaded = [load_model_bytes(f.read_bytes(), f.suffix[1:]) for f in files]
+        return with_shards(loaded[0], loaded[1:])  # model.*, then shard-0000.* ...
     raise RunNotFound(
         f"run {run_path} saved no model for step {step!r}; the artifacts of "
         f"each step are listed in {Path(run_path) / 'manifest.json'}."

@@ -178,7 +178,9 @@ def _build(data, source):
     if problems:
         return None, problems
     fields = {
-        key: data[key] for key in ("description", "params", "cluster", "imports") if key in data
+        key: data[key]
+        for key in ("description", "params", "cluster", "silos", "imports")
+        if key in data
     }
     try:
         return Pipeline(data["name"], steps, source=source, **fields), []

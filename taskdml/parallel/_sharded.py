@@ -36,6 +36,7 @@ Two classes make one binary problem, one row of ``coef_``: it cannot be split, s
 shard holding a clone of the whole estimator.
 """
 
+import copy
 import numbers
 import uuid
 
@@ -213,6 +214,9 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
     n_shards : int, optional
         Number of shards, at most the number of classes. Default: the number of workers of
         the distributed client (one shard per worker), or 1 without one.
+    epochs : int, default=1
+        Passes over the chunks, in the same order each time (the unsharded model's
+        ``partial_fit`` called on every chunk, *epochs* times).
 
     Attributes
     ----------
@@ -241,9 +245,10 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
     True
     """
 
-    def __init__(self, estimator, n_shards=None):
+    def __init__(self, estimator, n_shards=None, epochs=1):
         self.estimator = estimator
         self.n_shards = n_shards
+        self.epochs = epochs
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -299,6 +304,8 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
             n_shards = min(max(len(workers), 1), rows)
         if not isinstance(n_shards, numbers.Integral) or n_shards < 1:
             raise ValueError(f"n_shards must be a positive integer, got {n_shards!r}.")
+        if not isinstance(self.epochs, numbers.Integral) or self.epochs < 1:
+            raise ValueError(f"epochs must be a positive integer, got {self.epochs!r}.")
         if n_shards > rows:
             raise ValueError(
                 f"n_shards={n_shards} but the model has {rows} coefficient row(s) "
@@ -310,7 +317,8 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
         name = _keys.key_name(
             "train",
             *fresh, type(estimator).__name__, estimator.get_params(deep=False),
-            classes, n_shards, *[getattr(a, "name", a) for a in (X, y, sample_weight)],
+            classes, n_shards, self.epochs,
+            *[getattr(a, "name", a) for a in (X, y, sample_weight)],
             phase="shard",
         )  # fmt: skip
         groups = np.array_split(np.arange(len(classes)), n_shards)
@@ -320,12 +328,13 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
         seeds_of = self._seeder(estimator, kind, classes)
         if chunked:
             shards = _train_chunked(client, workers, shards, groups, X, y, sample_weight,
-                                    seeds_of, classes, name)  # fmt: skip
+                                    seeds_of, classes, name, self.epochs)  # fmt: skip
         else:
-            seeds = seeds_of()
-            for shard, g in zip(shards, groups):
-                train_shard(shard, X, y, None if seeds is None else seeds[g], classes,
-                            sample_weight)  # fmt: skip
+            for _ in range(self.epochs):
+                seeds = seeds_of()
+                for shard, g in zip(shards, groups):
+                    train_shard(shard, X, y, None if seeds is None else seeds[g], classes,
+                                sample_weight)  # fmt: skip
         self.shards_, self.classes_, self.n_features_in_ = shards, classes, n_features
         self._kind = kind
         return self
@@ -563,16 +572,20 @@ def _as_delayed(shard):
     return shard
 
 
-def _train_chunked(client, workers, shards, groups, X, y, sample_weight, seeds_of, classes, name):
-    """Train *shards* over the chunks of dask arrays: chained futures pinned one shard per
-    worker with a client, a loop over the computed chunks in this process without one."""
+def _train_chunked(
+    client, workers, shards, groups, X, y, sample_weight, seeds_of, classes, name, epochs
+):
+    """Train *shards* over the chunks of dask arrays, *epochs* times: chained futures pinned
+    one shard per worker with a client, a loop over the computed chunks in this process
+    without one."""
     import dask
 
     blocks = [list(a.to_delayed().ravel()) if a is not None else None for a in (X, y)]
     weights = list(sample_weight.to_delayed().ravel()) if sample_weight is not None else None
     n_chunks = len(blocks[0])
+    order = [i for _ in range(epochs) for i in range(n_chunks)]
     if client is None:
-        for i in range(n_chunks):
+        for i in order:
             X_i, y_i, w_i = dask.compute(
                 blocks[0][i], blocks[1][i], None if weights is None else weights[i]
             )
@@ -584,14 +597,20 @@ def _train_chunked(client, workers, shards, groups, X, y, sample_weight, seeds_o
         client.scatter(shard, workers=[workers[k % len(workers)]], hash=False)
         for k, shard in enumerate(shards)
     ]
-    for i in range(n_chunks):
-        X_i, y_i = client.compute([blocks[0][i], blocks[1][i]])
-        w_i = client.compute(weights[i]) if weights is not None else None
+    held = {}  # with several epochs, every chunk is computed once and kept on the workers
+    for step, i in enumerate(order):
+        if i not in held:
+            X_i, y_i = client.compute([blocks[0][i], blocks[1][i]])
+            w_i = client.compute(weights[i]) if weights is not None else None
+            if epochs > 1:
+                held[i] = X_i, y_i, w_i
+        else:
+            X_i, y_i, w_i = held[i]
         seeds = seeds_of()
         for k, g in enumerate(groups):
             states[k] = client.submit(
                 train_shard, states[k], X_i, y_i, None if seeds is None else seeds[g],
-                classes, w_i, key=(name, k, i), workers=[workers[k % len(workers)]],
+                classes, w_i, key=(name, k, step), workers=[workers[k % len(workers)]],
                 allow_other_workers=True, pure=False,
             )  # fmt: skip
     from distributed import wait
@@ -601,3 +620,30 @@ def _train_chunked(client, workers, shards, groups, X, y, sample_weight, seeds_o
         if state.status != "finished":
             raise state.exception()
     return states
+
+
+def split_shards(model):
+    """A fitted :class:`ClassSharded` as its shell (without ``shards_``) and its shards.
+
+    The shell holds the classes, the width and the unfitted estimator, and is small; the
+    shards are futures or in-memory shards. :func:`with_shards` joins them again. Savers use
+    it to write a model shard by shard, never gathering the whole.
+    """
+    shell = copy.copy(model)
+    return shell, list(shell.__dict__.pop("shards_"))
+
+
+def with_shards(shell, shards):
+    """The model :func:`split_shards` split, with *shards* (futures or in-memory shards)."""
+    shell.shards_ = list(shards)
+    return shell
+
+
+def is_sharded(model):
+    """Whether *model* is a fitted :class:`ClassSharded`."""
+    return isinstance(model, ClassSharded) and hasattr(model, "shards_")
+
+
+def gathered(shard):
+    """One shard in this process: the value of a future, or the shard itself."""
+    return shard if isinstance(shard, _ClassShard) else shard.result()

@@ -17,6 +17,7 @@ from taskdml._values import step_data
 from taskdml.exceptions import PipelineError
 from taskdml.model_selection._report import plot_trials, trials_frame
 from taskdml.model_selection._space import from_spec
+from taskdml.parallel._choice import choose_search
 from taskdml.parallel._tasks import transformed
 from taskdml.steps.fit import as_transformers
 
@@ -41,8 +42,20 @@ def run(step, inputs, context):
         of :func:`taskdml.model_selection.trials_frame`).
     """
     estimator = context.pipeline.resolve(step)(**thaw(step.with_ or {}))
-    search = make_search(step, estimator)
     data = step_data(inputs, "data", context)
+    options = thaw(step.parallel or {})
+    mode = options.pop("mode", "data")
+    if mode == "auto":
+        choice = choose_search(_candidates(make_search(step, estimator, options)),
+                               _data_bytes(data), context.client)  # fmt: skip
+        context.note(parallel=choice.record())
+        mode = choice.mode
+    if mode == "data" and "mode" in (step.parallel or {}):  # asked for: replicas, merged
+        options.setdefault("strategy", "sync")
+    if mode == "task":  # every trial a chain of tasks (grid, random) or one task per step
+        seed = {k: options[k] for k in ("random_state",) if k in options}
+        options = {**seed, "strategy": "sequential"} if step.method in ("grid", "random") else seed
+    search = make_search(step, estimator, options)
     preprocess = as_transformers(inputs.get("preprocess", []))
     if is_table(data) and preprocess:
         raise PipelineError(
@@ -69,7 +82,23 @@ def run(step, inputs, context):
     }
 
 
-def make_search(step, estimator):
+def _candidates(search):
+    """How many candidates *search* trains."""
+    from sklearn.model_selection import ParameterGrid
+
+    if hasattr(search, "metadata"):  # the adaptive searches know before fitting
+        return search.metadata["n_models"]
+    if hasattr(search, "n_iter"):
+        return search.n_iter
+    return len(ParameterGrid(search.param_grid))
+
+
+def _data_bytes(data):
+    X = unwrap(data)[0]
+    return X.nbytes if hasattr(X, "nbytes") else X.memory_usage(deep=True).sum().compute()
+
+
+def make_search(step, estimator, parallel):
     """The search object a step describes.
 
     Parameters
@@ -77,10 +106,12 @@ def make_search(step, estimator):
     step : Step
         A ``search:`` step; ``method`` picks the class (``grid``, ``random``, ``halving``,
         ``hyperband`` or ``asha``), ``budget`` its size (``trials``, ``max_epochs``,
-        ``min_epochs``, ``reduction_factor``), ``parallel`` how every trial trains
-        (``random_state`` in it seeds the search).
+        ``min_epochs``, ``reduction_factor``).
     estimator : estimator
         The estimator to search over.
+    parallel : dict
+        How every trial trains: the step's ``parallel`` for its mode (``random_state`` in it
+        seeds the search).
 
     Returns
     -------
@@ -97,7 +128,7 @@ def make_search(step, estimator):
 
     budget = thaw(step.budget or {})
     space = from_spec(thaw(step.space))
-    parallel = thaw(step.parallel or {})
+    parallel = dict(parallel)
     seed = parallel.pop("random_state", None)
     parallel = parallel or None
     scoring = step.scoring
