@@ -411,6 +411,9 @@ def _results_table(steps, metrics):
             else entry.get("error", entry.get("reason", ""))
         )
         lines.append(f"{name:<17} {state:<9} {time:>8}  {result}")
+    chosen = {name: entry["parallel"] for name, entry in steps.items() if "parallel" in entry}
+    for name, choice in chosen.items():
+        lines += ["", f"parallelism of {name}: {choice['mode']} (auto: {choice['reason']})"]
     for step, values in metrics.items():
         lines += ["", f"metrics of {step}:"]
         lines += _metric_lines(values, indent="  ")

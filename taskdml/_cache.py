@@ -273,6 +273,15 @@ class Cache:
             raise
         return entry
 
+    def discard(self, key):
+        """Remove the entry of *key*, if there is one (one that cannot be read, say).
+
+        Parameters
+        ----------
+        key : str
+        """
+        self._remove(self._path("entries", key))
+
     def _publish(self, temporary, final):
         if self.local:
             os.makedirs(os.path.dirname(final), exist_ok=True)

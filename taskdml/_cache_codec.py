@@ -178,7 +178,8 @@ def _encode_collection(value, folder, name):
         regular.to_zarr(
             _url(folder, path), mode="w-", zarr_format=2, consolidated=True, encoding=raw
         )
-        return {"kind": "dataset", "path": path, "chunks": dict(value.chunks)}
+        texts = [key for key, array in value.data_vars.items() if array.dtype == object]
+        return {"kind": "dataset", "path": path, "chunks": dict(value.chunks), "objects": texts}
     if isinstance(value, da.Array):
         regular = value.rechunk(tuple(_regular(sizes) for sizes in value.chunks))
         regular.to_zarr(_url(folder, path), zarr_format=2, compressors=None)
@@ -200,8 +201,14 @@ def _decode_dataset(node, folder):
 
     value = xr.open_zarr(_url(folder, node["path"]), chunks={}, consolidated=True)
     chunks = {dim: tuple(sizes) for dim, sizes in node["chunks"].items()}
-    if dict(value.chunks) != chunks:
+    try:
+        same = dict(value.chunks) == chunks
+    except ValueError:  # variables chunked apart (Zarr chunks a text column its own way)
+        same = False
+    if not same:
         value = value.chunk(chunks)
+    for key in node.get("objects", ()):  # Zarr gives text back as NumPy strings
+        value[key] = value[key].astype(object)
     for variable in value.variables.values():
         variable.encoding.clear()  # written again elsewhere, it is chunked as it is now
     return value

@@ -103,6 +103,7 @@ class Reuse:
                 CacheWarning,
                 stacklevel=2,
             )
+            self.cache.discard(found.key)  # so that the new outputs take its place
             self._miss(step, found.key, [f"its cached outputs could not be read ({error})"])
             return None
         self.recorder.step(
@@ -137,11 +138,15 @@ class Reuse:
         entry = dict(self.recorder.steps.get(step.name, {}))
         record = {k: v for k, v in entry.items() if k not in _OF_THIS_RUN}
         directory = self.recorder.directory
-        artifacts = [
-            (artifact["path"], directory.path / artifact["path"])
-            for artifact in record.get("artifacts", {}).values()
-            if directory is not None and (directory.path / artifact["path"]).exists()
-        ]
+        artifacts = (
+            [
+                (path.relative_to(directory.path).as_posix(), path)
+                for artifact in record.get("artifacts", {}).values()
+                for path in _files(directory.path / artifact["path"])
+            ]
+            if directory is not None
+            else []
+        )
         about = {
             "pipeline": self.pipeline.name,
             "step": step.name,
@@ -193,6 +198,13 @@ def plan(cache, pipeline):
 def _why_missing(cache, pipeline, name, found):
     """Why step *name*'s key (*found*) is not in *cache*: how it differs from its last run."""
     return _cache_keys.explain(found.parts, cache.last(pipeline.name, name)) or [_NOT_STORED]
+
+
+def _files(path):
+    """The files of an artifact: itself, or those under it (a sharded model's folder)."""
+    if path.is_dir():
+        return sorted(found for found in path.rglob("*") if found.is_file())
+    return [path] if path.exists() else []
 
 
 def _this_machine():

@@ -46,7 +46,7 @@ import numpy as np
 import xarray as xr
 from dask.base import is_dask_collection
 from dask.delayed import Delayed
-from sklearn.base import is_classifier
+from sklearn.base import BaseEstimator, ClassifierMixin, is_classifier
 from sklearn.utils.validation import check_is_fitted
 
 from taskdml import _data
@@ -1116,23 +1116,25 @@ def score_in_memory(model, chunks, metric, *, split_every=8):
 
 
 def _sharded_responses(model, X, preprocess, metrics, diagnostics):
-    """Per chunk, ``{method: delayed block}`` of what the metrics need from a
-    :class:`~taskdml.parallel.ClassSharded` model, each made by its shards' tasks."""
+    """Per chunk, ``{method: future}`` of what the metrics need from a
+    :class:`~taskdml.parallel.ClassSharded` model, made by tasks where its shards are (the
+    graph that takes them holds the futures until it is computed)."""
     from taskdml.parallel._tasks import transformed
 
     methods = {_response_method(model, name, m.statistic) for name, m in metrics.items()}
     if diagnostics:
         methods.add("predict")
     X = transformed(X, list(preprocess))
-    blocks = {method: getattr(model, method)(X).to_delayed().ravel() for method in methods}
-    return [{method: blocks[method][i] for method in methods} for i in range(len(X.chunks[0]))]
+    values = {method: model._chunk_values(X, method)[0] for method in sorted(methods)}
+    return [{method: values[method][i] for method in values} for i in range(len(X.chunks[0]))]
 
 
-class _Answered:
+class _Answered(ClassifierMixin, BaseEstimator):
     """A sharded model as its chunk tasks see it once its shards made the predictions: its
     classes, and which methods it has (never called)."""
 
-    def __init__(self, model):
+    def __init__(self, model=None):
+        self.model = None  # the shards stay where they are
         self.classes_ = model.classes_
         for method in ("predict", "predict_proba", "decision_function", "predict_log_proba"):
             if hasattr(model, method):

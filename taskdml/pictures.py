@@ -83,7 +83,7 @@ def draw_run(run_dir):
     _save(draw_dag, run_dir, "dag.png", pictures, steps, dag_edges(run_dir, steps))
     for name, entry in steps.items():
         training = entry.get("training")
-        if entry.get("kind") == "fit" and training:
+        if entry.get("kind") == "fit" and training and _has_history(training):
             _save(draw_training, run_dir, f"training-{name}.png", pictures, name, training)
         if entry.get("kind") == "evaluate" and entry.get("diagnostics"):
             _save(
@@ -344,6 +344,13 @@ def _with_throughput(history):
             seen = row["samples_seen"]
         rows.append(row)
     return rows
+
+
+def _has_history(training):
+    """Whether a training entry (or any item's, after a foreach) has epochs or rounds to
+    draw; a class-sharded training has none."""
+    runs = [training] if "history" in training else training.values()
+    return any(entry.get("history") for entry in runs)
 
 
 def draw_training(step, training):

@@ -44,6 +44,11 @@ def _text(pipeline):
         line = f"  {step.name:<{width}}  {step.kind:<8}  {_target(step)}"
         if sources:
             line += f"  <- {', '.join(sources)}"
+        if "mode" in (step.parallel or {}):
+            line += f"  [{_MODES[step.mode]}]"
+        silos = pipeline.silos_of(step)
+        if silos:
+            line += f"  across silos {', '.join(silos)}"
         items = [label for label, _ in step.foreach_items() if label]
         if items:
             line += (
@@ -51,6 +56,15 @@ def _text(pipeline):
             )
         lines.append(line)
     return "\n".join(lines)
+
+
+_MODES = {
+    "data": "data parallel",
+    "model": "model parallel",
+    "federated": "federated",
+    "task": "task parallel",
+    "auto": "parallelism chosen at run time",
+}
 
 
 def _mermaid(pipeline):

@@ -43,13 +43,16 @@ _COMMON = (
 ).split()
 
 
-def make_documents(n_documents=10_000, *, chunk_size=1_000, words=30, noise=0.1, random_state=0):
+def make_documents(
+    n_documents=10_000, *, chunk_size=1_000, words=30, noise=0.1, n_topics=None, random_state=0
+):
     """A labelled corpus of short synthetic news items, generated chunk by chunk on the workers.
 
     Each document mixes ``words`` words: common words and, about one in four, words of its
     topic (:data:`TOPICS`), with a share ``noise`` of the documents labelled at random. Chunk
     ``i`` is drawn from ``SeedSequence(random_state, spawn_key=(i,))``, so the corpus depends
-    on the seed and the chunk size.
+    on the seed and the chunk size. With ``n_topics`` beyond the four named ones, topic ``k``
+    has twelve made-up words of its own (``t<k>w0`` ... ``t<k>w11``): a many-class problem.
 
     Parameters
     ----------
@@ -60,6 +63,8 @@ def make_documents(n_documents=10_000, *, chunk_size=1_000, words=30, noise=0.1,
         Words per document.
     noise : float, default=0.1
         Share of documents whose label is drawn at random.
+    n_topics : int, optional
+        Classes; default the four of :data:`TOPICS`.
     random_state : int, default=0
 
     Returns
@@ -79,10 +84,11 @@ def make_documents(n_documents=10_000, *, chunk_size=1_000, words=30, noise=0.1,
     import xarray as xr
 
     bounds = list(range(0, n_documents, chunk_size)) + [n_documents]
-    name = key_name("make_documents", n_documents, chunk_size, words, noise, random_state)
+    n_topics = len(TOPICS) if n_topics is None else n_topics
+    name = key_name("make_documents", n_documents, chunk_size, words, noise, n_topics, random_state)
     parts = [
         dask.delayed(_documents, pure=True, nout=2)(
-            stop - start, words, noise, random_state, index, dask_key_name=(name, index)
+            stop - start, words, noise, random_state, index, n_topics, dask_key_name=(name, index)
         )
         for index, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:]))
     ]
@@ -94,10 +100,11 @@ def make_documents(n_documents=10_000, *, chunk_size=1_000, words=30, noise=0.1,
     return xr.Dataset({"text": ("sample", text), "y": ("sample", y)})
 
 
-def _documents(n, words, noise, seed, index):
+def _documents(n, words, noise, seed, index, n_topics=4):
     """One chunk of :func:`make_documents`: ``(texts, labels)`` (a task)."""
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(index,)))
-    vocabularies = [topic.split() for topic in TOPICS.values()]
+    vocabularies = [topic.split() for topic in TOPICS.values()][:n_topics]
+    vocabularies += [[f"t{k}w{j}" for j in range(12)] for k in range(len(TOPICS), n_topics)]
     labels = rng.integers(0, len(vocabularies), n)
     texts = np.empty(n, dtype=object)
     for row, label in enumerate(labels):

@@ -400,22 +400,54 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
         rows = X.chunks[0] if isinstance(X, da.Array) else (X.shape[0],)
         return per_chunk, rows, chunked
 
-    def _combined(self, X, function, combine, args, width):
+    def _plan(self, method):
+        """How *method* is computed: ``(per-shard function, combining function, its leading
+        arguments, columns of the result or None)``."""
+        check_is_fitted(self, "shards_")
+        two, n = len(self.classes_) == 2, len(self.classes_)
+        if method == "decision_function":
+            return (shard_decision, _identity, (), None) if two else (
+                shard_decision, combine_columns, (), n)  # fmt: skip
+        if method == "predict":
+            return (_whole_predict, _identity, (), None) if two else (
+                shard_scores, combine_predict, (self.classes_, self._kind), None)  # fmt: skip
+        kind = "ovr" if self._kind == "ovr" and not two else "sgd"
+        return (shard_proba, combine_columns, (), 2) if two else (
+            shard_proba, combine_proba, (kind,), n)  # fmt: skip
+
+    def _chunk_values(self, X, method):
+        """*method*'s result on every chunk of *X*: per chunk a future computing where the
+        shards are (a delayed without a client); the rows per chunk; whether *X* was
+        chunked. Whoever computes from the futures must hold them until it is done."""
         import dask
-        import dask.array as da
         from dask.delayed import Delayed
 
+        function, combine, args, _ = self._plan(method)
         per_chunk, rows, chunked = self._parts(X, function)
         name = _keys.key_name("predict", [str(p[0].key) for p in per_chunk], phase="combine")
-        pieces = []
-        for i, (parts, n) in enumerate(zip(per_chunk, rows)):
+        values = []
+        for i, parts in enumerate(per_chunk):
             if isinstance(parts[0], Delayed):
-                value = dask.delayed(combine, pure=True)(*args, *parts, dask_key_name=(name, i))
+                values.append(
+                    dask.delayed(combine, pure=True)(*args, *parts, dask_key_name=(name, i))
+                )
             else:
-                value = parts[0].client.submit(combine, *args, *parts, key=(name, i))
-            shape = (n,) if width is None else (n, width)
-            dtype = self.classes_.dtype if width is None else np.float64
-            pieces.append(da.from_delayed(value, shape=shape, dtype=dtype))
+                values.append(parts[0].client.submit(combine, *args, *parts, key=(name, i)))
+        return values, rows, chunked
+
+    def _combined(self, X, method):
+        import dask.array as da
+
+        values, rows, chunked = self._chunk_values(X, method)
+        width = self._plan(method)[3]
+        pieces = [
+            da.from_delayed(
+                value,
+                shape=(n,) if width is None else (n, width),
+                dtype=self.classes_.dtype if method == "predict" else np.float64,
+            )
+            for value, n in zip(values, rows)
+        ]
         result = da.concatenate(pieces) if len(pieces) > 1 else pieces[0]
         return result if chunked else result.compute()
 
@@ -433,11 +465,7 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
             A dask array for chunked *X* (its chunks already computing on a cluster), a
             NumPy array otherwise.
         """
-        check_is_fitted(self, "shards_")
-        width = None if len(self.classes_) == 2 else len(self.classes_)
-        if width is None:
-            return self._combined(X, shard_decision, _identity, (), None).astype(float)
-        return self._combined(X, shard_decision, combine_columns, (), width)
+        return self._combined(X, "decision_function")
 
     def predict(self, X):
         """The class of every row: the argmax over all shards' decision values.
@@ -452,10 +480,7 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
         labels : dask array or ndarray of shape (n_samples,)
             A dask array for chunked *X*, a NumPy array otherwise.
         """
-        check_is_fitted(self, "shards_")
-        if len(self.classes_) == 2:
-            return self._combined(X, _whole_predict, _identity, (), None)
-        return self._combined(X, shard_scores, combine_predict, (self.classes_, self._kind), None)
+        return self._combined(X, "predict")
 
     def _has_proba(self):
         estimator = self.estimator
@@ -480,11 +505,7 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
         proba : dask array or ndarray of shape (n_samples, n_classes)
             A dask array for chunked *X*, a NumPy array otherwise.
         """
-        check_is_fitted(self, "shards_")
-        kind = "ovr" if self._kind == "ovr" and len(self.classes_) > 2 else "sgd"
-        if len(self.classes_) == 2:
-            return self._combined(X, shard_proba, combine_columns, (), 2)
-        return self._combined(X, shard_proba, combine_proba, (kind,), len(self.classes_))
+        return self._combined(X, "predict_proba")
 
     @available_if(_has_proba)
     def predict_log_proba(self, X):

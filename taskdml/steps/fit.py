@@ -186,7 +186,9 @@ def _choose(estimator, data, preprocess, classes, client):
     n_classes = None
     if is_classifier(estimator):
         n_classes = len(classes) if classes is not None else len(np.unique(y.compute()))
-    return choose_fit(estimator, X.shape[1], n_classes, len(X.chunks[0]), X.nbytes, client)
+    sparse = hasattr(X._meta, "tocsr")  # its size is unknown until it is computed
+    data_bytes = None if sparse else X.nbytes
+    return choose_fit(estimator, X.shape[1], n_classes, len(X.chunks[0]), data_bytes, client)
 
 
 def as_transformers(preprocess):

@@ -94,6 +94,8 @@ def _candidates(search):
 
 
 def _data_bytes(data):
+    """Bytes of the data's X; for sparse chunks the bytes they would take dense (an upper
+    bound: their size is unknown until they are computed)."""
     X = unwrap(data)[0]
     return X.nbytes if hasattr(X, "nbytes") else X.memory_usage(deep=True).sum().compute()
 
