@@ -46,6 +46,13 @@ EXPECTED = {
 }
 
 INCLUDE = re.compile(r"^```\{literalinclude\}\s+(\S+)", re.MULTILINE)
+YAML_BLOCK = re.compile(r"^```yaml\n(.*?)^```", re.MULTILINE | re.DOTALL)
+# A cluster block shown alone is checked inside this pipeline.
+WRAPPER = """taskdml: 1
+name: snippet
+steps:
+  data: {call: taskdml.datasets:load_sklearn, with: {name: iris}}
+"""
 
 
 def test_every_example_is_checked():
@@ -64,6 +71,24 @@ def test_included_files_exist():
             included.add(path)
     examples = {path.resolve() for path in EXAMPLES.iterdir() if path.suffix in (".py", ".yaml")}
     assert examples <= included, f"not shown in any page: {sorted(examples - included)}"
+
+
+def test_pipeline_snippets_are_valid():
+    """Every YAML block of the guides that is a pipeline file, or a cluster block, validates."""
+    import taskdml
+
+    checked = 0
+    for page in sorted(GUIDES.glob("*.md")):
+        for number, block in enumerate(YAML_BLOCK.findall(page.read_text()), start=1):
+            if block.startswith("taskdml:"):
+                text = block
+            elif block.startswith("cluster:"):
+                text = WRAPPER + block
+            else:
+                continue  # a fragment (one step) or another tool's file
+            taskdml.loads_pipeline(text, source=f"{page.name}, YAML block {number}")
+            checked += 1
+    assert checked >= 7
 
 
 @pytest.mark.slow
