@@ -3,11 +3,11 @@
 Run it with ``python docs/guides/examples/migrate_kedro_hydra.py``. It loads the pipeline
 file with two overrides written as on the command line (``taskdml run FILE seed=1
 alphas=[...]``), runs it on an embedded two-worker cluster (the file's ``cluster`` block;
-the project's module ``churn_nodes`` is shipped to the workers), prints each item of the
-sweep with its metrics, and removes its run directory.
+the project's module ``churn_nodes`` is shipped to the workers) without recording a run
+directory (``record=False``; ``taskdml run`` records one), and prints each item of the sweep
+with its metrics.
 """
 
-import tempfile
 from pathlib import Path
 
 import taskdml
@@ -20,14 +20,13 @@ OVERRIDES = ["seed=1", "alphas=[1.0e-4,1.0e-3,1.0e-2,1.0e-1]"]
 
 def main():
     pipeline = taskdml.load_pipeline(HERE / "migrate_kedro_hydra.yaml", overrides=OVERRIDES)
-    with tempfile.TemporaryDirectory() as tmp:
-        run = taskdml.run_pipeline(pipeline, run_root=tmp)
-        print(f"run {run.status}: steps {', '.join(run.steps)}")
-        for item, metrics in run.metrics["report"].items():
-            scores = ", ".join(f"{name}={value:.3f}" for name, value in metrics.items())
-            print(f"model[{item}]: {scores}")
-        best = max(run.metrics["report"], key=lambda item: run.metrics["report"][item]["accuracy"])
-        print(f"best item: model[{best}]")
+    run = taskdml.run_pipeline(pipeline, record=False)
+    print(f"run {run.status}: steps {', '.join(run.steps)}")
+    for item, metrics in run.metrics["report"].items():
+        scores = ", ".join(f"{name}={value:.3f}" for name, value in metrics.items())
+        print(f"model[{item}]: {scores}")
+    best = max(run.metrics["report"], key=lambda item: run.metrics["report"][item]["accuracy"])
+    print(f"best item: model[{best}]")
 
 
 if __name__ == "__main__":
