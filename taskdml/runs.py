@@ -216,7 +216,7 @@ class RunDirectory:
         for i, shard in enumerate(shards):
             data, facts = dump_model(gathered(shard))
             atomic_write(self.path / folder / f"shard-{i:04d}.{facts['format']}", data)
-        return {"path": str(folder), "format": "sharded", "shards": len(shards), **facts}
+        return {**facts, "path": str(folder), "format": "sharded", "shards": len(shards)}
 
 
 def dump_model(model):

@@ -20,6 +20,13 @@ PIPELINES = sorted((ROOT / "pipelines").glob("*.yaml")) + sorted(
     (ROOT / "pipelines").glob("*/pipeline.yaml")
 )
 TASKDML = str(Path(sys.executable).with_name("taskdml"))
+# Examples run with these overrides in the suite (tests/steps/test_parallel_modes.py trains
+# the wide model class-sharded), and examples that start their own cluster.
+SMALLER = {
+    "wide_text": ["n_topics=20", "n_features=8192", "n_documents=4000"],
+    "federated": ["rounds=3"],
+}
+EMBEDDED = {"federated"}
 # Subprocesses find tests/pipeline_functions.py, and whatever this process found first.
 ENV = {
     **os.environ,
@@ -57,19 +64,15 @@ def _in_memory_accuracies(n_samples, test_size, seed, estimator_seeds, **estimat
     "path", PIPELINES, ids=[p.parent.name if p.stem == "pipeline" else p.stem for p in PIPELINES]
 )
 def test_every_example_pipeline_runs(path, cluster, tmp_path):
-    """Each file in pipelines/ runs to success (on the shared test cluster)."""
+    """Each file in pipelines/ runs to success: on the shared test cluster, smaller where the
+    example is sized for a point (wide_text), or on its own embedded cluster where it needs
+    workers of its own (federated: a worker per silo)."""
+    where = ["--scheduler", cluster.scheduler_address] if path.stem not in EMBEDDED else []
     result = CliRunner().invoke(
         cli,
-        [
-            "run",
-            str(path),
-            "--scheduler",
-            cluster.scheduler_address,
-            "--run-dir",
-            str(tmp_path),
-            "--json",
-        ],
-    )
+        ["run", str(path), *SMALLER.get(path.stem, []), *where, "--run-dir", str(tmp_path),
+         "--json"],
+    )  # fmt: skip
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["status"] == "succeeded" and summary["metrics"]
