@@ -73,7 +73,7 @@ def broken_links(html_root):
     for page, parsed in pages.items():
         for link in parsed.links:
             parts = urlsplit(link)
-            if parts.scheme or link.startswith("//") or link.startswith("javascript:"):
+            if parts.scheme or link.startswith("//"):
                 continue
             target = (page.parent / unquote(parts.path)).resolve() if parts.path else page
             if not target.exists():

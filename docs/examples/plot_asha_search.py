@@ -34,7 +34,12 @@ client = Client(cluster)
 
 # an xarray Dataset of chunked dask arrays, generated inside tasks on the workers
 data = make_classification(
-    n_samples=8_000, n_features=10, n_informative=4, class_sep=1.5, chunk_size=800, random_state=0
+    n_samples=8_000,
+    n_features=10,
+    n_informative=4,
+    class_sep=1.5,
+    chunk_size=800,
+    random_state=0,
 )
 space = {
     "alpha": loguniform(1e-6, 1e-1),
@@ -59,10 +64,11 @@ print(f"best score {search.best_score_:.3f} with", search.best_estimator_)
 # keeps every score a trial reported, in dask-ml's format.
 from taskdml.model_selection import trials_frame  # noqa: E402
 
-print(trials_frame(search)[["trial", "alpha", "penalty", "loss", "budget", "score", "state"]])
+columns = ["trial", "alpha", "penalty", "loss", "budget", "score", "state"]
+print(trials_frame(search)[columns].round(4))
 
 fig, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
-for model_id, records in search.model_history_.items():
+for records in search.model_history_.values():
     epochs = [record["partial_fit_calls"] for record in records]
     scores = [record["score"] for record in records]
     ax.plot(epochs, scores, marker="o", alpha=0.8)

@@ -28,7 +28,8 @@ rng = np.random.default_rng(0)
 y = rng.integers(0, n_classes, n_samples)
 X = rng.normal(size=(n_samples, n_features))
 X[np.arange(n_samples), 2 * y] += 2.5
-X_chunks, y_chunks = da.from_array(X, chunks=(chunk, n_features)), da.from_array(y, chunks=chunk)
+X_chunks = da.from_array(X, chunks=(chunk, n_features))
+y_chunks = da.from_array(y, chunks=chunk)
 
 cluster = LocalCluster(
     n_workers=2,
@@ -63,7 +64,8 @@ for start in range(0, n_samples, chunk):
     reference.partial_fit(X[rows], y[rows], classes=np.arange(n_classes))
 
 shards = client.gather(model.shards_)
-coef = np.vstack([estimator.coef_ for shard in shards for estimator in shard.estimators])
+binary = [estimator for shard in shards for estimator in shard.estimators]
+coef = np.vstack([estimator.coef_ for estimator in binary])
 print("coef_ equal bit for bit:", np.array_equal(coef, reference.coef_))
 predicted = model.predict(X_chunks).compute()
 print("same predictions:", np.array_equal(predicted, reference.predict(X)))
@@ -72,11 +74,11 @@ print("same predictions:", np.array_equal(predicted, reference.predict(X)))
 # The coefficients, shard by shard
 # --------------------------------
 fig, ax = plt.subplots(figsize=(7, 3.5), layout="constrained")
-image = ax.imshow(coef, cmap="RdBu_r", vmin=-np.abs(coef).max(), vmax=np.abs(coef).max())
-boundary = len(shards[0].classes) - 0.5
-ax.axhline(boundary, color="black", linewidth=2)
-ax.text(n_features - 0.4, boundary - 0.3, "shard 0", ha="right", va="bottom")
-ax.text(n_features - 0.4, boundary + 0.3, "shard 1", ha="right", va="top")
+largest = np.abs(coef).max()
+image = ax.imshow(coef, cmap="RdBu_r", vmin=-largest, vmax=largest)
+first = len(shards[0].classes)
+ax.axhline(first - 0.5, color="black", linewidth=2)
+ax.set_title(f"classes 0-{first - 1} on shard 0, {first}-{n_classes - 1} on shard 1")
 ax.set_xlabel("feature")
 ax.set_ylabel("class")
 fig.colorbar(image, ax=ax, label="coef_")

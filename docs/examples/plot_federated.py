@@ -29,12 +29,13 @@ import taskdml
 
 
 def load_digits_with(labels, chunk=100):
-    """The training rows of the digits whose label is in *labels*, in chunks of (X, y)."""
+    """Rows of the digits with a label in *labels*, as (X, y) chunks."""
     digits = load_digits()
     X, y = digits.data[:1500] / 16.0, digits.target[:1500]
     keep = np.isin(y, labels)
     X, y = X[keep], y[keep]
-    return [(X[i : i + chunk], y[i : i + chunk]) for i in range(0, len(X), chunk)]
+    starts = range(0, len(X), chunk)
+    return [(X[i : i + chunk], y[i : i + chunk]) for i in starts]
 
 
 cluster = LocalCluster(
@@ -69,7 +70,8 @@ result = taskdml.train_federated(
     random_state=0,
 )
 print("rows per silo:", result.n_samples)
-print(f"held-out accuracy after {len(result.history)} rounds: {result.history[-1]['score']:.3f}")
+last = result.history[-1]
+print(f"held-out accuracy after {len(result.history)} rounds: {last['score']:.3f}")
 
 # %%
 # Against each silo alone
@@ -85,14 +87,14 @@ for name, wanted in labels.items():
 
 fig, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
 rounds = range(1, len(result.history) + 1)
-ax.plot(rounds, [entry["score"] for entry in result.history], marker="o", label="FedAvg, 3 silos")
-for name, score in alone.items():
-    ax.axhline(score, linestyle="--", color="grey")
-    ax.annotate(f"{name} alone", (10, score), ha="right", va="bottom", fontsize=8)
+scores = [entry["score"] for entry in result.history]
+ax.plot(rounds, scores, marker="o", label="FedAvg, 3 silos")
+for (name, score), style in zip(alone.items(), [":", "--", "-."]):
+    ax.axhline(score, linestyle=style, color="grey", label=f"{name} alone")
 ax.set_xlabel("round")
 ax.set_ylabel("held-out accuracy")
 ax.set_ylim(0, 1)
-ax.legend(loc="lower right")
+ax.legend(loc="center right")
 plt.show()
 
 client.close()
