@@ -27,6 +27,14 @@ def cell(text):
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def prose(text):
+    """Text from the code shown as written: Markdown's emphasis characters escaped
+    (``_A and _B`` would otherwise turn italic)."""
+    for character in ("\\", "*", "_", "`", "<", "["):
+        text = text.replace(character, "\\" + character)
+    return text
+
+
 def table(header, rows):
     """A Markdown table with ``header`` and ``rows`` (sequences of cell values)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -50,14 +58,17 @@ def describe_type(node):
         return "one of " + ", ".join(f"`{value}`" for value in node["enum"])
     if "anyOf" in node:
         return " or ".join(option.get("title") or describe_type(option) for option in node["anyOf"])
-    if "title" in node and "type" in node and node["type"] == "string":
-        return node["title"]
+    if str(node.get("pattern", "")).endswith(":[A-Za-z_][A-Za-z0-9_.]*$"):
+        return "a callable, `module:attr`"
+    if "title" in node and node.get("type") == "string":
+        return prose(node["title"])
     kinds = node.get("type", "any")
     kinds = kinds if isinstance(kinds, list) else [kinds]
     words = []
     for kind in kinds:
         if kind == "array" and "items" in node and "type" in node["items"]:
-            words.append(f"list of {node['items']['type']}s")
+            item = {"object": "mapping"}.get(node["items"]["type"], node["items"]["type"])
+            words.append(f"list of {item}s")
         elif kind == "object":
             words.append("mapping")
         else:
@@ -65,32 +76,50 @@ def describe_type(node):
     return " or ".join(words)
 
 
+def _meaning(node):
+    """A node's description, or for a mapping of named entries (``steps``) what one entry is."""
+    entry = node.get("additionalProperties")
+    if not node.get("description") and isinstance(entry, dict) and entry.get("description"):
+        return f"name → {entry['description']}"
+    return node.get("description", "")
+
+
 def schema_rows(node, prefix=""):
-    """``(key path, accepts, required, description)`` for every key under ``node``."""
+    """``(key path, accepts, required, description)`` for every key under ``node``; the keys
+    of one step are under ``steps.<name>.``."""
     required = set(node.get("required", ()))
     for name, child in node.get("properties", {}).items():
         path = f"{prefix}{name}"
-        yield path, describe_type(child), name in required, child.get("description", "")
+        yield path, describe_type(child), name in required, _meaning(child)
         yield from schema_rows(child, path + ".")
     named = node.get("additionalProperties")
     if isinstance(named, dict) and "properties" in named:
         yield from schema_rows(named, f"{prefix}<name>.")
 
 
+SECTIONS = {"cluster.": "cluster", "imports.": "imports", "steps.<name>.": "steps.<name>"}
+
+
+def _section(path):
+    """``(section, key inside it)``: ``("cluster", "spec.class")`` or ``("", "name")``."""
+    for prefix, section in SECTIONS.items():
+        if path.startswith(prefix):
+            return section, path[len(prefix) :]
+    return "", path
+
+
 def schema_page(schema):
-    """The schema as one table per top-level section."""
-    sections = {}
+    """The schema as one table per section: the top level, ``cluster``, ``imports`` and the
+    keys of one step, each key shown relative to its section."""
+    sections = {"": [], **dict.fromkeys(SECTIONS.values(), None)}
     for path, accepts, required, description in schema_rows(schema):
-        head = path.split(".")[0]
-        group = head if "." in path or head in ("cluster", "imports", "steps") else ""
-        sections.setdefault(group, []).append(
-            (f"`{path}`", accepts, "yes" if required else "", description)
-        )
-    header = ["key", "accepts", "required", "meaning"]
+        section, key = _section(path)
+        shown = f"`{key}`" + (" (required)" if required else "")
+        sections[section] = (sections[section] or []) + [(shown, accepts, prose(description))]
     parts = [f"Generated from `taskdml.schema()` ({schema['title']}).\n"]
-    for group, rows in sections.items():
-        title = f"`{group}`" if group else "Top level"
-        parts.append(f"### {title}\n\n" + table(header, rows))
+    for section, rows in sections.items():
+        title = f"Keys under `{section}`" if section else "Top level"
+        parts.append(f"### {title}\n\n" + table(["key", "accepts", "meaning"], rows or []))
     return "\n".join(parts)
 
 
@@ -100,12 +129,12 @@ def schema_page(schema):
 def _exactness(rule):
     if not rule.exact:
         return "no"
-    return "in some configurations" if rule.exact_when is not None else "yes"
+    return "partly (see notes)" if rule.exact_when is not None else "yes"
 
 
 def merge_rule_rows():
     """``(estimator, family, exact, notes)`` for every scikit-learn estimator with
-    ``partial_fit``, in the engine's own lookup (along the class's MRO)."""
+    ``partial_fit``, found by the engine's own lookup (along the class's MRO)."""
     from sklearn.utils import all_estimators
 
     from taskdml.parallel import _merge_registry as registry
@@ -115,22 +144,27 @@ def merge_rule_rows():
             continue
         rule, reason = registry._lookup(cls)
         if rule is not None:
-            yield f"`{name}`", rule.family, _exactness(rule), rule.notes
+            yield name, rule.family, _exactness(rule), rule.notes
         else:
-            why = reason or "no rule registered"
-            yield f"`{name}`", "—", "sequential fallback", why
+            yield name, "none: sequential fallback", "no", reason or "No rule is registered."
 
 
 def merge_rules_page():
-    """The merge rules as one table of estimators."""
-    rows = sorted(merge_rule_rows(), key=lambda row: (row[1], row[0]))
+    """The merge rules as one table, one row per family with the estimators it covers."""
+    families = {}
+    for name, family, exact, notes in merge_rule_rows():
+        families.setdefault((family, exact, notes), []).append(f"`{name}`")
+    rows = [
+        (", ".join(sorted(names)), family, exact, prose(notes))
+        for (family, exact, notes), names in sorted(families.items())
+    ]
     intro = (
         "Generated from the merge registry (`taskdml.get_merge_rule`), for every estimator "
         "of the installed scikit-learn that has `partial_fit`. *Exact* means the merged model "
         "equals one `partial_fit` pass over all the data, up to floating-point rounding; "
         "a sequential fallback trains one replica over every chunk and warns why.\n"
     )
-    return intro + "\n" + table(["estimator", "family", "exact", "notes"], rows)
+    return intro + "\n" + table(["estimators", "family", "exact", "notes"], rows)
 
 
 # -- what a pipeline file may call ------------------------------------------------------------
@@ -144,11 +178,14 @@ def trust_page():
     blocked = ", ".join(f"`{name}`" for name in _trust.BLOCKED)
     loaders = table(
         ["callables (`module:attr` globs)", "refused because"],
-        [(f"`{glob}`", why) for glob, why in _trust.CODE_LOADERS.items()],
+        [(f"`{glob}`", prose(why)) for glob, why in _trust.CODE_LOADERS.items()],
     )
     arguments = table(
         ["callable", "refused when this argument is true", "because"],
-        [(f"`{path}`", f"`{arg}`", why) for path, (arg, why) in _trust.UNLESS_ARGUMENT.items()],
+        [
+            (f"`{path}`", f"`{arg}`", prose(why))
+            for path, (arg, why) in _trust.UNLESS_ARGUMENT.items()
+        ],
     )
     return (
         f"Default `imports.allow`: {allow}.\n\n"
