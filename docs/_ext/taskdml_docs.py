@@ -7,7 +7,7 @@ pages include with MyST's ``{include}`` directive:
 - ``merge_rules.md``: for every scikit-learn estimator with ``partial_fit``, the merge rule the
   data-parallel engine uses (family, exact or not, notes), from the merge registry;
 - ``trust.md``: what a pipeline file may call, from ``taskdml._trust``;
-- ``results.md``: ``benchmarks/RESULTS.md``, its headings moved one level down.
+- ``results.md``: ``benchmarks/RESULTS.md`` without its title.
 
 It also gives the home page its entry for the guides in ``docs/guides/`` (migration and
 deployment), once that folder has pages: ``guides/index`` when it exists, else every page there.
@@ -201,13 +201,12 @@ def trust_page():
 
 
 def results_page(text):
-    """``RESULTS.md`` without its title, every other heading one level down, so that it sits
-    under the performance page's own title."""
+    """``RESULTS.md`` without its own title: its sections (``##``) sit under the performance
+    page's title."""
     lines = text.splitlines()
     if lines and lines[0].startswith("# "):
         lines = lines[1:]
-    shifted = [line if not line.startswith("#") else line[1:] for line in lines]
-    return "\n".join(shifted) + "\n"
+    return "\n".join(lines) + "\n"
 
 
 # -- Sphinx -----------------------------------------------------------------------------------
