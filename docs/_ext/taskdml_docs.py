@@ -50,6 +50,14 @@ def _bound(node):
     return f" ≥ {node['minimum']}" if "minimum" in node else ""
 
 
+def _items(node):
+    """What the items of a list are, in words: ``strings``, or ``(integer or string)``."""
+    kind = node.get("type")
+    if isinstance(kind, str) and not {"enum", "const", "anyOf"} & set(node):
+        return {"object": "mappings"}.get(kind, f"{kind}s")
+    return f"({describe_type(node)})"
+
+
 def describe_type(node):
     """What a schema node accepts, in words (``integer ≥ 1``, ``one of `sync`, `async```)."""
     if "const" in node:
@@ -66,9 +74,8 @@ def describe_type(node):
     kinds = kinds if isinstance(kinds, list) else [kinds]
     words = []
     for kind in kinds:
-        if kind == "array" and "items" in node and "type" in node["items"]:
-            item = {"object": "mapping"}.get(node["items"]["type"], node["items"]["type"])
-            words.append(f"list of {item}s")
+        if kind == "array" and isinstance(node.get("items"), dict):
+            words.append("list of " + _items(node["items"]))
         elif kind == "object":
             words.append("mapping")
         else:
@@ -97,29 +104,28 @@ def schema_rows(node, prefix=""):
         yield from schema_rows(named, f"{prefix}<name>.")
 
 
-SECTIONS = {"cluster.": "cluster", "imports.": "imports", "steps.<name>.": "steps.<name>"}
-
-
 def _section(path):
-    """``(section, key inside it)``: ``("cluster", "spec.class")`` or ``("", "name")``."""
-    for prefix, section in SECTIONS.items():
-        if path.startswith(prefix):
-            return section, path[len(prefix) :]
-    return "", path
+    """``(section, key inside it)``: ``("cluster", "spec.class")``, ``("steps.<name>",
+    "parallel.mode")``, or ``("", "name")`` for a top-level key."""
+    parts = path.split(".")
+    if len(parts) == 1:
+        return "", path
+    depth = 2 if parts[1] == "<name>" else 1
+    return ".".join(parts[:depth]), ".".join(parts[depth:])
 
 
 def schema_page(schema):
     """The schema as one table per section: the top level, ``cluster``, ``imports`` and the
     keys of one step, each key shown relative to its section."""
-    sections = {"": [], **dict.fromkeys(SECTIONS.values(), None)}
+    sections = {"": []}
     for path, accepts, required, description in schema_rows(schema):
         section, key = _section(path)
         shown = f"`{key}`" + (" (required)" if required else "")
-        sections[section] = (sections[section] or []) + [(shown, accepts, prose(description))]
+        sections.setdefault(section, []).append((shown, accepts, prose(description)))
     parts = [f"Generated from `taskdml.schema()` ({schema['title']}).\n"]
     for section, rows in sections.items():
         title = f"Keys under `{section}`" if section else "Top level"
-        parts.append(f"### {title}\n\n" + table(["key", "accepts", "meaning"], rows or []))
+        parts.append(f"### {title}\n\n" + table(["key", "accepts", "meaning"], rows))
     return "\n".join(parts)
 
 
