@@ -32,7 +32,7 @@ cluster = LocalCluster(
 )
 client = Client(cluster)
 
-# an xarray Dataset of chunked dask arrays, generated inside tasks on the workers
+# an xarray Dataset of chunked dask arrays, made inside tasks
 data = make_classification(
     n_samples=8_000,
     n_features=10,
@@ -55,7 +55,10 @@ search = taskdml.ASHASearchCV(
     random_state=0,
 )
 search.fit(data)
-print(f"best score {search.best_score_:.3f} with", search.best_estimator_)
+print(f"best score {search.best_score_:.3f} with")
+for name, value in search.best_params_.items():
+    shown = value if isinstance(value, str) else f"{value:.2g}"
+    print(f"  {name} = {shown}")
 
 # %%
 # The trials
@@ -64,7 +67,15 @@ print(f"best score {search.best_score_:.3f} with", search.best_estimator_)
 # keeps every score a trial reported, in dask-ml's format.
 from taskdml.model_selection import trials_frame  # noqa: E402
 
-columns = ["trial", "alpha", "penalty", "loss", "budget", "score", "state"]
+columns = [
+    "trial",
+    "alpha",
+    "penalty",
+    "loss",
+    "budget",
+    "score",
+    "state",
+]
 print(trials_frame(search)[columns].round(4))
 
 fig, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")

@@ -45,7 +45,9 @@ client = Client(cluster)
 # Train the sharded model
 # -----------------------
 # ``model.shards_`` holds one future per shard; the shard stays on the worker that trained it.
-model = taskdml.ClassSharded(SGDClassifier(random_state=0), n_shards=2)
+model = taskdml.ClassSharded(
+    SGDClassifier(random_state=0), n_shards=2
+)
 model.fit(X_chunks, y_chunks, classes=np.arange(n_classes))
 holders = client.who_has(model.shards_)
 for number, future in enumerate(model.shards_):
@@ -61,14 +63,23 @@ for number, future in enumerate(model.shards_):
 reference = SGDClassifier(random_state=0)
 for start in range(0, n_samples, chunk):
     rows = slice(start, start + chunk)
-    reference.partial_fit(X[rows], y[rows], classes=np.arange(n_classes))
+    reference.partial_fit(
+        X[rows], y[rows], classes=np.arange(n_classes)
+    )
 
 shards = client.gather(model.shards_)
-binary = [estimator for shard in shards for estimator in shard.estimators]
+binary = [
+    estimator for shard in shards for estimator in shard.estimators
+]
 coef = np.vstack([estimator.coef_ for estimator in binary])
-print("coef_ equal bit for bit:", np.array_equal(coef, reference.coef_))
+print(
+    "coef_ equal bit for bit:", np.array_equal(coef, reference.coef_)
+)
 predicted = model.predict(X_chunks).compute()
-print("same predictions:", np.array_equal(predicted, reference.predict(X)))
+print(
+    "same predictions:",
+    np.array_equal(predicted, reference.predict(X)),
+)
 
 # %%
 # The coefficients, shard by shard
@@ -78,7 +89,10 @@ largest = np.abs(coef).max()
 image = ax.imshow(coef, cmap="RdBu_r", vmin=-largest, vmax=largest)
 first = len(shards[0].classes)
 ax.axhline(first - 0.5, color="black", linewidth=2)
-ax.set_title(f"classes 0-{first - 1} on shard 0, {first}-{n_classes - 1} on shard 1")
+last = n_classes - 1
+ax.set_title(
+    f"classes 0-{first - 1} on shard 0, {first}-{last} on shard 1"
+)
 ax.set_xlabel("feature")
 ax.set_ylabel("class")
 fig.colorbar(image, ax=ax, label="coef_")

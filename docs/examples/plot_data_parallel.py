@@ -84,7 +84,9 @@ for label, options in ways.items():
 # approaches one serial pass, it does not equal it, and longer sync periods drift further.
 # The async result depends on the order in which updates reach the server, so it changes
 # from run to run.
-fig, (curves, final) = plt.subplots(1, 2, figsize=(9, 3.5), layout="constrained")
+fig, (curves, final) = plt.subplots(
+    1, 2, figsize=(9, 3.5), layout="constrained"
+)
 for label, result in results.items():
     if label == "async":
         continue
@@ -96,7 +98,9 @@ curves.set_ylabel("held-out accuracy")
 curves.set_xticks(range(1, 6))
 curves.legend()
 labels = list(results)
-scores = [results[label].estimator.score(*held_out) for label in labels]
+scores = [
+    results[label].estimator.score(*held_out) for label in labels
+]
 final.barh(labels, scores)
 final.set_xlim(0.5, 1.0)
 final.invert_yaxis()

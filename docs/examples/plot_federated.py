@@ -29,7 +29,7 @@ import taskdml
 
 
 def load_digits_with(labels, chunk=100):
-    """Rows of the digits with a label in *labels*, as (X, y) chunks."""
+    """Rows of the digits with a label in *labels*, in chunks."""
     digits = load_digits()
     X, y = digits.data[:1500] / 16.0, digits.target[:1500]
     keep = np.isin(y, labels)
@@ -48,9 +48,15 @@ cluster = LocalCluster(
 )
 client = Client(cluster)
 addresses = sorted(client.scheduler_info()["workers"])
-labels = {"silo_a": [0, 1, 2, 3], "silo_b": [4, 5, 6], "silo_c": [7, 8, 9]}
+labels = {
+    "silo_a": [0, 1, 2, 3],
+    "silo_b": [4, 5, 6],
+    "silo_c": [7, 8, 9],
+}
 silos = [
-    taskdml.Silo(name, load_digits_with, {"labels": wanted}, workers=[address])
+    taskdml.Silo(
+        name, load_digits_with, {"labels": wanted}, workers=[address]
+    )
     for (name, wanted), address in zip(labels.items(), addresses)
 ]
 
@@ -70,8 +76,8 @@ result = taskdml.train_federated(
     random_state=0,
 )
 print("rows per silo:", result.n_samples)
-last = result.history[-1]
-print(f"held-out accuracy after {len(result.history)} rounds: {last['score']:.3f}")
+n_rounds, last = len(result.history), result.history[-1]["score"]
+print(f"held-out accuracy after {n_rounds} rounds: {last:.3f}")
 
 # %%
 # Against each silo alone
@@ -90,7 +96,9 @@ rounds = range(1, len(result.history) + 1)
 scores = [entry["score"] for entry in result.history]
 ax.plot(rounds, scores, marker="o", label="FedAvg, 3 silos")
 for (name, score), style in zip(alone.items(), [":", "--", "-."]):
-    ax.axhline(score, linestyle=style, color="grey", label=f"{name} alone")
+    ax.axhline(
+        score, linestyle=style, color="grey", label=f"{name} alone"
+    )
 ax.set_xlabel("round")
 ax.set_ylabel("held-out accuracy")
 ax.set_ylim(0, 1)

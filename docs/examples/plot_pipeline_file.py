@@ -28,7 +28,11 @@ PIPELINE = """
 taskdml: 1
 name: sweep
 params: {seed: 0}
-cluster: {n_workers: 2, threads_per_worker: 1, processes: false}
+cluster:
+  n_workers: 2
+  threads_per_worker: 1
+  processes: false
+  dashboard_address: ":0"
 steps:
   data:
     call: taskdml.datasets:make_classification
@@ -51,7 +55,10 @@ steps:
     fit: sklearn.linear_model:SGDClassifier
     with: {loss: log_loss, random_state: "${params.seed}"}
     foreach: {alpha: [1.0e-5, 1.0e-3, 1.0e-1]}
-    parallel: {epochs: 3, sync_every: 2, random_state: "${params.seed}"}
+    parallel:
+      epochs: 3
+      sync_every: 2
+      random_state: ${params.seed}
     inputs: {data: split.train, preprocess: scale}
   report:
     evaluate: [accuracy, roc_auc]
@@ -59,7 +66,8 @@ steps:
 """
 
 folder = Path(tempfile.mkdtemp())
-(folder / "sweep.yaml").write_text(PIPELINE)
+path = folder / "sweep.yaml"
+size = path.write_text(PIPELINE)
 
 # %%
 # Validate and run
@@ -67,17 +75,23 @@ folder = Path(tempfile.mkdtemp())
 # ``load_pipeline`` checks the whole file before anything runs (unknown keys, steps or
 # estimator parameters, callables outside ``imports.allow``) and takes command-line style
 # overrides. The run is recorded in ``run_root``: its manifest, metrics, model and pictures.
-pipeline = taskdml.load_pipeline(folder / "sweep.yaml", ["seed=1"])
+pipeline = taskdml.load_pipeline(path, ["seed=1"])
 run = taskdml.run_pipeline(pipeline, run_root=folder / "runs")
 print(run.status, "in", run.path.name)
 for step, facts in run.steps.items():
-    print(f"{step:>7}: {facts['state']:<9} {facts['duration_s']:.2f} s")
+    print(
+        f"{step:>7}: {facts['state']:<9} {facts['duration_s']:.2f} s"
+    )
 
 # %%
 # The metrics
 # -----------
 # After a ``foreach``, the evaluation holds one entry per item, named after its values.
-print(run.metrics["report"])
+for item, metrics in run.metrics["report"].items():
+    print(
+        item,
+        {name: round(value, 4) for name, value in metrics.items()},
+    )
 
 # %%
 # One bar per ``alpha``, and the seconds each step took. The run directory also holds the
@@ -85,14 +99,21 @@ print(run.metrics["report"])
 # self-contained ``report.html``.
 items = run.metrics["report"]
 names = list(items)
-fig, (bars, steps) = plt.subplots(1, 2, figsize=(9, 3.5), layout="constrained")
-bars.bar(range(len(names)), [items[name]["accuracy"] for name in names])
+fig, (bars, steps) = plt.subplots(
+    1, 2, figsize=(9, 3.5), layout="constrained"
+)
+bars.bar(
+    range(len(names)), [items[name]["accuracy"] for name in names]
+)
 bars.set_xticks(range(len(names)), names)
 bars.set_ylim(0.5, 1.0)
 bars.set_ylabel("held-out accuracy")
-steps.barh(list(run.steps), [facts["duration_s"] for facts in run.steps.values()])
+steps.barh(
+    list(run.steps),
+    [facts["duration_s"] for facts in run.steps.values()],
+)
 steps.invert_yaxis()
 steps.set_xlabel("seconds")
 steps.set_title("steps of the run")
-print(sorted(path.name for path in run.path.iterdir()))
+print("\n".join(sorted(path.name for path in run.path.iterdir())))
 plt.show()
