@@ -21,6 +21,7 @@ from sklearn.linear_model import SGDClassifier
 
 import taskdml
 from taskdml.datasets import make_classification
+from taskdml.model_selection import trials_frame
 
 cluster = LocalCluster(
     n_workers=2,
@@ -65,10 +66,7 @@ for name, value in search.best_params_.items():
 # ----------
 # :func:`taskdml.model_selection.trials_frame` gives one row per trial; ``model_history_``
 # keeps every score a trial reported, in dask-ml's format.
-from taskdml.model_selection import trials_frame  # noqa: E402
-
 columns = [
-    "trial",
     "alpha",
     "penalty",
     "loss",
