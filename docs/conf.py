@@ -90,7 +90,18 @@ html_theme_options = {
     "navbar_align": "left",
     "show_toc_level": 2,
     "navigation_with_keys": False,
-    "secondary_sidebar_items": ["page-toc"],
+    # API pages give the right sidebar's room to their signatures and examples
+    "secondary_sidebar_items": {
+        page: ["page-toc"]
+        for page in (
+            "index",
+            "performance",
+            "api/index",
+            "user_guide/*",
+            "auto_examples/*",
+            "guides/*",
+        )
+    },
     "footer_start": ["copyright"],
     "footer_end": ["sphinx-version"],
 }
