@@ -153,7 +153,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         Class labels (classifiers only).
     n_features_in_ : int
         Number of features seen during ``fit``.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Feature names, when ``X`` was a DataFrame with string column names.
 
     See Also
