@@ -34,6 +34,30 @@ the argmax, or the normalisation of the probabilities. No task ever holds two sh
 
 Two classes make one binary problem, one row of ``coef_``: it cannot be split, so it is one
 shard holding a clone of the whole estimator.
+
+Hybrid parallelism (``replicas=R > 1``): every shard is also data-parallel inside. Shard ``k``
+has ``R`` replicas, pinned round robin to workers ``k*R .. k*R+R-1`` (modulo the number of
+workers), so the replicas of a shard are on distinct workers and a worker holds replicas of
+different shards; which of them is replica 0 rotates with ``k``, so that the merges and the
+final shards spread over the workers as with ``R = 1``. An epoch deals chunk ``i`` to replica
+``i % R`` of every shard; a round is ``R * sync_every`` consecutive chunks (the last round of
+an epoch may be shorter). After a round, the replicas of a shard that trained in it are merged
+with the binary estimator's merge rule (:func:`~taskdml.parallel.merge_replicas`; for SGD the
+rows-seen average of ``coef_`` and ``intercept_`` with a global ``t_``), and every replica
+continues from a copy of the merged shard. This is local SGD: not bit-equal to the unsharded
+model. The last merge is the shard; ``shards_`` holds one future per shard, on replica 0's
+worker, as with ``R = 1``. Without a client the same rounds run in this process in the same
+order, with the same seeds and merges, and give the same shards bit for bit.
+
+What moves: a chunk goes to the workers of its replica of each shard (``S`` at most, not
+``S * R``); at each merge the ``R - 1`` other replicas of a shard travel to replica 0's worker
+and the merged shard travels back to them, ``2 (R - 1)`` shard transfers per shard and round.
+What a merge costs: one task on replica 0's worker holds the ``R`` replicas and writes the
+merged binary estimators into replica 0 one class at a time, so ``R`` copies of the shard's
+coefficients plus one class's on that worker (pairwise sums would bound it at two, at the
+price of ``R - 1`` chained tasks per merge). A replica starting a round copies the merged
+shard, which its ``R`` replicas share, before training in place: two copies on its worker
+until the round's first link ends.
 """
 
 import copy
@@ -204,7 +228,10 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
     ``partial_fit`` on every chunk, in order, on one worker; prediction combines the shards'
     decision functions chunk by chunk. The result equals the unsharded estimator trained with
     ``partial_fit`` on the same chunks in the same order (same ``coef_`` and ``intercept_``
-    bit for bit; decision values to rounding). See :mod:`taskdml.parallel._sharded`.
+    bit for bit; decision values to rounding). With ``replicas > 1`` each shard is also
+    trained data-parallel by replicas on several workers, merged every *sync_every* chunks
+    (local SGD: close to the unsharded model, not equal). See
+    :mod:`taskdml.parallel._sharded`.
 
     Parameters
     ----------
@@ -217,6 +244,16 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
     epochs : int, default=1
         Passes over the chunks, in the same order each time (the unsharded model's
         ``partial_fit`` called on every chunk, *epochs* times).
+    replicas : int, default=1
+        Data-parallel replicas per shard (hybrid parallelism: shards x replicas), each on a
+        different worker: chunk ``i`` of every epoch trains replica ``i % replicas``, and the
+        replicas of a shard are merged every *sync_every* chunks each (model averaging for
+        SGD, so not bit-equal to the unsharded model). At most the number of workers of the
+        client; without a client the replicas train in this process, in the same order.
+        Needs a merge rule for the binary estimator (:func:`~taskdml.parallel.get_merge_rule`).
+    sync_every : int, default=1
+        Chunks each replica trains between two merges of its shard; ignored with
+        ``replicas=1``.
 
     Attributes
     ----------
@@ -228,6 +265,10 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
         The class labels.
     n_features_in_ : int
         Number of features seen in ``fit``.
+    placement_ : dict
+        ``{shard index: [worker address of each replica]}`` where the shards' training tasks
+        were pinned (replica 0's worker also runs the merges and keeps the shard); empty lists
+        without a client.
 
     Examples
     --------
@@ -245,10 +286,12 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
     True
     """
 
-    def __init__(self, estimator, n_shards=None, epochs=1):
+    def __init__(self, estimator, n_shards=None, epochs=1, replicas=1, sync_every=1):
         self.estimator = estimator
         self.n_shards = n_shards
         self.epochs = epochs
+        self.replicas = replicas
+        self.sync_every = sync_every
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -306,6 +349,18 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
             raise ValueError(f"n_shards must be a positive integer, got {n_shards!r}.")
         if not isinstance(self.epochs, numbers.Integral) or self.epochs < 1:
             raise ValueError(f"epochs must be a positive integer, got {self.epochs!r}.")
+        for parameter in ("replicas", "sync_every"):
+            value = getattr(self, parameter)
+            if not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"{parameter} must be a positive integer, got {value!r}.")
+        if self.replicas > 1:
+            _check_mergeable(self.estimator, kind, self.replicas)
+            if client is not None and self.replicas > len(workers):
+                raise ValueError(
+                    f"replicas={self.replicas} but the client has {len(workers)} worker(s): "
+                    "the replicas of a shard train on distinct workers. Use replicas <= "
+                    f"{len(workers)}, or add workers."
+                )
         if n_shards > rows:
             raise ValueError(
                 f"n_shards={n_shards} but the model has {rows} coefficient row(s) "
@@ -318,6 +373,7 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
             "train",
             *fresh, type(estimator).__name__, estimator.get_params(deep=False),
             classes, n_shards, self.epochs,
+            *([self.replicas, self.sync_every] if self.replicas > 1 else []),
             *[getattr(a, "name", a) for a in (X, y, sample_weight)],
             phase="shard",
         )  # fmt: skip
@@ -326,7 +382,24 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
             new_shard(estimator, kind, classes, classes[g], (name, s)) for s, g in enumerate(groups)
         ]
         seeds_of = self._seeder(estimator, kind, classes)
-        if chunked:
+        # replicas of shard k on workers k*R .. k*R+R-1, replica 0 (which merges and keeps
+        # the shard) rotating among them so that the shards end spread as with R = 1
+        R = self.replicas
+        homes = [
+            [workers[(k * R + (r + k) % R) % len(workers)] for r in range(R)] if workers else []
+            for k in range(n_shards)
+        ]
+        if self.replicas > 1:
+            if chunked:
+                blocks = [None if a is None else list(a.to_delayed().ravel())
+                          for a in (X, y, sample_weight)]  # fmt: skip
+                chunk_rows = X.chunks[0]
+            else:  # in-memory data is one chunk: replica 0 trains it
+                blocks, chunk_rows = [[X], [y], [sample_weight]], (X.shape[0],)
+            plan = _rounds(len(blocks[0]), self.epochs, self.replicas, self.sync_every)
+            shards = _train_hybrid(client, homes, shards, groups, blocks, chunk_rows, plan,
+                                   seeds_of, classes, name)  # fmt: skip
+        elif chunked:
             shards = _train_chunked(client, workers, shards, groups, X, y, sample_weight,
                                     seeds_of, classes, name, self.epochs)  # fmt: skip
         else:
@@ -336,6 +409,7 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
                     train_shard(shard, X, y, None if seeds is None else seeds[g], classes,
                                 sample_weight)  # fmt: skip
         self.shards_, self.classes_, self.n_features_in_ = shards, classes, n_features
+        self.placement_ = {k: list(h) if client else [] for k, h in enumerate(homes)}
         self._kind = kind
         return self
 
@@ -641,6 +715,128 @@ def _train_chunked(
         if state.status != "finished":
             raise state.exception()
     return states
+
+
+def _check_mergeable(estimator, kind, replicas):
+    """Raise unless the binary estimators of a shard can be merged as :func:`merge_shard`
+    merges them (a merge rule that needs no shared initialisation)."""
+    from taskdml.parallel._merge import get_merge_rule, unmergeable_reason
+
+    binary = estimator.estimator if kind == "ovr" else estimator
+    rule = get_merge_rule(binary)
+    if rule is None:
+        raise ValueError(
+            f"replicas={replicas} merges the replicas of each shard, but "
+            f"{unmergeable_reason(binary)} Use replicas=1."
+        )
+    if rule.prepare is not None:
+        raise ValueError(
+            f"replicas={replicas} needs replicas of {type(binary).__name__} that start from "
+            f"one shared initialisation (merge rule {rule.family!r}), which ClassSharded does "
+            "not draw. Use replicas=1, or taskdml.DataParallel."
+        )
+
+
+def train_copy(shard, X, y, seeds, all_classes, sample_weight=None):
+    """:func:`train_shard` on a copy of *shard*: the first link of a replica in a round,
+    whose input (the merged shard) the shard's other replicas share."""
+    return train_shard(copy.deepcopy(shard), X, y, seeds, all_classes, sample_weight)
+
+
+def merge_shard(weights, *replicas):
+    """The replicas of one shard merged with the binary estimator's merge rule.
+
+    *weights* are the rows each replica trained on since the last merge. The merged binary
+    estimators replace the first replica's one class at a time, in place (the task holds the
+    *R* replicas and one merged class at most); the first replica is returned.
+    """
+    from taskdml.parallel._merge import merge_replicas
+
+    first = replicas[0]
+    for j in range(len(first.estimators)):
+        first.estimators[j] = merge_replicas([r.estimators[j] for r in replicas], weights)
+    return first
+
+
+def _rounds(n_chunks, epochs, replicas, sync_every):
+    """The training plan of ``replicas > 1``: per round, ``(step, chunk, replica)`` in order.
+
+    A round is ``replicas * sync_every`` consecutive chunks of an epoch (the last round of an
+    epoch may be shorter); chunk ``i`` goes to replica ``i % replicas``.
+    """
+    size, step, plan = replicas * sync_every, 0, []
+    for _ in range(epochs):
+        for start in range(0, n_chunks, size):
+            chunks = range(start, min(start + size, n_chunks))
+            plan.append([(step + n, i, i % replicas) for n, i in enumerate(chunks)])
+            step += len(chunks)
+    return plan
+
+
+def _train_hybrid(client, homes, shards, groups, blocks, chunk_rows, plan, seeds_of, classes,
+                  name):  # fmt: skip
+    """Train *shards* with replicas, round by round of *plan*, and merge them after each
+    round: pinned futures per (shard, replica) with a client (``homes[k][r]`` the worker of
+    replica *r* of shard *k*), the same steps in this process without one."""
+    import dask
+
+    weights_of = [float(n) if np.isfinite(n) else 1.0 for n in chunk_rows]  # nan: unknown
+    merged = (
+        shards
+        if client is None
+        else [client.scatter(s, workers=[h[0]], hash=False) for s, h in zip(shards, homes)]
+    )
+    merge_name = _keys.key_name("train", name, phase="shard-merge")
+    held, n_uses = {}, {}  # chunk futures, kept on the workers while later rounds need them
+    for chunks in plan:
+        for _, i, _ in chunks:
+            n_uses[i] = n_uses.get(i, 0) + 1
+    for chunks in plan:
+        states, seen = {}, {}
+        for step, i, r in chunks:
+            if client is None:
+                data = dask.compute(*[None if b is None else b[i] for b in blocks])
+            else:
+                if i not in held:
+                    held[i] = [None if b is None else client.compute(b[i]) for b in blocks]
+                data = held[i]
+                n_uses[i] -= 1
+                if not n_uses[i]:
+                    del held[i]
+            seeds = seeds_of()
+            for k, g in enumerate(groups):
+                first = (k, r) not in states
+                function = train_copy if first else train_shard
+                args = (merged[k] if first else states[k, r], data[0], data[1],
+                        None if seeds is None else seeds[g], classes, data[2])  # fmt: skip
+                if client is None:
+                    states[k, r] = function(*args)
+                else:
+                    states[k, r] = client.submit(
+                        function, *args, key=(name, k, r, step), workers=[homes[k][r]],
+                        allow_other_workers=True, pure=False,
+                    )  # fmt: skip
+            seen[r] = seen.get(r, 0.0) + weights_of[i]
+        trained = sorted(seen)
+        weights = [seen[r] for r in trained]
+        last = chunks[-1][0]
+        for k in range(len(groups)):
+            replicas = [states[k, r] for r in trained]
+            if client is None:
+                merged[k] = merge_shard(weights, *replicas)
+            else:
+                merged[k] = client.submit(
+                    merge_shard, weights, *replicas, key=(merge_name, k, last),
+                    workers=[homes[k][0]], allow_other_workers=True, pure=False,
+                )  # fmt: skip
+    if client is not None:
+        from distributed import wait
+
+        wait(merged)
+        for state in merged:  # the first error; a shard itself never travels here
+            if state.status != "finished":
+                raise state.exception()
+    return merged
 
 
 def split_shards(model):

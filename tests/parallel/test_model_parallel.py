@@ -11,6 +11,7 @@ from sklearn.base import clone
 from sklearn.linear_model import LinearRegression, Perceptron, SGDClassifier
 from sklearn.multiclass import OneVsRestClassifier
 from sklearn.naive_bayes import GaussianNB
+from sklearn.neural_network import MLPClassifier
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from taskdml import ClassSharded
@@ -217,6 +218,110 @@ def test_predict_rejects_other_feature_counts(data):
     model = ClassSharded(SGDClassifier(), n_shards=2).fit(X[:1000], y[:1000])
     with pytest.raises(ValueError, match="expecting 50 features"):
         model.predict(X[:10, :5])
+
+
+HYBRID_CHUNK = 3_000  # 7 chunks, the last short: rounds of 4 chunks and a round of 3
+
+
+@pytest.fixture(scope="module")
+def separated():
+    """20 well-separated classes x 50 features x 20,000 rows, in chunks of 3,000."""
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, N_CLASSES, N_SAMPLES)
+    X = rng.normal(size=(N_SAMPLES, N_FEATURES))
+    X[np.arange(N_SAMPLES), y % N_FEATURES] += 4.0
+    return X, y
+
+
+def _coefficients(shards):
+    return [(e.coef_, e.intercept_) for s in shards for e in s.estimators]
+
+
+def _task_workers(task_stream):
+    """``{(shard, replica): {worker}}`` of the training links, keyed ``(name, k, r, step)``."""
+    ran = {}
+    for task in task_stream.data:
+        key = task["key"]
+        if isinstance(key, tuple) and len(key) == 4 and key[0].startswith("train-shard-"):
+            ran.setdefault(key[1:3], set()).add(task["worker"])
+    return ran
+
+
+@pytest.mark.timeout(120)
+def test_hybrid_shards_times_replicas_on_a_cluster(cluster, separated):
+    """replicas=2: the replicas of a shard train on distinct workers, the accuracy is within
+    0.02 of the unsharded model, and the cluster gives the in-process result bit for bit."""
+    from distributed import Client, get_task_stream
+
+    X, y = separated
+    X_d, y_d = (
+        da.from_array(X, chunks=(HYBRID_CHUNK, N_FEATURES)),
+        da.from_array(y, chunks=HYBRID_CHUNK),
+    )
+    reference = SGDClassifier(random_state=0)
+    for start in range(0, N_SAMPLES, HYBRID_CHUNK):
+        rows = slice(start, start + HYBRID_CHUNK)
+        reference.partial_fit(X[rows], y[rows], classes=np.unique(y))
+    hybrid = ClassSharded(SGDClassifier(random_state=0), n_shards=2, replicas=2)
+    repeated = clone(hybrid).set_params(sync_every=2, epochs=2)
+    in_process = clone(repeated).fit(X_d, y_d)
+    assert in_process.placement_ == {0: [], 1: []}
+    with Client(cluster, set_as_default=True) as client:
+        with get_task_stream(client) as task_stream:
+            hybrid.fit(X_d, y_d)
+        ran = _task_workers(task_stream)
+        accuracy = hybrid.score(X_d, y_d)
+        holders = client.who_has(hybrid.shards_)
+        on_cluster = clone(repeated).fit(X_d, y_d)
+        shards = client.gather(on_cluster.shards_)
+        with pytest.raises(ValueError, match=re.escape("replicas=3 but the client has 2 worker")):
+            clone(hybrid).set_params(replicas=3).fit(X_d, y_d)
+    assert accuracy == pytest.approx(reference.score(X, y), abs=0.02)
+    assert accuracy > 0.9
+    for k, workers in hybrid.placement_.items():
+        assert len(set(workers)) == 2  # distinct workers per shard
+        assert ran[k, 0] == {workers[0]} and ran[k, 1] == {workers[1]}
+        assert list(holders[hybrid.shards_[k].key]) == [workers[0]]
+    assert hybrid.placement_[0][0] != hybrid.placement_[1][0]  # the shards end apart
+    for (coef, intercept), (coef_here, intercept_here) in zip(
+        _coefficients(shards), _coefficients(in_process.shards_)
+    ):
+        assert np.array_equal(coef, coef_here) and np.array_equal(intercept, intercept_here)
+
+
+def test_one_replica_ignores_sync_every(data):
+    """replicas=1 trains as before whatever sync_every is; in-memory data with replicas=2 is
+    one chunk for replica 0, so it equals one partial_fit too."""
+    X, y = data
+    reference = _unsharded(SGDClassifier(random_state=0), X, y)
+    model = ClassSharded(SGDClassifier(random_state=0), n_shards=3, sync_every=4)
+    model.fit(*_chunked(X, y))
+    assert np.array_equal(np.vstack([c for c, _ in _coefficients(model.shards_)]), reference.coef_)
+    one_call = SGDClassifier(random_state=0).partial_fit(X[:CHUNK], y[:CHUNK], classes=np.unique(y))
+    model = ClassSharded(SGDClassifier(random_state=0), n_shards=3, replicas=2)
+    model.fit(X[:CHUNK], y[:CHUNK])
+    assert np.array_equal(np.vstack([c for c, _ in _coefficients(model.shards_)]), one_call.coef_)
+
+
+@pytest.mark.parametrize(
+    "estimator, params, message",
+    [
+        (SGDClassifier(), {"replicas": 0}, "replicas must be a positive integer, got 0"),
+        (SGDClassifier(), {"replicas": 2.0}, "replicas must be a positive integer, got 2.0"),
+        (SGDClassifier(), {"sync_every": 0}, "sync_every must be a positive integer, got 0"),
+        (
+            OneVsRestClassifier(MLPClassifier()),
+            {"replicas": 2},
+            "replicas=2 needs replicas of MLPClassifier that start from one shared "
+            "initialisation (merge rule 'mlp'), which ClassSharded does not draw. Use replicas=1",
+        ),
+    ],
+)
+def test_replica_errors(data, estimator, params, message):
+    """Bad replicas/sync_every, or a binary estimator that replicas cannot merge: ValueError."""
+    X, y = data
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ClassSharded(estimator, n_shards=2, **params).fit(*_chunked(X[:2000], y[:2000]))
 
 
 # SGD is stochastic: weighting a row is not repeating it, so SGDClassifier fails these too
