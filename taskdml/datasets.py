@@ -1183,6 +1183,10 @@ def read_csv(path, *, target=None, features=None, categorical=None, blocksize="6
     return _without_annotations(read)
 
 
+def _as_read(part):
+    return part
+
+
 def read_parquet(path, *, target=None, features=None, categorical=None):
     """Read a Parquet file or directory through :func:`dask.dataframe.read_parquet`.
 
@@ -1218,6 +1222,10 @@ def read_parquet(path, *, target=None, features=None, categorical=None):
         import dask.dataframe as dd
 
         frame = dd.read_parquet(_check_files("read_parquet", path))
+        # dask fuses the partitions of small files when only some columns are read, so the
+        # one-column selections behind y would have fewer partitions than the row counts
+        # taken on the whole table: a map over the partitions keeps the files' partitions.
+        frame = frame.map_partitions(_as_read, meta=frame._meta)
         return _from_dataframe("read_parquet", path, frame, target, features, categorical)
 
     return _without_annotations(read)

@@ -453,6 +453,20 @@ def test_table_round_trip(fmt, table, tmp_path):
     assert chosen.feature.values.tolist() == ["weight"] and "y" not in chosen
 
 
+def test_a_folder_of_parquet_files_keeps_one_chunk_per_file(table, tmp_path, client):
+    """A folder of small Parquet files gives X and y one chunk per file on a cluster (dask
+    would otherwise fuse the partitions of the one-column selection behind y)."""
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    for i in range(4):
+        table.iloc[i * 125 : (i + 1) * 125].to_parquet(folder / f"part{i}.parquet")
+    data = datasets.read_parquet(folder, target="label")
+    assert data.X.chunks[0] == data.y.chunks[0] == (125, 125, 125, 125)
+    X, y = client.compute([data.X.data, data.y.data], sync=True)
+    np.testing.assert_array_equal(y, table.label.to_numpy())
+    assert X.shape == (500, 3)
+
+
 def test_readers_and_writers_on_cluster(table, tmp_path, client, seed):
     """Files are written and read chunk by chunk on the workers of a real cluster."""
     path = tmp_path / "table.csv"

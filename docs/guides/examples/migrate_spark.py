@@ -1,7 +1,7 @@
-"""From Spark MLlib to taskdml: the pipeline file migrate_spark.yaml on a folder of CSV files.
+"""From Spark MLlib to taskdml: the pipeline file migrate_spark.yaml on a folder of Parquet files.
 
 Run it with ``python docs/guides/examples/migrate_spark.py``. It writes a small table as
-four CSV part files (what Spark's ``df.write.csv`` leaves) into a temporary folder,
+four Parquet part files (what Spark's ``df.write.parquet`` leaves) into a temporary folder,
 runs the pipeline on an embedded two-worker cluster (the file's ``cluster`` block), prints the
 best parameters and the held-out metrics, and removes the folder.
 """
@@ -18,7 +18,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def write_customers(folder, n_rows=8_000, n_files=4, seed=0):
-    """A churn table as CSV part files: four numeric columns and the 0/1 label ``churned``."""
+    """A churn table as Parquet part files: four numeric columns and the 0/1 label ``churned``."""
     rng = np.random.default_rng(seed)
     table = pd.DataFrame(
         {
@@ -38,7 +38,7 @@ def write_customers(folder, n_rows=8_000, n_files=4, seed=0):
     table["churned"] = (risk > 0).astype(int)
     folder.mkdir(parents=True)
     for part, rows in enumerate(np.array_split(np.arange(n_rows), n_files)):
-        table.iloc[rows].to_csv(folder / f"part-{part:05d}.csv", index=False)
+        table.iloc[rows].to_parquet(folder / f"part-{part:05d}.parquet", index=False)
     return folder
 
 
