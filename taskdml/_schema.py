@@ -32,7 +32,7 @@ MODES = ("data", "model", "federated", "task", "auto")
 MODE_KEYS = {
     "data": ("strategy", "sync_every", "staleness", "epochs", "shuffle", "random_state", "data",
              "prefetch"),
-    "model": ("shards", "epochs", "random_state"),
+    "model": ("shards", "replicas", "sync_every", "epochs", "random_state"),
     "federated": ("silos", "rounds", "local_epochs", "secure_aggregation", "dp", "random_state"),
     "task": ("epochs", "shuffle", "random_state"),
 }  # fmt: skip
@@ -83,6 +83,12 @@ PARALLEL = {
             "type": "integer",
             "minimum": 1,
             "description": "model: shards of the classes (default one per worker)",
+        },
+        "replicas": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "model: data-parallel replicas of every shard, merged every "
+            "sync_every chunks (hybrid: shards x replicas; default 1)",
         },
         "silos": {
             "type": "array",

@@ -117,3 +117,18 @@ steps.set_xlabel("seconds")
 steps.set_title("steps of the run")
 print("\n".join(sorted(path.name for path in run.path.iterdir())))
 plt.show()
+
+# %%
+# The pictures of the run
+# -----------------------
+# Every run draws its DAG, coloured by the steps' states, and each
+# training's curves per epoch (here the three ``foreach`` items, with
+# the sync period on the right axis); ``taskdml runs show`` lists
+# them, and ``report.html`` holds them all.
+for picture in ("dag.png", "training-model.png"):
+    image = plt.imread(run.path / picture)
+    height = 9 * image.shape[0] / image.shape[1]
+    fig, axis = plt.subplots(figsize=(9, height))
+    axis.imshow(image)
+    axis.set_axis_off()
+plt.show()

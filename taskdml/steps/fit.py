@@ -107,13 +107,20 @@ def _model_parallel(estimator, data, preprocess, step, context, options):
 
     began = time.perf_counter()
     X, y, weight, _ = unwrap(data)
+    sync_every = options.get("sync_every", 1)
     model = ClassSharded(
-        estimator, n_shards=options.get("shards"), epochs=options.get("epochs", 1)
+        estimator,
+        n_shards=options.get("shards"),
+        epochs=options.get("epochs", 1),
+        replicas=options.get("replicas", 1),
+        sync_every=1 if sync_every == "auto" else sync_every,  # an automatic period is data's
     ).fit(transformed(X, preprocess), y, classes=step.classes, sample_weight=weight)
     holders = context.client.who_has(model.shards_) if context.client else {}
     stats = {
         "wall_s": time.perf_counter() - began,
         "shards": len(model.shards_),
+        "replicas": model.replicas,
+        "placement": {str(shard): where for shard, where in model.placement_.items()},
         "classes": len(model.classes_),
         "coef_bytes": sharded_model_bytes(estimator, model.n_features_in_, len(model.classes_)),
         "workers": sorted({address for where in holders.values() for address in where}),

@@ -89,10 +89,8 @@ def test_model_mode_equals_the_unsharded_model_and_is_saved_and_cached(client, t
     assert record["training"]["stats"]["shards"] == 3
 
     # Reused from the cache as futures on the workers, and evaluated anew with them.
-    again = run_pipeline(
-        _wide(metrics="accuracy, balanced_accuracy, roc_auc_ovr"), client, run_root=tmp_path / "runs",
-        cache=tmp_path / "cache",
-    )  # fmt: skip
+    wider = _wide(metrics="accuracy, balanced_accuracy, roc_auc_ovr")
+    again = run_pipeline(wider, client, run_root=tmp_path / "runs", cache=tmp_path / "cache")
     steps = json.loads((again.path / "manifest.json").read_text())["steps"]
     assert steps["model"]["cache"]["hit"] and not steps["report"]["cache"]["hit"]
     assert again.metrics["report"]["accuracy"] == pytest.approx(expected)
@@ -255,3 +253,15 @@ def test_show_names_the_mode_and_the_silos():
     assert "[federated]  across silos hospital_a, hospital_b, hospital_c" in shown.output
     shown = CliRunner().invoke(cli, ["show", str(ROOT / "pipelines" / "wide_text.yaml")])
     assert "[parallelism chosen at run time]" in shown.output
+
+
+@pytest.mark.slow
+def test_model_mode_with_replicas_is_hybrid(client, tmp_path):
+    """shards x replicas: every shard trained by two replicas on distinct workers, merged."""
+    pipeline = _wide("{mode: model, shards: 2, replicas: 2, sync_every: 1}")
+    run = run_pipeline(pipeline, client, run_root=tmp_path / "runs")
+    stats = json.loads((run.path / "manifest.json").read_text())["steps"]["model"]["training"]
+    stats = stats["stats"]
+    assert stats["replicas"] == 2 and stats["shards"] == 2
+    assert all(len(set(where)) == 2 for where in stats["placement"].values())
+    assert run.metrics["report"]["accuracy"] > 0.5
