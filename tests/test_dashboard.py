@@ -3,11 +3,11 @@ page itself in headless Chromium (Debian's ``chromium``, driven by Playwright)."
 
 import json
 import os
-import shutil
 import urllib.request
 from pathlib import Path
 
 import pytest
+from browser import CHROMIUM, launch
 from distributed import Client, LocalCluster
 
 import taskdml
@@ -16,7 +16,6 @@ from taskdml.dashboard import RunState
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(os.environ.get("TASKDML_TEST_ARTIFACTS", ROOT / "build" / "test-artifacts"))
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def test_the_state_follows_a_runs_events_and_counts_its_steps_tasks():
@@ -126,11 +125,7 @@ def test_the_page_in_chromium_shows_the_steps_and_a_training_curve(finished_run)
     address, runs, _ = finished_run
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"],
-        )  # fmt: skip
+        browser = launch(playwright)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1400})
             page.goto(f"{address}/taskdml", timeout=30_000)
@@ -192,9 +187,7 @@ def test_report_html_of_a_finished_run_opens_offline_in_chromium(finished_run):
     report = Path(runs["quickstart"].path) / "report.html"
     requested = []
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
-        )
+        browser = launch(playwright)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1400})
             page.on("request", lambda request: requested.append(request.url))

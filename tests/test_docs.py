@@ -7,7 +7,6 @@ import doctest
 import importlib
 import os
 import re
-import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -15,11 +14,11 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from browser import CHROMIUM, launch
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 ARTIFACTS = Path(os.environ.get("TASKDML_TEST_ARTIFACTS", ROOT / "build" / "test-artifacts"))
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 PUBLIC_MODULES = ("taskdml", "taskdml.parallel", "taskdml.model_selection")
 
 
@@ -175,11 +174,7 @@ def test_pages_open_in_chromium(site):
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"],
-        )  # fmt: skip
+        browser = launch(playwright)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
             page.goto((site / "user_guide" / "parallelism.html").as_uri())
