@@ -457,8 +457,8 @@ def taskdml_imports():
     import sklearn.linear_model  # noqa: F401
 
     # taskdml.parallel imports its names on first use: name the engine and the rules
-    import taskdml.parallel._engine  # noqa: F401
-    import taskdml.parallel._merge  # noqa: F401
+    import taskdml.parallel.engine._train  # noqa: F401
+    import taskdml.parallel.merge._builtin  # noqa: F401
 
 
 def worker_imports():

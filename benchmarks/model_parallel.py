@@ -166,12 +166,12 @@ def large(quick):
 def _warm_up():
     import sklearn.linear_model  # noqa: F401 — imported before the baseline is read
 
-    import taskdml.parallel._sharded  # noqa: F401
+    import taskdml.parallel.estimators._class_sharded  # noqa: F401
 
 
 def _held_shard_bytes(dask_worker):
     """The coefficient bytes of the shards this worker holds."""
-    from taskdml.parallel._sharded import _ClassShard
+    from taskdml.parallel.estimators._class_sharded import _ClassShard
 
     return sum(
         e.coef_.nbytes
@@ -246,7 +246,7 @@ def vertical(quick):
     from distributed import Client, LocalCluster
 
     from taskdml.parallel import FeatureSharded
-    from taskdml.parallel._vertical import margin_gradient
+    from taskdml.parallel.estimators._feature_sharded import margin_gradient
 
     n_rows, n_features, n_chunks = (4_000, 200, 8) if quick else (40_000, 4_000, 80)
     rng = np.random.default_rng(0)

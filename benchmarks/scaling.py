@@ -14,7 +14,7 @@ directory and read with ``da.from_zarr``. Four parts:
    first runs the period's probe rounds) of rank 0's epoch durations (``history``), median over
    the calls. Speed-up = that of 1 worker / that of ``w``; efficiency = speed-up / ``w``.
 2. **The cost of a round**, from ``TrainResult.stats`` (read the engine:
-   ``taskdml/parallel/_engine.py`` and ``_direct.py``), per round, mean over replicas:
+   ``taskdml/parallel/engine/_train.py`` and ``_direct.py``), per round, mean over replicas:
    *compute* = ``busy_s`` (``partial_fit``); *serialise* = ``serialize_s`` (pickling its own
    model, unpickling the others'); *wire* = ``wire_s`` (from a message's send to its arrival,
    as far as the receiver was blocked on it); *waiting* = ``wait_s`` (blocked on a peer that had
@@ -393,7 +393,7 @@ def modelled_epoch_s(
                + n · (round_s + per_model_s · R + ceil(log2 R) · (latency_s + 8 · bytes / bw))
 
         n = ceil(k / p),   p = period, or what ``sync_every="auto"`` chooses from block_s and
-                           the round's cost (``taskdml.parallel._period.choose_period``)
+                           the round's cost (``taskdml.parallel.engine._period.choose_period``)
 
     Compute divides by ``R`` (perfect data locality, one replica per core, compute per block
     as measured); replicas wait for the slowest a fixed share of their compute (*imbalance*,
@@ -415,7 +415,7 @@ def modelled_epoch_s(
     >>> round(modelled_epoch_s(1, 64, **costs) / modelled_epoch_s(4, 64, **costs), 6)  # 16+32
     1.333333
     """
-    from taskdml.parallel._period import choose_period
+    from taskdml.parallel.engine._period import choose_period
 
     replicas = max(1, min(replicas, blocks))
     busiest = math.ceil(blocks / replicas)

@@ -74,8 +74,8 @@ def cli(verbose):
 def _run_dir_option(function):
     """``--run-dir`` of every command that reads or writes runs.
 
-    The default folder is the library's (``taskdml.runs.DEFAULT_ROOT``, used when the option
-    is absent); it is only named here, in the help, and a test checks that the two agree.
+    The default folder is the library's (``taskdml.runs._directory.DEFAULT_ROOT``, used when the
+    option is absent); it is only named here, in the help, and a test checks that the two agree.
     """
     return click.option(
         "--run-dir",
@@ -114,8 +114,8 @@ def _watch_options(function):
 def _cache_options(function):
     """The step cache: ``--cache-dir``, ``--no-cache``, ``--explain``.
 
-    Like ``--run-dir``, the default folder is the library's (``taskdml._cache.DEFAULT_CACHE``),
-    named here only in the help.
+    Like ``--run-dir``, the default folder is the library's
+    (``taskdml.cache._store.DEFAULT_CACHE``), named here only in the help.
     """
     function = click.option(
         "--explain",
@@ -258,7 +258,7 @@ def resume(
 
 
 def _resume(run_id, scheduler, workers, run_dir, cache_dir, no_cache, explain, as_json, watch):
-    from taskdml._runner import recorded_pipeline
+    from taskdml.runner._runner import recorded_pipeline
 
     pipeline, folder = recorded_pipeline(run_id, run_dir)
     click.echo(f"resuming run {folder.name}", err=True)
@@ -297,7 +297,7 @@ def _run_and_report(start, pipeline, *, run_dir, cache_dir, explain, as_json, ev
     """Run with live progress; print the results, or what failed and how to resume."""
     from cli.progress import Progress
     from taskdml.exceptions import StepFailed
-    from taskdml.runs import run_summary
+    from taskdml.runs._directory import run_summary
 
     order = [step.name for step in pipeline.ordered_steps()]
     progress = Progress(order, live=False if as_json else None, events=events)
@@ -362,8 +362,8 @@ def _explanation(steps, order, planned=False):
 
 
 def _dry_run(pipeline, scheduler, workers, cache, as_json):
-    from taskdml._reuse import plan
-    from taskdml.render import render
+    from taskdml.pipeline._render import render
+    from taskdml.runner._reuse import plan
 
     where = scheduler or _where(pipeline) or _local(pipeline, workers)
     would = plan(cache, pipeline) if cache is not None else None
@@ -391,7 +391,7 @@ def _where(pipeline):
 
 
 def _local(pipeline, workers):
-    from taskdml.cluster import default_workers
+    from taskdml.cluster._connect import default_workers
 
     n = workers or pipeline.cluster.get("n_workers") or default_workers()
     return f"embedded LocalCluster on 127.0.0.1 with {n} workers"
@@ -465,7 +465,7 @@ def validate(pipeline_file, overrides):
 def show(pipeline_file, overrides, fmt):
     """Print the DAG of PIPELINE_FILE."""
     from taskdml import load_pipeline
-    from taskdml.render import render
+    from taskdml.pipeline._render import render
 
     click.echo(render(load_pipeline(pipeline_file, overrides=overrides), fmt))
 
@@ -499,7 +499,7 @@ def runs():
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON on stdout.")
 def runs_list(run_dir, as_json):
     """List the runs under --run-dir, oldest first."""
-    from taskdml.runs import DEFAULT_ROOT, list_runs
+    from taskdml.runs._directory import DEFAULT_ROOT, list_runs
 
     entries = list_runs(run_dir)
     if as_json:
@@ -522,7 +522,7 @@ def runs_list(run_dir, as_json):
 @_errors
 def runs_show(run, run_dir, as_json):
     """Show RUN (an id, an id prefix, a path, or 'latest')."""
-    from taskdml.runs import run_summary
+    from taskdml.runs._directory import run_summary
 
     summary = run_summary(run, run_dir)
     if as_json:
@@ -552,7 +552,7 @@ def runs_compare(runs_, run_dir, as_json):
     Every parameter of the pipelines' params block is shown (* marks those that differ);
     of the steps' with, parallel and foreach settings, only those that differ.
     """
-    from taskdml.runs import compare_runs
+    from taskdml.runs._directory import compare_runs
 
     table = compare_runs(runs_, run_dir)
     if as_json:

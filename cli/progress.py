@@ -7,7 +7,7 @@ import time
 
 import click
 
-from taskdml.cluster import NO_DASHBOARD
+from taskdml.cluster._connect import NO_DASHBOARD
 
 SYMBOLS = {
     "pending": "·",
@@ -25,7 +25,7 @@ def describe(summary):
     Parameters
     ----------
     summary : dict or None
-        A step's ``summary`` from the manifest (:func:`taskdml._runner.summarize`).
+        A step's ``summary`` from the manifest (:func:`taskdml.runner._runner.summarize`).
 
     Returns
     -------

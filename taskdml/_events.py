@@ -11,7 +11,7 @@ event log: ``Client.log_event`` / ``Worker.log_event``), so that they work on an
 - a search publishes ``trial`` (each step's result, each trial's final state) from the client
   thread that drives it; an evaluation publishes ``metric``.
 
-The scheduler's taskdml plugin (:mod:`taskdml.dashboard`) keeps the state of the run from
+The scheduler's taskdml plugin (:mod:`taskdml.runs._dashboard`) keeps the state of the run from
 them for the dashboard page, and the runner subscribes to the topic, so the terminal's progress
 and the run's ``events.jsonl`` get the events that happened on workers too.
 

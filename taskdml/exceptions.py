@@ -71,8 +71,9 @@ class ProjectError(TaskdmlError, ValueError):
 class RunNotFound(TaskdmlError, LookupError):
     """No recorded run matches the name given, or a run holds no model for the step asked.
 
-    Raised by :func:`taskdml.runs.find_run` (an unknown or ambiguous id) and
-    :func:`taskdml.runs.load_model`; the message names the run and how to list the recorded ones.
+    Raised by :func:`taskdml.runs._directory.find_run` (an unknown or ambiguous id) and
+    :func:`taskdml.runs._directory.load_model`; the message names the run and how to list the
+    recorded ones.
     """
 
     exit_code = 5
@@ -137,10 +138,10 @@ class InsecureConnectionWarning(UserWarning):
 
 
 class ReportWarning(UserWarning):
-    """A run's pictures or ``report.html`` could not be written (:mod:`taskdml.report`); the
+    """A run's pictures or ``report.html`` could not be written (:mod:`taskdml.runs._report`); the
     run's outcome and its other records are unaffected."""
 
 
 class CacheWarning(UserWarning):
     """A step's outputs could not be stored in the step cache, or a cache entry was refused
-    (:mod:`taskdml._cache`); the run goes on without it."""
+    (:mod:`taskdml.cache._store`); the run goes on without it."""

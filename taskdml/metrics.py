@@ -917,7 +917,7 @@ def evaluate_graph(
         x_blocks = _data.outside_annotations(lambda: list(X.to_delayed()))
     else:
         rows, X_name, x_blocks = X.chunks[0], X.name, X.to_delayed().ravel()
-    from taskdml.parallel._sharded import is_sharded
+    from taskdml.parallel.estimators._class_sharded import is_sharded
 
     responses = [None] * len(rows)
     if is_sharded(model):  # predicted where its shards are; the chunk tasks get the answers
@@ -1119,7 +1119,7 @@ def _sharded_responses(model, X, preprocess, metrics, diagnostics):
     """Per chunk, ``{method: future}`` of what the metrics need from a
     :class:`~taskdml.parallel.ClassSharded` model, made by tasks where its shards are (the
     graph that takes them holds the futures until it is computed)."""
-    from taskdml.parallel._tasks import transformed
+    from taskdml.parallel.engine._tasks import transformed
 
     methods = {_response_method(model, name, m.statistic) for name, m in metrics.items()}
     if diagnostics:

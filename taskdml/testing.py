@@ -14,7 +14,7 @@ import numpy as np
 
 from taskdml._sklearn_compat import _num_samples, _safe_indexing
 from taskdml.parallel import MergeRule, get_merge_rule, unmergeable_reason
-from taskdml.parallel._merge_registry import _START_ATTR, _merge_with, _prepare_with
+from taskdml.parallel.merge._registry import _START_ATTR, _merge_with, _prepare_with
 
 __all__ = ["check_merge"]
 

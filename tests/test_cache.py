@@ -17,8 +17,8 @@ from sklearn.linear_model import SGDClassifier
 
 from cli.main import cli
 from taskdml import Cache, CacheWarning, load_pipeline, run_pipeline
-from taskdml._cache_codec import decode, encode
-from taskdml.runs import list_runs, load_model
+from taskdml.cache._codec import decode, encode
+from taskdml.runs._directory import list_runs, load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = str(ROOT / "pipelines" / "quickstart.yaml")

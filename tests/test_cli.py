@@ -265,7 +265,7 @@ FAILS = (
 
 def _fake_run(root, run_id, status="succeeded"):
     """A recorded run written through the library's own RunDirectory."""
-    from taskdml.runs import RunDirectory
+    from taskdml.runs._directory import RunDirectory
 
     directory = RunDirectory(root, run_id=run_id)
     directory.update_manifest(
@@ -307,8 +307,8 @@ def test_exit_codes_are_one_table_shared_by_help_readme_and_errors():
 
 @pytest.mark.parametrize("command", [["run"], ["runs", "list"], ["runs", "show"]])
 def test_run_dir_help_names_the_library_default(command):
-    """The --run-dir default named in --help is the folder taskdml.runs really uses."""
-    from taskdml.runs import DEFAULT_ROOT
+    """The --run-dir default named in --help is the folder taskdml.runs._directory really uses."""
+    from taskdml.runs._directory import DEFAULT_ROOT
 
     shown = " ".join(CliRunner().invoke(cli, command + ["--help"]).output.split())
     assert f"[default: {DEFAULT_ROOT}]" in shown
@@ -319,7 +319,7 @@ def test_run_dir_help_names_the_library_default(command):
 )
 def test_cache_dir_help_names_the_library_default(command):
     """The --cache-dir default named in --help is the store taskdml.Cache() really uses."""
-    from taskdml._cache import DEFAULT_CACHE
+    from taskdml.cache._store import DEFAULT_CACHE
 
     shown = " ".join(CliRunner().invoke(cli, command + ["--help"]).output.split())
     assert f"[default: {DEFAULT_CACHE}; env TASKDML_CACHE_DIR]" in shown
@@ -401,7 +401,7 @@ def test_version_json_gives_the_installed_versions():
 
 def test_runs_show_json_is_the_recorded_run(tmp_path):
     """runs show --json reports the manifest and metrics files as they are on disk."""
-    from taskdml.runs import run_summary
+    from taskdml.runs._directory import run_summary
 
     directory = _fake_run(tmp_path, "20260101-000000-cccccc", status="failed")
     directory.update_step("a", traceback="long text", state="failed", error="RuntimeError: x")
@@ -477,7 +477,7 @@ def test_run_json_after_a_failure_reports_the_run(cluster, tmp_path):
 
 def test_no_dashboard_is_said_and_not_linked(tmp_path):
     """A scheduler with its dashboard off gets no link: the run says how to get one."""
-    from taskdml.cluster import NO_DASHBOARD
+    from taskdml.cluster._connect import NO_DASHBOARD
 
     path = tmp_path / "p.yaml"
     path.write_text(
@@ -498,7 +498,7 @@ def test_the_dashboard_link_serves_the_dashboard(client):
     """The link a run records answers with Dask's Bokeh status page."""
     import urllib.request
 
-    from taskdml.cluster import describe
+    from taskdml.cluster._connect import describe
 
     link = describe(client)["dashboard"]
     assert link and link.startswith("http://127.0.0.1:")

@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from taskdml import Pipeline, Step
-from taskdml.cluster import WARM_MODULES, connect, pipeline_modules, warm
+from taskdml.cluster._connect import WARM_MODULES, connect, pipeline_modules, warm
 
 UNUSED = "sklearn.semi_supervised"  # imported by nothing a worker runs unless asked
 
@@ -78,12 +78,12 @@ def _plugins(dask_worker):
 
 
 def test_docstring_examples_run():
-    """The examples in taskdml.cluster's docstrings run."""
+    """The examples in taskdml.cluster._connect's docstrings run."""
     import doctest
 
-    import taskdml.cluster
+    import taskdml.cluster._connect
 
-    failures, tried = doctest.testmod(taskdml.cluster)
+    failures, tried = doctest.testmod(taskdml.cluster._connect)
     assert tried > 0 and failures == 0
 
 
@@ -102,6 +102,6 @@ def test_docstring_examples_run():
 def test_plain_tcp_to_another_host_is_flagged(address, warned):
     """Plain tcp:// to anything but this machine's loopback gets an InsecureConnectionWarning
     when taskdml connects (tls:// and loopback do not)."""
-    from taskdml.cluster import plain_remote
+    from taskdml.cluster._connect import plain_remote
 
     assert plain_remote(address) is warned

@@ -11,8 +11,8 @@ from browser import CHROMIUM, launch
 from distributed import Client, LocalCluster
 
 import taskdml
-import taskdml.dashboard
-from taskdml.dashboard import RunState
+import taskdml.runs._dashboard
+from taskdml.runs._dashboard import RunState
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(os.environ.get("TASKDML_TEST_ARTIFACTS", ROOT / "build" / "test-artifacts"))
@@ -157,9 +157,9 @@ def test_the_page_in_chromium_shows_the_steps_and_a_training_curve(finished_run)
 
 @pytest.mark.slow
 def test_a_scheduler_started_elsewhere_loads_the_page_with_preload(dask_cluster):
-    """`dask scheduler` with taskdml.dashboard preloaded serves /taskdml before any run, and
+    """`dask scheduler` with taskdml.runs._dashboard preloaded serves /taskdml before any run, and
     a run on it keeps that plugin (it is not installed twice)."""
-    preload = {"DASK_DISTRIBUTED__SCHEDULER__PRELOAD": '["taskdml.dashboard"]'}
+    preload = {"DASK_DISTRIBUTED__SCHEDULER__PRELOAD": '["taskdml.runs._dashboard"]'}
     address = dask_cluster.start(workers=(None,), scheduler=preload)
 
     def plugins(dask_scheduler):  # pickled by value: the scheduler cannot import the tests
@@ -169,7 +169,7 @@ def test_a_scheduler_started_elsewhere_loads_the_page_with_preload(dask_cluster)
         assert client.run_on_scheduler(plugins) == ["taskdml-dashboard"]
         link = client.dashboard_link.rsplit("/status", 1)[0]
         assert json.load(urllib.request.urlopen(f"{link}/taskdml/api/state"))["runs"] == []
-        page = taskdml.dashboard.register(client)
+        page = taskdml.runs._dashboard.register(client)
         assert page == f"{link}/taskdml"
         assert client.run_on_scheduler(plugins) == ["taskdml-dashboard"]
 

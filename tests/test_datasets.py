@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from taskdml import datasets
 from taskdml._keys import step_scope
+from taskdml.datasets._common import _row_chunks
 from taskdml.exceptions import DataError, TaskdmlError
 
 GENERATORS = {
@@ -311,7 +312,7 @@ def test_load_sklearn_matches_scikit_learn(name, loader, y_dtype):
     data = datasets.load_sklearn(name)
     n_samples, n_features = bunch.data.shape
     chunk = math.ceil(n_samples / 4)
-    _check_convention(data, n_samples, n_features, datasets._row_chunks(n_samples, chunk))
+    _check_convention(data, n_samples, n_features, _row_chunks(n_samples, chunk))
     assert data.feature.values.tolist() == list(bunch.feature_names)
     assert data.y.dtype == y_dtype
     np.testing.assert_array_equal(_local(data.X), bunch.data)

@@ -13,12 +13,12 @@ PUBLIC_MODULES = [
     "taskdml.datasets",
     "taskdml.metrics",
     "taskdml.testing",
-    "taskdml.runs",
-    "taskdml.spec",
-    "taskdml.cluster",
-    "taskdml.render",
-    "taskdml.pictures",
-    "taskdml.report",
+    "taskdml.runs._directory",
+    "taskdml.pipeline._spec",
+    "taskdml.cluster._connect",
+    "taskdml.pipeline._render",
+    "taskdml.runs._pictures",
+    "taskdml.runs._report",
 ]
 SECTION = re.compile(r"^(Parameters|Returns|Yields|Raises|Examples|Attributes)\n-{3,}$", re.M)
 

@@ -214,7 +214,7 @@ def test_async_training_survives_a_killed_worker(wait_for, victim):
 def test_the_chunks_a_lost_server_had_not_absorbed_are_trained_epoch_by_epoch():
     """A replica's pushes follow its order, so those past its count are left; they are
     trained again epoch by epoch, alternating the replicas they came from."""
-    from taskdml.parallel._engine import _not_pushed
+    from taskdml.parallel.engine._train import _not_pushed
 
     items = [[(0, "a"), (0, "b"), (1, "a"), (1, "b")], [(0, "c"), (1, "c"), (2, "c")]]
     left = _not_pushed(items, {0: 1, 1: 0})
@@ -223,7 +223,7 @@ def test_the_chunks_a_lost_server_had_not_absorbed_are_trained_epoch_by_epoch():
 
 def test_a_second_loss_before_any_progress_stops_with_a_clear_error():
     """The message of an async training that lost workers twice in a row."""
-    from taskdml.parallel._engine import _Segment, _server_lost_again
+    from taskdml.parallel.engine._train import _Segment, _server_lost_again
 
     segment = _Segment(None, None, None, ["tcp://127.0.0.1:1"], 0.0, {"tcp://127.0.0.1:1"})
     with pytest.raises(ConnectionError, match=r"lost the workers \['tcp://127.0.0.1:1'\] right"):

@@ -15,14 +15,14 @@ import taskdml.parallel
 ROOT = Path(taskdml.__file__).resolve().parents[1]
 PACKAGES = [taskdml, taskdml.model_selection, taskdml.parallel]
 TASK_MODULES = [
-    "taskdml.model_selection._grid_tasks",
-    "taskdml.model_selection._adaptive_run",
-    "taskdml.parallel._replica",
-    "taskdml._values",
+    "taskdml.model_selection.grid._tasks",
+    "taskdml.model_selection.adaptive._run",
+    "taskdml.parallel.engine._replica",
+    "taskdml.runner._values",
     "taskdml.steps.map",
 ]
 # Not needed by any task function; dask itself and pandas (through scikit-learn) are.
-HEAVY = ["xarray", "dask.array", "click", "taskdml.metrics", "taskdml._runner"]
+HEAVY = ["xarray", "dask.array", "click", "taskdml.metrics", "taskdml.runner._runner"]
 
 
 def run_python(code):
@@ -52,7 +52,7 @@ def test_builtin_merge_rules_are_known_without_the_package_names():
     registered there for a built-in class is not overwritten by them."""
     out = run_python(
         "from sklearn.linear_model import Perceptron, SGDClassifier\n"
-        "from taskdml.parallel._merge_registry import get_merge_rule, register_merge\n"
+        "from taskdml.parallel.merge._registry import get_merge_rule, register_merge\n"
         "register_merge(SGDClassifier, lambda replicas, weights: replicas[0], family='mine')\n"
         "print(get_merge_rule(SGDClassifier()).family, get_merge_rule(Perceptron()).family)"
     )
@@ -80,5 +80,5 @@ def test_top_level_names_are_the_subpackages_objects():
 
     assert GridSearchCV is taskdml.model_selection.GridSearchCV
     assert DataParallel is taskdml.parallel.DataParallel
-    assert load_pipeline is taskdml.spec.load_pipeline
+    assert load_pipeline is taskdml.pipeline._spec.load_pipeline
     assert isinstance(taskdml.__version__, str)

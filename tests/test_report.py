@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from cli.main import cli
 from taskdml import ReportWarning, StepFailed, load_pipeline, loads_pipeline, run_pipeline
 from taskdml.metrics import evaluate_graph
-from taskdml.report import write_report
+from taskdml.runs._report import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["n_samples=20000", "chunk_size=5000"]

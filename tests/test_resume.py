@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from taskdml.runs import load_model
+from taskdml.runs._directory import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKDML = str(Path(sys.executable).with_name("taskdml"))

@@ -243,7 +243,7 @@ def test_failed_step_keeps_what_finished(client, tmp_path):
     from sklearn.datasets import load_iris
     from sklearn.naive_bayes import GaussianNB
 
-    from taskdml.runs import load_model
+    from taskdml.runs._directory import load_model
 
     saved = load_model(info.value.run_dir, "model")
     reference = GaussianNB().fit(*load_iris(return_X_y=True))
@@ -356,7 +356,7 @@ def test_cluster_keys_in_the_file_reach_the_workers():
     2 threads, 2**30 bytes, and (processes: false) the same process as the caller."""
     import pipeline_functions
 
-    from taskdml.cluster import connect
+    from taskdml.cluster._connect import connect
 
     block = (
         "cluster: {n_workers: 1, threads_per_worker: 2, processes: false, "
@@ -384,7 +384,7 @@ def test_models_skops_cannot_trust_are_saved_with_joblib(tmp_path):
     from sklearn.linear_model import LogisticRegression
 
     from taskdml import RunNotFound
-    from taskdml.runs import RunDirectory, load_model
+    from taskdml.runs._directory import RunDirectory, load_model
 
     X, y = np.arange(20.0).reshape(10, 2), np.array([0] * 3 + [1] * 7)
     directory = RunDirectory(tmp_path)
@@ -436,7 +436,7 @@ def test_graph_builders_run_in_the_client_and_plain_callables_on_workers(client)
 def test_the_embedded_cluster_warms_what_the_pipeline_names(tmp_path):
     """run_pipeline's own cluster imports, on its worker, the modules of every callable and
     estimator the pipeline names (and the basics), from the plugin it registered at start."""
-    from taskdml.cluster import pipeline_modules
+    from taskdml.cluster._connect import pipeline_modules
 
     target = tmp_path / "warm.json"
     pipeline = Pipeline(
@@ -496,7 +496,7 @@ def test_a_long_step_reports_its_tasks_done_of_seen(tmp_path, client):
 def test_latest_is_the_run_created_last_whatever_its_folder_is_called(tmp_path):
     """`latest` is the run created last, not the last folder name in sort order (a folder
     copied or named by hand)."""
-    from taskdml.runs import RunDirectory, find_run, list_runs
+    from taskdml.runs._directory import RunDirectory, find_run, list_runs
 
     first, second = RunDirectory(tmp_path), RunDirectory(tmp_path)
     first.update_manifest(created="2026-01-02T00:00:00")

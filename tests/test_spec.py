@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from cli.main import cli
 from taskdml import PipelineError, dump_pipeline, loads_pipeline
-from taskdml._schema import SCHEMA
+from taskdml.pipeline._schema import SCHEMA
 
 VALID = """\
 taskdml: 1

@@ -7,7 +7,7 @@ from sklearn.linear_model import SGDClassifier
 
 from taskdml import DataError, load_pipeline, run_pipeline
 from taskdml.datasets import train_test_split
-from taskdml.text import TOPICS, hash_text, make_documents
+from taskdml.datasets.text import TOPICS, hash_text, make_documents
 
 PIPELINE = "pipelines/text.yaml"
 

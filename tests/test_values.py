@@ -13,7 +13,7 @@ from sklearn.linear_model import SGDClassifier
 from sklearn.naive_bayes import GaussianNB
 
 from taskdml import DataError, Pipeline, Step, StepFailed, run_pipeline
-from taskdml._values import describe
+from taskdml.runner._values import describe
 
 ALLOW = {"allow": ["taskdml.*", "sklearn.*", "pipeline_functions"]}
 N = 400
@@ -178,7 +178,7 @@ def test_a_value_that_is_not_data_names_both_steps(client, kind):
 )
 def test_in_memory_values_are_refused_with_the_reason(client, value, found):
     """Values in the client are checked the same way; the message says what was found."""
-    from taskdml._values import as_dataset
+    from taskdml.runner._values import as_dataset
 
     with pytest.raises(DataError, match=re.escape(f"'load' gave {found}")):
         as_dataset(value, client=client, producer="load", consumer=("model", "fit"))

@@ -6,7 +6,7 @@ pages include with MyST's ``{include}`` directive:
 - ``pipeline_schema.md``: every key of the pipeline file, from :func:`taskdml.schema`;
 - ``merge_rules.md``: for every scikit-learn estimator with ``partial_fit``, the merge rule the
   data-parallel engine uses (family, exact or not, notes), from the merge registry;
-- ``trust.md``: what a pipeline file may call, from ``taskdml._trust``;
+- ``trust.md``: what a pipeline file may call, from ``taskdml.pipeline._trust``;
 - ``results.md``: ``benchmarks/RESULTS.md`` without its title.
 
 It also gives the home page its entry for the guides in ``docs/guides/`` (migration and
@@ -143,7 +143,7 @@ def merge_rule_rows():
     ``partial_fit``, found by the engine's own lookup (along the class's MRO)."""
     from sklearn.utils import all_estimators
 
-    from taskdml.parallel import _merge_registry as registry
+    from taskdml.parallel.merge import _registry as registry
 
     for name, cls in all_estimators():
         if not hasattr(cls, "partial_fit"):
@@ -177,8 +177,8 @@ def merge_rules_page():
 
 
 def trust_page():
-    """The lists of ``taskdml._trust`` as tables."""
-    from taskdml import _trust
+    """The lists of ``taskdml.pipeline._trust`` as tables."""
+    from taskdml.pipeline import _trust
 
     allow = ", ".join(f"`{glob}`" for glob in _trust.DEFAULT_ALLOW)
     blocked = ", ".join(f"`{name}`" for name in _trust.BLOCKED)

@@ -8,11 +8,11 @@ from taskdml._lazy import exports
 
 # public name -> the module that defines it
 _LAZY = {
-    "ASHASearchCV": "taskdml.model_selection._adaptive",
-    "HyperbandSearchCV": "taskdml.model_selection._adaptive",
-    "SuccessiveHalvingSearchCV": "taskdml.model_selection._adaptive",
-    "GridSearchCV": "taskdml.model_selection._grid",
-    "RandomizedSearchCV": "taskdml.model_selection._grid",
+    "ASHASearchCV": "taskdml.model_selection.adaptive._search",
+    "HyperbandSearchCV": "taskdml.model_selection.adaptive._search",
+    "SuccessiveHalvingSearchCV": "taskdml.model_selection.adaptive._search",
+    "GridSearchCV": "taskdml.model_selection.grid._search",
+    "RandomizedSearchCV": "taskdml.model_selection.grid._search",
     "plot_trials": "taskdml.model_selection._report",
     "trials_frame": "taskdml.model_selection._report",
 }

@@ -1,7 +1,7 @@
 """What every search shares: the refitted best estimator answers for the search.
 
-:class:`SearchBase` is the base of the grid searches (:mod:`taskdml.model_selection._grid`)
-and of the adaptive ones (:mod:`taskdml.model_selection._adaptive`). It holds the methods
+:class:`SearchBase` is the base of the grid searches (:mod:`taskdml.model_selection.grid._search`)
+and of the adaptive ones (:mod:`taskdml.model_selection.adaptive._search`). It holds the methods
 that delegate to ``best_estimator_`` — ``predict``, ``predict_proba``,
 ``predict_log_proba``, ``decision_function``, ``transform``, ``inverse_transform``,
 ``score_samples`` and ``classes_`` — each offered (``available_if``) only when the wrapped

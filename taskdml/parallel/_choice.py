@@ -86,7 +86,7 @@ def sharded_model_bytes(estimator, n_features, n_classes):
     int or None
         ``rows x n_features x 8`` (float64), a row per class (one for two classes).
     """
-    from taskdml.parallel._sharded import _kind
+    from taskdml.parallel.estimators._class_sharded import _kind
 
     try:
         _kind(estimator)

@@ -7,10 +7,10 @@ Two kinds of callables meet here:
   and return lazy Dask collections (an ``xarray.Dataset`` of chunked arrays); the step
   persists them on the workers, so their chunks are computed where they will be used and
   never travel through the client — unless they are larger than ``data="auto"`` persists
-  (:mod:`taskdml.parallel._stream`): those stay lazy, and the steps that read them stream;
+  (:mod:`taskdml.parallel.engine._stream`): those stay lazy, and the steps that read them stream;
 - **plain callables** run as one Dask task per ``foreach`` item, keyed ``(step-<token>, i)``.
   Lazy inputs are computed on the workers and arrive in memory; the results stay on the
-  cluster as futures, which every step that takes data accepts (:mod:`taskdml._values`).
+  cluster as futures, which every step that takes data accepts (:mod:`taskdml.runner._values`).
 
 A graph builder's input called ``data`` is taskdml's chunked dataset whatever its producer
 returned (a plain callable's NumPy array or DataFrame is chunked on its worker first); its
@@ -30,9 +30,9 @@ Which kind of step for the user's own code:
 import operator
 
 from taskdml import _keys
-from taskdml._pipeline import thaw
-from taskdml._values import held, step_data
 from taskdml.exceptions import StepFailed
+from taskdml.pipeline._model import thaw
+from taskdml.runner._values import held, step_data
 
 
 def builds_graph(function):

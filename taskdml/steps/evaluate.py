@@ -6,13 +6,13 @@ evaluated, all in one graph, and the metrics are keyed by item.
 The same chunk tasks also reduce the predictions to what the run's picture of the step needs
 (:func:`taskdml.metrics.evaluate_graph` with ``diagnostics=True``): a confusion matrix, or a
 bounded sample of residuals. It goes into the step's manifest entry as ``diagnostics``
-(keyed by item after a foreach), where :mod:`taskdml.pictures` reads it.
+(keyed by item after a foreach), where :mod:`taskdml.runs._pictures` reads it.
 """
 
 import dask
 
-from taskdml._values import step_data
 from taskdml.metrics import evaluate_graph
+from taskdml.runner._values import step_data
 from taskdml.steps.fit import as_transformers
 
 MAX_RESIDUALS = 2000
@@ -31,7 +31,7 @@ def run(step, inputs, context):
     step : Step
     inputs : dict
         ``model`` (one model, or ``{item: model}``), ``data`` (any value
-        :func:`taskdml._values.step_data` accepts) and optionally ``preprocess``.
+        :func:`taskdml.runner._values.step_data` accepts) and optionally ``preprocess``.
     context : StepContext
 
     Returns

@@ -22,13 +22,14 @@ import time
 
 from taskdml import _events
 from taskdml._data import unwrap
-from taskdml._pipeline import resolve_callable, thaw
-from taskdml._schema import MODE_KEYS
-from taskdml._values import step_data
-from taskdml.parallel import _checkpoint, train
+from taskdml.cache import _checkpoints as _checkpoint
+from taskdml.parallel import train
 from taskdml.parallel._choice import choose_fit, sharded_model_bytes
-from taskdml.parallel._engine import TrainResult
-from taskdml.parallel._tasks import transformed
+from taskdml.parallel.engine._tasks import transformed
+from taskdml.parallel.engine._train import TrainResult
+from taskdml.pipeline._model import resolve_callable, thaw
+from taskdml.pipeline._schema import MODE_KEYS
+from taskdml.runner._values import step_data
 
 
 def run(step, inputs, context):
@@ -38,7 +39,7 @@ def run(step, inputs, context):
     ----------
     step : Step
     inputs : dict
-        ``data`` (any value :func:`taskdml._values.step_data` accepts) and optionally
+        ``data`` (any value :func:`taskdml.runner._values.step_data` accepts) and optionally
         ``preprocess`` (fitted transformers).
     context : StepContext
 

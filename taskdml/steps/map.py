@@ -13,7 +13,7 @@ arguments, and returns the transformed chunk, an ``xarray.Dataset`` with the sam
 Build a new Dataset when the width of ``X`` changes (``chunk.assign`` would keep the old
 ``feature`` coordinate and fail to align). A function may instead return a tuple ``(X, y)``
 of the chunk's rows (``y`` may be ``None``), and must for features an xarray Dataset cannot
-hold: a ``scipy.sparse`` ``X`` (hashed text, :func:`taskdml.text.hash_text`) stays a CSR
+hold: a ``scipy.sparse`` ``X`` (hashed text, :func:`taskdml.datasets.text.hash_text`) stays a CSR
 matrix in every output chunk. A Dataset chunk rather than ``(X, y)`` arrays
 because it carries the target and the feature names with the rows, and because a table (one
 variable per column) has no single ``X``.
@@ -47,7 +47,7 @@ def run(step, inputs, context):
     step : Step
         A ``map:`` step (``with``, ``foreach``, ``features``).
     inputs : dict
-        ``data`` (any value :func:`taskdml._values.step_data` accepts); other inputs are
+        ``data`` (any value :func:`taskdml.runner._values.step_data` accepts); other inputs are
         passed to the function as keyword arguments.
     context : StepContext
 
@@ -56,8 +56,8 @@ def run(step, inputs, context):
     dict
         ``{"data": dataset}``, or ``{"data": {item: dataset}}`` for a foreach step.
     """
-    from taskdml._pipeline import thaw
-    from taskdml._values import step_data
+    from taskdml.pipeline._model import thaw
+    from taskdml.runner._values import step_data
 
     function = context.pipeline.resolve(step)
     data = step_data(inputs, "data", context)

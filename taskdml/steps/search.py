@@ -5,20 +5,20 @@ hyperband, asha: incremental trials that continue from their state and stop earl
 trial may train data-parallel (``parallel``). Like ``fit:``, the step may name a factory
 (a function returning a scikit-learn ``Pipeline``, given ``with:``), and ``space:`` then names
 the Pipeline's parameters (``sgdclassifier__alpha``). A table (mixed columns) is searched by
-grid and random only, gathered into memory (see :mod:`taskdml.model_selection._grid`; the
+grid and random only, gathered into memory (see :mod:`taskdml.model_selection.grid._search`; the
 Pipeline sees every label, so ``classes`` is not needed); the adaptive methods refuse it with
 what to do. The outputs are the best model (refitted), its parameters and the trials table;
 the run directory gets ``trials-<step>.csv`` and ``.png``.
 """
 
 from taskdml._data import is_table, unwrap
-from taskdml._pipeline import thaw
-from taskdml._values import step_data
 from taskdml.exceptions import PipelineError
 from taskdml.model_selection._report import plot_trials, trials_frame
 from taskdml.model_selection._space import from_spec
 from taskdml.parallel._choice import choose_search
-from taskdml.parallel._tasks import transformed
+from taskdml.parallel.engine._tasks import transformed
+from taskdml.pipeline._model import thaw
+from taskdml.runner._values import step_data
 from taskdml.steps.fit import as_transformers
 
 
@@ -30,7 +30,7 @@ def run(step, inputs, context):
     step : Step
         A ``search:`` step (``method``, ``space``, ``budget``, ``parallel``, ...).
     inputs : dict
-        ``data`` (any value :func:`taskdml._values.step_data` accepts) and optionally
+        ``data`` (any value :func:`taskdml.runner._values.step_data` accepts) and optionally
         ``preprocess`` (fitted transformers).
     context : StepContext
         Records the trials table and picture, and saves the best model.

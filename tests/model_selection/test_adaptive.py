@@ -19,14 +19,16 @@ from sklearn.model_selection import ParameterSampler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from taskdml.datasets import make_classification
-from taskdml.model_selection import _adaptive, _adaptive_policy, _adaptive_run
-from taskdml.model_selection._adaptive import (
+from taskdml.model_selection._space import candidates
+from taskdml.model_selection.adaptive import _policy as _adaptive_policy
+from taskdml.model_selection.adaptive import _run as _adaptive_run
+from taskdml.model_selection.adaptive import _search as _adaptive
+from taskdml.model_selection.adaptive._policy import ASHA, Halving, hyperband_brackets
+from taskdml.model_selection.adaptive._search import (
     ASHASearchCV,
     HyperbandSearchCV,
     SuccessiveHalvingSearchCV,
 )
-from taskdml.model_selection._adaptive_policy import ASHA, Halving, hyperband_brackets
-from taskdml.model_selection._space import candidates
 
 ALPHAS = {"alpha": [1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1]}
 

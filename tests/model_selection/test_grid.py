@@ -23,7 +23,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 # TODO: import from taskdml once taskdml/__init__.py exports the search classes.
 from taskdml.exceptions import DataError
-from taskdml.model_selection._grid import GridSearchCV, RandomizedSearchCV
+from taskdml.model_selection.grid._search import GridSearchCV, RandomizedSearchCV
 
 STEPS = {"taskdml.search.fits-per-task": "steps"}
 """The dask config that runs a search as one task per pipeline step, fit and scoring."""
@@ -309,7 +309,7 @@ def test_step_tokens_compare_parameters_and_fitted_state(first, second, same):
     """Steps share work when their parameters (and, if already fitted, their state) are equal."""
     from dask.base import tokenize
 
-    from taskdml.model_selection._grid_graph import estimator_spec
+    from taskdml.model_selection.grid._graph import estimator_spec
 
     assert (tokenize(estimator_spec(first)) == tokenize(estimator_spec(second))) is same
 
@@ -605,7 +605,7 @@ def test_batch_size_follows_the_measured_fit_time(client, iris, target, size):
     every worker gets a batch); each batch is one task named by its fold and candidates."""
     from distributed import get_task_stream
 
-    from taskdml.model_selection._grid_graph import fits_per_task
+    from taskdml.model_selection.grid._graph import fits_per_task
 
     grid = {"pca__n_components": [2, 3], "logreg__C": [0.01, 0.1, 1.0]}
     with get_task_stream(client) as stream:
@@ -641,14 +641,14 @@ def test_batch_size_follows_the_measured_fit_time(client, iris, target, size):
 )
 def test_fits_per_task(seconds, n_fits, n_threads, expected):
     """The batch size: target over the measured time, rounded, at least one, a batch per thread."""
-    from taskdml.model_selection._grid_graph import fits_per_task
+    from taskdml.model_selection.grid._graph import fits_per_task
 
     assert fits_per_task(seconds, 0.1, n_fits, n_threads) == expected
 
 
 def test_batches_are_runs_of_candidates_on_one_fold():
     """Batches never cross a fold or a probed fit, and are evenly sized within a run."""
-    from taskdml.model_selection._grid_graph import group
+    from taskdml.model_selection.grid._graph import group
 
     order = [(c, f) for f in range(2) for c in range(7) if (c, f) not in {(0, 0), (3, 1)}]
     assert group(order, 4) == [

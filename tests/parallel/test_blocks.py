@@ -14,9 +14,9 @@ from test_merge import APPROXIMATE_CASES, EXACT_CASES, _assert_fitted_close, _id
 
 from taskdml import DataParallel, train
 from taskdml.parallel import get_merge_rule
-from taskdml.parallel._blocks import TINY_ROWS, min_block_rows, plan_blocks, reblock
-from taskdml.parallel._chunks import Chunk
-from taskdml.parallel._merge_registry import min_batch_rows
+from taskdml.parallel.engine._blocks import TINY_ROWS, min_block_rows, plan_blocks, reblock
+from taskdml.parallel.engine._chunks import Chunk
+from taskdml.parallel.merge._registry import min_batch_rows
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::FutureWarning"),  # PassiveAggressive* (deprecated)

@@ -14,7 +14,7 @@ from sklearn.linear_model import SGDClassifier
 from sklearn.preprocessing import StandardScaler
 
 from taskdml import train
-from taskdml.parallel._direct import steps
+from taskdml.parallel.collective._direct import steps
 
 
 @pytest.mark.parametrize("n_replicas", range(1, 18))

@@ -19,8 +19,8 @@ from distributed import Client, LocalCluster
 from sklearn.linear_model import SGDClassifier
 
 from taskdml import train
-from taskdml.parallel import _elastic
-from taskdml.parallel._chunks import Chunk
+from taskdml.parallel.engine import _elastic
+from taskdml.parallel.engine._chunks import Chunk
 
 
 def linear_data(n_samples, n_features, chunk_rows, seed=0):

@@ -14,7 +14,7 @@ from sklearn.linear_model import SGDClassifier, SGDRegressor
 from sklearn.neural_network import MLPClassifier
 
 from taskdml.parallel import DifferentialPrivacy, Silo, dp_epsilon, train_federated
-from taskdml.parallel import _federated_privacy as privacy
+from taskdml.parallel.federated import _privacy as privacy
 
 # The loaders and the plugin below run in the workers' processes, which cannot import a test
 # module: ship them by value.
@@ -286,7 +286,7 @@ def test_errors_name_the_silo_and_the_fix(client, make, options, message):
 
 def test_a_task_away_from_its_silo_finds_no_data():
     """A silo's task that runs where the silo did not load its data fails, saying so."""
-    from taskdml.parallel._federated import _Held, _held
+    from taskdml.parallel.federated._train import _Held, _held
 
     with pytest.raises(RuntimeError, match=r"does not hold the silo data 'gone', which was "):
         _held(_Held("gone", "tcp://127.0.0.1:1"))

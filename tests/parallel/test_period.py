@@ -12,7 +12,7 @@ from sklearn.linear_model import SGDClassifier
 
 from taskdml import DataParallel
 from taskdml.parallel import get_merge_rule, register_merge, train
-from taskdml.parallel._period import (
+from taskdml.parallel.engine._period import (
     MIN_ROUNDS,
     PROBE_ROUNDS,
     TARGET,

@@ -20,8 +20,8 @@ from sklearn.linear_model import SGDClassifier
 
 from taskdml import DataParallel, train
 from taskdml.model_selection import ASHASearchCV, SuccessiveHalvingSearchCV
-from taskdml.parallel import _stream
-from taskdml.parallel._chunks import Chunk
+from taskdml.parallel.engine import _stream
+from taskdml.parallel.engine._chunks import Chunk
 
 N_FEATURES = 8
 WEIGHTS = np.linspace(-1.0, 1.0, N_FEATURES)

@@ -106,7 +106,8 @@ def test_a_search_runs_two_replicated_trials_side_by_side(four_workers, monkeypa
     training's workers; the floor on a step's length is lowered for this small data)."""
     from distributed import Client
 
-    from taskdml.model_selection import SuccessiveHalvingSearchCV, _adaptive_run
+    from taskdml.model_selection import SuccessiveHalvingSearchCV
+    from taskdml.model_selection.adaptive import _run as _adaptive_run
 
     monkeypatch.setattr(_adaptive_run, "REPLICATED_MIN_SECONDS", 0.0)
     X, y = _data()

@@ -5,7 +5,7 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from taskdml.parallel._vertical import FeatureSharded, margin_gradient
+from taskdml.parallel.estimators._feature_sharded import FeatureSharded, margin_gradient
 
 
 def _data(n_samples=400, n_features=7, chunk=100, seed=0):

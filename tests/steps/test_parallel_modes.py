@@ -13,7 +13,7 @@ from cli.main import cli
 from taskdml import PipelineError, load_pipeline, loads_pipeline, run_pipeline
 from taskdml.parallel import ClassSharded
 from taskdml.parallel._choice import choose_fit, choose_search, sharded_model_bytes
-from taskdml.runs import load_model
+from taskdml.runs._directory import load_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,10 +22,10 @@ taskdml: 1
 name: wide
 steps:
   corpus:
-    call: taskdml.text:make_documents
+    call: taskdml.datasets:make_documents
     with: {{n_documents: 3000, n_topics: 12, chunk_size: 500, random_state: 0}}
   hashed:
-    map: taskdml.text:hash_text
+    map: taskdml.datasets:hash_text
     with: {{n_features: 2048, alternate_sign: false}}
     inputs: {{data: corpus}}
   split:
@@ -190,12 +190,12 @@ taskdml: 1
 name: checked
 silos:
   hospital_a:
-    load: taskdml.silos:load_silo
+    load: taskdml.datasets:load_silo
     with: {{silo: 0}}
     resources: {{hospital_a: 1}}
 steps:
   held_out:
-    call: taskdml.silos:load_held_out
+    call: taskdml.datasets:load_held_out
   model:
     fit: sklearn.linear_model:SGDClassifier
     {step}
@@ -226,7 +226,7 @@ steps:
 taskdml: 1
 name: s
 silos:
-  a: {load: "taskdml.silos:load_silo", with: {silo: 0}, workers: [w0], resources: {a: 1}}
+  a: {load: "taskdml.datasets:load_silo", with: {silo: 0}, workers: [w0], resources: {a: 1}}
 steps:
   model:
     fit: sklearn.linear_model:SGDClassifier

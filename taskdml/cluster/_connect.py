@@ -1,0 +1,475 @@
+"""Start or reach the Dask cluster a run uses.
+
+Precedence: an explicit ``Client`` > an address given on the command line (``--scheduler``) >
+the pipeline's ``cluster`` block (``taskdml run --cluster MODULE:CLASS`` sets its ``spec.class``)
+(``address``, ``spec`` or LocalCluster settings) > a LocalCluster with one single-threaded
+worker process per core. Everything taskdml starts itself binds to 127.0.0.1; a cluster class
+named in ``spec`` is the user's choice and binds where it is told.
+
+Any deployment, one pipeline file: an address may be ``tcp://`` or ``tls://``, the latter with
+the block's ``security`` (the keyword arguments of ``distributed.security.Security``, also given
+to a cluster class started here). A ``spec`` class is any cluster manager the allow-list
+:data:`CLUSTER_CLASSES` admits (``distributed:LocalCluster``, ``dask_jobqueue:SLURMCluster``,
+``dask_kubernetes.operator:KubeCluster``, ...), started with ``spec.kwargs`` and then sized with
+``scale: N`` or ``adapt: {minimum, maximum}``: nothing here is particular to one of them. The
+runner then checks that the workers run the client's versions (:mod:`taskdml.cluster._versions`).
+The client is never made the process-wide default: the runner activates it per step with
+``Client.as_current``, so embedding taskdml in a program with its own client is safe.
+
+**Warm workers.** A fresh worker imports scikit-learn (and taskdml, which imports it) on its
+first task: about a second and 280 MiB per worker, paid on the critical path of the first
+step that needs it. :func:`warm` registers a worker plugin that imports a list of modules on
+every worker (and on workers that join later) as soon as it is registered, while the client
+goes on: the imports overlap whatever the client does meanwhile (preparing the run, loading
+data). The runner warms the clusters it starts itself with :func:`pipeline_modules` (the
+modules of every callable and estimator the pipeline names, and the basics of
+:data:`WARM_MODULES`); a cluster reached by address or a client passed in is left as it is
+(call :func:`warm` on it yourself). The user's own packages, unlike these imports, reach every
+cluster, started here or not: the runner ships them after connecting
+(:mod:`taskdml.cluster._project`).
+
+The imports run on the worker's event loop, just after the plugin's registration has been
+answered, not in a thread of their own: a worker unpickles tasks and data on its event loop,
+and two threads importing one package at once (taskdml's modules import each other) can see
+it half-initialised and fail ("cannot import name ... from partially initialized module").
+Messages that arrive meanwhile wait for the imports, which their tasks need anyway. The plugin
+travels by value, so that unpickling it does not import taskdml: that is the cost hidden.
+"""
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import os
+import time
+import warnings
+
+from taskdml.exceptions import ClusterUnavailable, InsecureConnectionWarning
+from taskdml.pipeline._model import resolve_callable, thaw
+from taskdml.pipeline._schema import SECURITY_FILES
+
+CLUSTER_CLASSES = (
+    "distributed",
+    "distributed.*",
+    "dask_jobqueue",
+    "dask_jobqueue.*",
+    "dask_kubernetes",
+    "dask_kubernetes.*",
+    "dask_cloudprovider.*",
+    "dask_gateway",
+)
+CONNECT_TIMEOUT = "10s"
+WARM_MODULES = ("taskdml", "sklearn.base", "sklearn.utils", "sklearn.metrics")
+"""What every run's workers need whatever the pipeline names: taskdml's task functions (which
+import scikit-learn's base, utilities and metrics)."""
+WARM_PLUGIN = "taskdml-warm"
+WARM_DELAY = 0.05
+"""Seconds between the plugin's setup and its imports: its registration is answered first."""
+
+
+def default_workers():
+    """Worker processes of the embedded cluster when nothing says otherwise: one per core.
+
+    Returns
+    -------
+    int
+        The cores this process may run on (at least 1).
+    """
+    return max(
+        1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    )
+
+
+@contextlib.contextmanager
+def connect(
+    cluster=None,
+    *,
+    scheduler=None,
+    n_workers=None,
+    client=None,
+    warm_modules=(),
+    silos=None,
+):
+    """Yield a ``distributed.Client`` for a run, and close what this call started.
+
+    Parameters
+    ----------
+    cluster : mapping, optional
+        The pipeline's ``cluster`` block.
+    scheduler : str, optional
+        Address of a running scheduler (``tcp://`` or ``tls://``, with the block's
+        ``security`` for the latter); overrides *cluster*'s address and spec.
+    n_workers : int, optional
+        Worker count of an embedded LocalCluster; overrides ``cluster.n_workers``.
+    client : distributed.Client, optional
+        Use this client as it is and leave it open.
+    warm_modules : sequence of str, optional
+        Modules the workers of a cluster started here import in the background from their
+        start (:func:`warm`); not used for a cluster reached by address or *client*.
+    silos : mapping, optional
+        The pipeline's ``silos`` block. An embedded LocalCluster gets one more worker per silo
+        that names ``resources``, started with them and named ``silo-<name>``; any other
+        cluster must already have workers with those resources.
+
+    Yields
+    ------
+    distributed.Client
+        Not the default client: callers activate it with ``Client.as_current``.
+
+    Raises
+    ------
+    ClusterUnavailable
+        When the cluster cannot be started or the scheduler cannot be reached; the message
+        says how to fix it.
+    """
+    if client is not None:
+        yield client
+        return
+    cluster = thaw(cluster or {})
+    address = scheduler or cluster.get("address")
+    security = _security(cluster.get("security"))
+    with contextlib.ExitStack() as stack:
+        if address:
+            yield stack.enter_context(_client(address, f"the scheduler at {address}", security))
+            return
+        deployment = stack.enter_context(_start(cluster, n_workers, security))
+        started = stack.enter_context(
+            _client(deployment, f"the cluster {type(deployment).__name__}")
+        )
+        _size(deployment, cluster.get("spec", {}))
+        if not cluster.get("spec") and _add_silo_workers(deployment, thaw(silos or {})):
+            started.wait_for_workers(len(deployment.worker_spec), timeout=120)
+        if warm_modules:
+            warm(started, warm_modules)
+        yield started
+
+
+def _security(block):
+    """``distributed.security.Security`` from the block's ``security`` keys, or ``None``.
+
+    The keys are Security's keyword arguments (the schema lists them, so a misspelt one is a
+    pipeline error with a "did you mean"); TLS versions are written 1.2 or 1.3.
+    """
+    if not block:
+        return None
+    import ssl
+
+    from distributed.security import Security
+
+    versions = {1.2: ssl.TLSVersion.TLSv1_2, 1.3: ssl.TLSVersion.TLSv1_3}
+    kwargs = {
+        key: versions[value] if key in ("tls_min_version", "tls_max_version") else value
+        for key, value in block.items()
+    }
+    missing = [kwargs[key] for key in SECURITY_FILES if key in kwargs]
+    missing = [path for path in missing if not os.path.isfile(path)]
+    if missing:
+        raise ClusterUnavailable(
+            f"the cluster's security block names {missing[0]!r}, which is not a file. Give the "
+            "PEM files' paths, relative to the pipeline file with ${path:certs/client.pem}."
+        )
+    return Security(**kwargs)
+
+
+def _start(cluster, n_workers, security):
+    from distributed import LocalCluster
+
+    spec = cluster.get("spec")
+    if spec:
+        cls = resolve_callable(spec["class"], CLUSTER_CLASSES)
+        kwargs = dict(spec.get("kwargs", {}))
+        if n_workers:
+            kwargs["n_workers"] = n_workers
+        if security is not None:
+            kwargs.setdefault("security", security)
+        return _guarded(cls, kwargs)
+    kwargs = {
+        "n_workers": n_workers or cluster.get("n_workers") or default_workers(),
+        "threads_per_worker": cluster.get("threads_per_worker", 1),
+        "processes": cluster.get("processes", True),
+        "memory_limit": cluster.get("memory_limit", "auto"),
+        "host": "127.0.0.1",
+        "dashboard_address": cluster.get("dashboard_address", "127.0.0.1:8787"),
+        "silence_logs": logging.ERROR,
+    }
+    if not kwargs["processes"]:  # threads in this process: inproc:// cannot take a host
+        kwargs["protocol"] = "tcp://"
+    return _guarded(LocalCluster, kwargs)
+
+
+def _add_silo_workers(cluster, silos):
+    """Add a worker per silo that names resources to a LocalCluster; whether any was added.
+
+    This is how a federated pipeline runs on one machine: each silo's worker group is a
+    worker of its own, holding its resource, so the silo's tasks go there only.
+    """
+    import copy
+
+    added = False
+    for name, silo in silos.items():
+        if "resources" in silo:
+            spec = copy.deepcopy(cluster.new_spec)
+            spec["options"]["resources"] = dict(silo["resources"])
+            cluster.worker_spec[f"silo-{name}"] = spec
+            added = True
+    if added:
+        cluster.scale(len(cluster.worker_spec))
+    return added
+
+
+def _size(deployment, spec):
+    """``scale: N`` or ``adapt: {minimum, maximum}`` on a cluster manager started here."""
+    try:
+        if "scale" in spec:
+            deployment.scale(spec["scale"])
+        elif "adapt" in spec:
+            deployment.adapt(**spec["adapt"])
+    except Exception as error:  # a manager without scale/adapt, or one that refuses
+        raise ClusterUnavailable(
+            f"could not size {type(deployment).__name__} with "
+            f"{'scale' if 'scale' in spec else 'adapt'}: {type(error).__name__}: {error}. "
+            "Use a cluster manager that can scale (any distributed.SpecCluster: LocalCluster, "
+            "dask_jobqueue's SLURMCluster, dask_kubernetes' KubeCluster), or remove it."
+        ) from error
+
+
+def _guarded(cls, kwargs):
+    try:
+        return cls(**kwargs)
+    except Exception as error:  # any failure to deploy is the same failure for the user
+        raise ClusterUnavailable(
+            f"could not start {cls.__name__}({_kwargs(kwargs)}): {type(error).__name__}: {error}. "
+            "Check the cluster block of the pipeline file, or pass --scheduler ADDRESS to use a "
+            "running scheduler."
+        ) from error
+
+
+def _client(target, what, security=None):
+    from distributed import Client
+
+    if isinstance(target, str) and plain_remote(target):
+        warnings.warn(
+            f"connecting to {target} over plain tcp://: the messages, pickled tasks and data "
+            "included, are neither encrypted nor authenticated on the network. Use tls:// "
+            "with a security block in the cluster block (or keep the scheduler on 127.0.0.1).",
+            InsecureConnectionWarning,
+            stacklevel=4,
+        )
+    if isinstance(target, str) and target.startswith("tls://") and security is None:
+        from distributed.security import Security
+
+        if Security().get_connection_args("client")["ssl_context"] is None:
+            raise ClusterUnavailable(
+                f"{target} is a TLS address but nothing says which certificates to use. Add a "
+                "security block to the cluster block (tls_ca_file, tls_client_cert, "
+                "tls_client_key), or set distributed.comm.tls in dask's configuration."
+            )
+    try:
+        return Client(
+            target, timeout=CONNECT_TIMEOUT, set_as_default=False, **_given(security=security)
+        )
+    except (OSError, TimeoutError) as error:
+        raise ClusterUnavailable(
+            f"could not connect to {what} within {CONNECT_TIMEOUT}: {error}. Start one with "
+            "'dask scheduler --host 127.0.0.1' and 'dask worker tcp://127.0.0.1:8786', or fix "
+            "the address (cluster.address in the file or --scheduler)."
+        ) from error
+
+
+def _given(**kwargs):
+    return {key: value for key, value in kwargs.items() if value is not None}
+
+
+def plain_remote(address):
+    """Whether *address* is plain ``tcp://`` to a host other than this one's loopback.
+
+    Examples
+    --------
+    >>> plain_remote("tcp://10.0.0.5:8786"), plain_remote("tcp://127.0.0.1:8786")
+    (True, False)
+    >>> plain_remote("tls://10.0.0.5:8786"), plain_remote("tcp://localhost:8786")
+    (False, False)
+    """
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    if not address.startswith("tcp://"):
+        return False
+    host = urlsplit(address).hostname or ""
+    if host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: not known to be this machine
+        return True
+
+
+def describe(client):
+    """What the run ran on, for the manifest and the progress line.
+
+    Parameters
+    ----------
+    client : distributed.Client
+
+    Returns
+    -------
+    dict
+        ``scheduler`` (address), ``dashboard`` (the link, or ``None`` when the scheduler serves
+        no dashboard), ``workers``, ``threads`` and ``cluster`` (the deployment's class name,
+        or ``"address"`` for a scheduler reached by address).
+    """
+    threads = client.nthreads()
+    return {
+        "scheduler": client.scheduler.address,
+        "dashboard": client.dashboard_link if serves_dashboard(client) else None,
+        "workers": len(threads),
+        "threads": sum(threads.values()),
+        "cluster": type(client.cluster).__name__ if client.cluster is not None else "address",
+    }
+
+
+NO_DASHBOARD = (
+    "no dashboard: the scheduler serves none (it needs bokeh>=3.1 installed where "
+    "it runs, and its dashboard enabled)"
+)
+
+
+def serves_dashboard(client):
+    """Whether the scheduler of *client* really serves the Bokeh dashboard.
+
+    A scheduler always answers HTTP on its dashboard port (health, metrics, a page asking for
+    bokeh), so ``client.dashboard_link`` alone does not say a dashboard is there: this asks
+    the scheduler whether a Bokeh application is mounted on its HTTP server.
+
+    Parameters
+    ----------
+    client : distributed.Client
+
+    Returns
+    -------
+    bool
+        ``False`` also when the scheduler refuses to run the check.
+    """
+    try:
+        return bool(client.run_on_scheduler(_bokeh_mounted))
+    except Exception:  # a scheduler that forbids run_on_scheduler: nothing proves a dashboard
+        return False
+
+
+def _bokeh_mounted(dask_scheduler):
+    try:
+        from bokeh.server.tornado import BokehTornado
+    except ImportError:
+        return False
+    application = getattr(dask_scheduler, "http_application", None)
+    return any(isinstance(app, BokehTornado) for app in getattr(application, "applications", ()))
+
+
+def _kwargs(kwargs):
+    return ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
+
+
+def warm(client, modules, *, wait=False):
+    """Import *modules* on every worker of *client*'s cluster, in a background thread.
+
+    Registers a worker plugin (``distributed.WorkerPlugin``) named ``taskdml-warm``: each
+    worker, and each worker that joins later, imports the modules in order on its event loop
+    just after answering the registration (see the module docstring for why not in a thread),
+    so a task that arrives later finds them imported, or waits only for what is left of the
+    import. The call returns at once unless *wait*. A module that fails to import is skipped
+    and reported (the task that needs it will raise the real error). Calling it again replaces
+    the list. On a cluster whose workers are busy, the worker's event loop is held for the
+    import (distributed may log that it was unresponsive).
+
+    Parameters
+    ----------
+    client : distributed.Client
+    modules : sequence of str
+        Module names, e.g. ``["sklearn.linear_model", "taskdml"]``
+        (:func:`pipeline_modules` lists those of a pipeline).
+    wait : bool, default False
+        Wait until every current worker has imported them.
+
+    Returns
+    -------
+    dict or None
+        With *wait*: ``{worker address: {"seconds": s, "errors": {module: message}}}``.
+
+    Examples
+    --------
+    >>> from distributed import Client, LocalCluster
+    >>> from taskdml.cluster._connect import warm
+    >>> with LocalCluster(n_workers=1, host="127.0.0.1", dashboard_address=None) as cluster:
+    ...     with Client(cluster) as client:
+    ...         report = warm(client, ["sklearn.linear_model"], wait=True)
+    ...         [entry["errors"] for entry in report.values()]
+    [{}]
+    """
+    client.register_plugin(_warm_plugin(tuple(modules)), name=WARM_PLUGIN)
+    if wait:
+        return client.run(_warmed)
+    return None
+
+
+def pipeline_modules(pipeline):
+    """The modules a pipeline's workers need: its callables' and estimators', then the basics.
+
+    Parameters
+    ----------
+    pipeline : Pipeline
+
+    Returns
+    -------
+    list of str
+        The module of every ``call``, ``fit`` and ``search`` target, in step order, then
+        :data:`WARM_MODULES`; without repeats.
+
+    Examples
+    --------
+    >>> from taskdml import Pipeline, Step
+    >>> pipe = Pipeline("iris", [
+    ...     Step("data", call="taskdml.datasets:load_sklearn", with_={"name": "iris"}),
+    ...     Step("model", fit="sklearn.naive_bayes:GaussianNB", inputs={"data": "data"}),
+    ... ])
+    >>> pipeline_modules(pipe)[:2]
+    ['taskdml.datasets', 'sklearn.naive_bayes']
+    """
+    named = [
+        step.target.partition(":")[0]
+        for step in pipeline.ordered_steps()
+        if step.kind != "evaluate"
+    ]
+    return list(dict.fromkeys(named + list(WARM_MODULES)))
+
+
+def _warm_plugin(modules):
+    """A plugin instance of a class built here, so that it is pickled by value (see above)."""
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    class WarmImports(WorkerPlugin):
+        name = WARM_PLUGIN
+
+        def __init__(self, modules):
+            self.modules = modules
+
+        def setup(self, worker):
+            self.seconds, self.errors, self.done = None, {}, asyncio.Event()
+            asyncio.get_running_loop().call_later(WARM_DELAY, self.run)
+
+        def run(self):
+            started = time.perf_counter()
+            for module in self.modules:
+                try:
+                    importlib.import_module(module)
+                except Exception as error:  # the task that needs it raises the real error
+                    self.errors[module] = f"{type(error).__name__}: {error}"
+            self.seconds = time.perf_counter() - started
+            self.done.set()
+
+    return WarmImports(modules)
+
+
+async def _warmed(dask_worker):
+    plugin = dask_worker.plugins[WARM_PLUGIN]
+    await plugin.done.wait()
+    return {"seconds": plugin.seconds, "errors": dict(plugin.errors)}

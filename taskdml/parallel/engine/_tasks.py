@@ -1,0 +1,158 @@
+"""The task functions of taskdml: pure, module-level, state in and new state out.
+
+The engine, the grid searches and the adaptive searches build their graphs from these, so
+one piece of work is one function wherever it runs: :func:`fit_chunk` (``partial_fit`` on one
+chunk, in a replica or as :func:`partial_fit_chunk`, one link of a chain of tasks),
+:func:`fit_concatenated` (an estimator without ``partial_fit``, fitted once on chunks
+concatenated), :func:`concatenate_parts` (small chunks joined into one training block),
+:func:`chunk_labels` and :func:`transform_chunk`. :func:`epoch_order` is the one seeded chunk
+order of an epoch. Every estimator that arrives as an argument is copied before it is
+trained: a threaded scheduler hands the same object to several tasks.
+"""
+
+import copy
+
+import numpy as np
+
+from taskdml._sklearn_compat import relink_birch_views
+
+
+def transform_chunk(X, transformers):
+    """Apply fitted *transformers* to one chunk, in order."""
+    for transformer in transformers:
+        X = transformer.transform(X)
+    return X
+
+
+def partial_fit_chunk(estimator, X, y, transformers, fit_kwargs, weight=None, row_seed=None):
+    """Return a copy of *estimator* after ``partial_fit`` on one chunk (see :func:`fit_chunk`)."""
+    estimator = copy.deepcopy(estimator)
+    fit_chunk(estimator, X, y, transformers, fit_kwargs, weight, row_seed)
+    return estimator
+
+
+def fit_chunk(estimator, X, y, transformers, fit_kwargs, weight=None, row_seed=None):
+    """``partial_fit`` *estimator* in place on one chunk; return the rows it saw.
+
+    The chunk's rows are permuted first when *row_seed* (a seed for
+    :func:`numpy.random.default_rng`) is given, then *transformers* apply; *weight* goes to
+    ``partial_fit`` as ``sample_weight``.
+    """
+    if row_seed is not None:
+        rows = np.random.default_rng(row_seed).permutation(X.shape[0])
+        X, y = X[rows], None if y is None else y[rows]
+        weight = None if weight is None else weight[rows]
+    X = transform_chunk(X, transformers)
+    relink_birch_views(estimator)  # a copied or unpickled Birch lost its views
+    kwargs = dict(fit_kwargs, **({} if weight is None else {"sample_weight": weight}))
+    if y is None:
+        estimator.partial_fit(X, **kwargs)
+    else:
+        estimator.partial_fit(X, y, **kwargs)
+    return X.shape[0]
+
+
+def fit_concatenated(estimator, chunks, transformers=()):
+    """A copy of *estimator* fitted once on *chunks* concatenated (no ``partial_fit``).
+
+    Parameters
+    ----------
+    estimator : scikit-learn estimator
+        Copied, never modified.
+    chunks : list of tuple
+        ``(X, y)`` or ``(X, y, sample_weight)`` per chunk, in row order; ``y`` and
+        ``sample_weight`` are ``None`` in every chunk or in none.
+    transformers : sequence of fitted transformers, default=()
+        Applied to the concatenated ``X`` before the fit.
+
+    Returns
+    -------
+    estimator
+        The fitted copy.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.linear_model import LinearRegression
+    >>> from taskdml.parallel.engine._tasks import fit_concatenated
+    >>> X = np.arange(8.0).reshape(4, 2)
+    >>> model = fit_concatenated(LinearRegression(), [(X[:2], X[:2, 0]), (X[2:], X[2:, 0])])
+    >>> model.coef_.round(6).tolist()
+    [0.5, 0.5]
+    """
+    estimator = copy.deepcopy(estimator)
+    X_parts, y_parts, *weight_parts = zip(*chunks)
+    X = transform_chunk(concatenate_parts(*X_parts), transformers)
+    kwargs = {}
+    if weight_parts and weight_parts[0][0] is not None:
+        kwargs["sample_weight"] = np.concatenate(weight_parts[0])
+    if y_parts[0] is None:
+        return estimator.fit(X, **kwargs)
+    return estimator.fit(X, np.concatenate(y_parts), **kwargs)
+
+
+def concatenate_parts(*parts):
+    """The rows of *parts* (arrays, sparse matrices or ``None``s) stacked in order (a task)."""
+    if parts[0] is None:
+        return None
+    from scipy import sparse
+
+    if any(sparse.issparse(part) for part in parts):
+        return sparse.vstack(parts, format=parts[0].format if sparse.issparse(parts[0]) else "csr")
+    return np.concatenate(parts)
+
+
+def chunk_labels(y):
+    """The distinct labels of one chunk of y (a small array)."""
+    return np.unique(y)
+
+
+def epoch_order(items, seed_parts, shuffle=True):
+    """The order in which *items* (chunks or their indices) are visited in one epoch.
+
+    Parameters
+    ----------
+    items : sequence
+        What to order: a replica's chunks, a fold's chunk indices.
+    seed_parts : tuple of int
+        The seed of this order, e.g. ``(seed, epoch, rank)`` for a replica of the engine or
+        ``(seed, trial + 1, fold + 1, epoch)`` for an adaptive search's trial: a permutation
+        of ``numpy.random.default_rng(list(seed_parts))``.
+    shuffle : bool, default=True
+        ``False`` keeps the order of *items*.
+
+    Returns
+    -------
+    list
+        The items, in the order of this epoch.
+
+    Examples
+    --------
+    >>> from taskdml.parallel.engine._tasks import epoch_order
+    >>> epoch_order(["a", "b", "c"], (0, 1, 2), shuffle=False)
+    ['a', 'b', 'c']
+    >>> sorted(epoch_order(["a", "b", "c"], (0, 1, 2)))
+    ['a', 'b', 'c']
+    """
+    if not shuffle:
+        return list(items)
+    return [items[i] for i in np.random.default_rng(list(seed_parts)).permutation(len(items))]
+
+
+def transformed(X, transformers):
+    """*X* (a dask array) with fitted *transformers* applied lazily, chunk by chunk."""
+    if not transformers:
+        return X
+    import dask
+
+    from taskdml import _keys
+
+    n_features = transform_chunk(X[:1].compute(), transformers).shape[1]
+    fitted = dask.delayed(list(transformers), pure=True)
+    return X.map_blocks(
+        transform_chunk,
+        fitted,
+        dtype=float,
+        chunks=(X.chunks[0], (n_features,)),
+        name=_keys.key_name("transform", X.name, fitted.key, phase="transform"),
+    )

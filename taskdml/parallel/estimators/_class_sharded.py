@@ -1,0 +1,866 @@
+"""Class-sharded model parallelism: a one-vs-rest linear classifier split by class.
+
+A linear classifier with many classes on many features (1,000 classes x 2^20 hashed features
+is 8 GB of ``coef_`` in float64) does not fit one worker. scikit-learn's multi-class
+``SGDClassifier`` and ``OneVsRestClassifier`` are one-vs-rest: every class is an independent
+binary problem on the same rows. :class:`ClassSharded` splits the classes into contiguous
+shards; a shard is a list of binary estimators, one per class, and lives on one worker.
+
+Training is one chain of tasks per shard, one link per chunk, in the chunks' order:
+``(name, shard, chunk)`` runs ``partial_fit`` of the shard's binary estimators on that chunk
+and hands the shard to the next link on the same worker. Only the chunk travels (to every
+shard's worker); a shard's coefficients never leave its worker, and the client sends each
+link no more than the chunk's key and the shard's per-class seeds. The links update the shard
+in place instead of on a copy, unlike the engine's task functions (:mod:`._tasks`): a copy
+would double the memory of a shard, which is what this module exists to bound. A link is
+therefore not safe to retry on the same input; Dask recomputes a lost chain from its start.
+
+Exactness. For ``SGDClassifier`` (and ``Perceptron``) every ``partial_fit`` call of the
+unsharded model draws one seed per class from ``check_random_state(random_state)`` and trains
+class ``c`` on ``y == c`` with that seed, positive weight ``class_weight[c]`` and negative
+weight 1. The client draws those same seeds per chunk and gives each shard its classes'
+seeds; a shard's binary ``SGDClassifier`` for ``c`` gets them as its ``random_state`` and
+``class_weight={1: class_weight[c], 0: 1}``. ``coef_`` and ``intercept_`` then equal the
+unsharded model's bit for bit (tested). ``average`` is refused: the multi-class averaged SGD of
+scikit-learn writes each class's plain intercept into the averaged intercepts that a binary
+averaged model keeps apart, so the two differ beyond rounding. ``OneVsRestClassifier`` clones
+its binary estimator per class and trains it on ``y == c``: the shards do the same. Decision
+values are computed per shard (a matrix-vector product per class rather than one matrix
+product), so they equal the unsharded ones to rounding, and predictions are equal.
+
+Prediction is a task per (chunk, shard) computing the shard's columns of the decision function
+(or of the unnormalised probabilities), then a task per chunk combining the shards' columns:
+the argmax, or the normalisation of the probabilities. No task ever holds two shards.
+
+Two classes make one binary problem, one row of ``coef_``: it cannot be split, so it is one
+shard holding a clone of the whole estimator.
+
+Hybrid parallelism (``replicas=R > 1``): every shard is also data-parallel inside. Shard ``k``
+has ``R`` replicas, pinned round robin to workers ``k*R .. k*R+R-1`` (modulo the number of
+workers), so the replicas of a shard are on distinct workers and a worker holds replicas of
+different shards; which of them is replica 0 rotates with ``k``, so that the merges and the
+final shards spread over the workers as with ``R = 1``. An epoch deals chunk ``i`` to replica
+``i % R`` of every shard; a round is ``R * sync_every`` consecutive chunks (the last round of
+an epoch may be shorter). After a round, the replicas of a shard that trained in it are merged
+with the binary estimator's merge rule (:func:`~taskdml.parallel.merge_replicas`; for SGD the
+rows-seen average of ``coef_`` and ``intercept_`` with a global ``t_``), and every replica
+continues from a copy of the merged shard. This is local SGD: not bit-equal to the unsharded
+model. The last merge is the shard; ``shards_`` holds one future per shard, on replica 0's
+worker, as with ``R = 1``. Without a client the same rounds run in this process in the same
+order, with the same seeds and merges, and give the same shards bit for bit.
+
+What moves: a chunk goes to the workers of its replica of each shard (``S`` at most, not
+``S * R``); at each merge the ``R - 1`` other replicas of a shard travel to replica 0's worker
+and the merged shard travels back to them, ``2 (R - 1)`` shard transfers per shard and round.
+What a merge costs: one task on replica 0's worker holds the ``R`` replicas and writes the
+merged binary estimators into replica 0 one class at a time, so ``R`` copies of the shard's
+coefficients plus one class's on that worker (pairwise sums would bound it at two, at the
+price of ``R - 1`` chained tasks per merge). A replica starting a round copies the merged
+shard, which its ``R`` replicas share, before training in place: two copies on its worker
+until the round's first link ends.
+"""
+
+import copy
+import numbers
+import uuid
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, clone
+from sklearn.utils import check_random_state
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from taskdml import _keys
+
+_MAX_SEED = np.iinfo(np.int32).max  # what scikit-learn's SGD draws its per-class seeds under
+
+
+class _ClassShard:
+    """Some classes of a one-vs-rest model: their labels and binary estimators, or (two
+    classes) the whole estimator in ``estimators[0]`` with ``whole`` set."""
+
+    def __init__(self, kind, classes, estimators, whole, key):
+        self.kind = kind  # "sgd" or "ovr"
+        self.classes = classes
+        self.estimators = estimators
+        self.whole = whole
+        self.key = key
+
+    def __sizeof__(self):  # dask's sizeof: the coefficients, so that memory reports are true
+        import dask.sizeof
+
+        return sum(dask.sizeof.sizeof(vars(e)) for e in self.estimators)
+
+
+def _kind(estimator):
+    from sklearn.linear_model import Perceptron, SGDClassifier
+    from sklearn.multiclass import OneVsRestClassifier
+
+    if isinstance(estimator, (SGDClassifier, Perceptron)):
+        if estimator.average:
+            raise ValueError(
+                f"ClassSharded cannot shard {type(estimator).__name__}(average="
+                f"{estimator.average!r}): scikit-learn's multi-class averaged SGD mixes the "
+                "classes' plain and averaged intercepts, which shards of binary problems "
+                "cannot reproduce. Use average=False."
+            )
+        return "sgd"
+    if isinstance(estimator, OneVsRestClassifier) and hasattr(estimator.estimator, "partial_fit"):
+        return "ovr"
+    raise ValueError(
+        "ClassSharded shards the classes of a one-vs-rest linear classifier trained with "
+        f"partial_fit; got {type(estimator).__name__}. Use SGDClassifier or Perceptron, or "
+        "OneVsRestClassifier(<a binary estimator with partial_fit>); for other estimators "
+        "use taskdml.DataParallel (data parallelism)."
+    )
+
+
+def new_shard(estimator, kind, classes, shard_classes, key):
+    """A fresh shard of *estimator* for *shard_classes* (all of *classes* when two)."""
+    if len(classes) == 2:
+        return _ClassShard(kind, classes, [clone(estimator)], True, key)
+    if kind == "sgd":
+        weights = estimator.class_weight or {}
+        binaries = [
+            clone(estimator).set_params(class_weight={1: weights.get(c, 1.0), 0: 1.0})
+            for c in shard_classes
+        ]
+    else:
+        binaries = [clone(estimator.estimator) for _ in shard_classes]
+    return _ClassShard(kind, np.asarray(shard_classes), binaries, False, key)
+
+
+def train_shard(shard, X, y, seeds, all_classes, sample_weight=None):
+    """``partial_fit`` every binary estimator of *shard* on one chunk, in place; return it.
+
+    *seeds* are the shard's classes' seeds for this chunk (``None`` for OneVsRest).
+    """
+    if X.shape[0] == 0:
+        return shard
+    kwargs = {} if sample_weight is None else {"sample_weight": sample_weight}
+    if shard.whole:
+        shard.estimators[0].partial_fit(X, y, classes=all_classes, **kwargs)
+        return shard
+    unknown = np.setdiff1d(y, all_classes)
+    if len(unknown):
+        raise ValueError(
+            f"a chunk holds labels {unknown.tolist()!r} outside the classes "
+            f"{all_classes.tolist()!r}; pass every label in classes= to fit."
+        )
+    for i, (label, binary) in enumerate(zip(shard.classes, shard.estimators)):
+        if seeds is not None:
+            binary.set_params(random_state=int(seeds[i]))
+        binary.partial_fit(X, (y == label).astype(np.int64), classes=np.array((0, 1)), **kwargs)
+    return shard
+
+
+def shard_scores(shard, X):
+    """The shard's columns of the decision function on chunk *X* (1-D for a whole shard)."""
+    if shard.whole:
+        return shard.estimators[0].decision_function(X)
+    if shard.kind == "ovr":  # what OneVsRestClassifier.predict compares
+        from sklearn.multiclass import _predict_binary
+
+        columns = [_predict_binary(e, X) for e in shard.estimators]
+    else:
+        columns = [e.decision_function(X) for e in shard.estimators]
+    return np.column_stack(columns) if columns else np.empty((X.shape[0], 0))
+
+
+def shard_decision(shard, X):
+    """The shard's columns of ``decision_function`` on chunk *X*."""
+    if shard.whole or shard.kind == "sgd":
+        return shard_scores(shard, X)
+    return np.column_stack([np.ravel(e.decision_function(X)) for e in shard.estimators])
+
+
+def shard_proba(shard, X):
+    """The shard's unnormalised probability columns on chunk *X* (all of them when whole)."""
+    if shard.whole:
+        return shard.estimators[0].predict_proba(X)
+    if shard.kind == "ovr":
+        return np.column_stack([e.predict_proba(X)[:, 1] for e in shard.estimators])
+    scores = shard_scores(shard, X)
+    if shard.estimators[0].loss == "log_loss":
+        from scipy.special import expit
+
+        return expit(scores)
+    return (np.clip(scores, -1, 1) + 1) / 2  # modified_huber
+
+
+def combine_predict(classes, kind, *parts):
+    """The predicted labels of one chunk from its shards' score columns, in class order.
+
+    Ties go where the unsharded model sends them: ``LinearClassifierMixin`` to the first
+    maximal class, ``OneVsRestClassifier`` to the last.
+    """
+    scores = np.hstack(parts)
+    if kind == "ovr":
+        return classes[scores.shape[1] - 1 - np.argmax(scores[:, ::-1], axis=1)]
+    return classes[np.argmax(scores, axis=1)]
+
+
+def combine_proba(kind, *parts):
+    """The probabilities of one chunk from its shards' columns, normalised per row as the
+    unsharded estimator normalises them."""
+    proba = np.hstack(parts).astype(np.float64)
+    totals = proba.sum(axis=1)
+    if kind == "ovr":
+        np.divide(proba, totals[:, None], out=proba, where=totals[:, None] != 0)
+        return proba
+    all_zero = totals == 0
+    if np.any(all_zero):  # modified_huber can give every class 0: uniform, as sklearn does
+        proba[all_zero, :] = 1
+        totals[all_zero] = proba.shape[1]
+    return proba / totals[:, None]
+
+
+def combine_columns(*parts):
+    """One chunk's decision function from its shards' columns."""
+    return np.hstack(parts)
+
+
+class ClassSharded(ClassifierMixin, BaseEstimator):
+    """A one-vs-rest linear classifier whose classes are split across workers.
+
+    Each shard holds the binary estimators of some classes and trains them with
+    ``partial_fit`` on every chunk, in order, on one worker; prediction combines the shards'
+    decision functions chunk by chunk. The result equals the unsharded estimator trained with
+    ``partial_fit`` on the same chunks in the same order (same ``coef_`` and ``intercept_``
+    bit for bit; decision values to rounding). With ``replicas > 1`` each shard is also
+    trained data-parallel by replicas on several workers, merged every *sync_every* chunks
+    (local SGD: close to the unsharded model, not equal). See
+    :mod:`taskdml.parallel.estimators._class_sharded`.
+
+    Parameters
+    ----------
+    estimator : SGDClassifier, Perceptron or OneVsRestClassifier
+        The model to shard. ``SGDClassifier``/``Perceptron`` with ``average=False``; a
+        ``OneVsRestClassifier`` over any binary estimator with ``partial_fit``.
+    n_shards : int, optional
+        Number of shards, at most the number of classes. Default: the number of workers of
+        the distributed client (one shard per worker), or 1 without one.
+    epochs : int, default=1
+        Passes over the chunks, in the same order each time (the unsharded model's
+        ``partial_fit`` called on every chunk, *epochs* times).
+    replicas : int, default=1
+        Data-parallel replicas per shard (hybrid parallelism: shards x replicas), each on a
+        different worker: chunk ``i`` of every epoch trains replica ``i % replicas``, and the
+        replicas of a shard are merged every *sync_every* chunks each (model averaging for
+        SGD, so not bit-equal to the unsharded model). At most the number of workers of the
+        client; without a client the replicas train in this process, in the same order.
+        Needs a merge rule for the binary estimator (:func:`~taskdml.parallel.get_merge_rule`).
+    sync_every : int, default=1
+        Chunks each replica trains between two merges of its shard; ignored with
+        ``replicas=1``.
+
+    Attributes
+    ----------
+    shards_ : list
+        One per shard, in class order: with a distributed client a ``distributed.Future`` of
+        the shard, which stays on its worker; otherwise the shard itself. A shard has
+        ``classes`` and ``estimators`` (one binary estimator per class).
+    classes_ : ndarray of shape (n_classes,)
+        The class labels.
+    n_features_in_ : int
+        Number of features seen in ``fit``.
+    placement_ : dict
+        ``{shard index: [worker address of each replica]}`` where the shards' training tasks
+        were pinned (replica 0's worker also runs the merges and keeps the shard); empty lists
+        without a client.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.linear_model import SGDClassifier
+    >>> from taskdml.parallel import ClassSharded
+    >>> rng = np.random.default_rng(0)
+    >>> X, y = rng.normal(size=(300, 5)), np.arange(300) % 3
+    >>> X[np.arange(300), y] += 3
+    >>> model = ClassSharded(SGDClassifier(random_state=0), n_shards=2).fit(X, y)
+    >>> [shard.classes.tolist() for shard in model.shards_]
+    [[0, 1], [2]]
+    >>> unsharded = SGDClassifier(random_state=0).partial_fit(X, y, classes=[0, 1, 2])
+    >>> bool((model.predict(X) == unsharded.predict(X)).all())
+    True
+    """
+
+    def __init__(self, estimator, n_shards=None, epochs=1, replicas=1, sync_every=1):
+        self.estimator = estimator
+        self.n_shards = n_shards
+        self.epochs = epochs
+        self.replicas = replicas
+        self.sync_every = sync_every
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+    def fit(self, X, y=None, classes=None, sample_weight=None):
+        """Train the shards on every chunk of *X*, in order.
+
+        Parameters
+        ----------
+        X : dask array, xarray Dataset/DataArray, array-like or sparse matrix
+            Chunked along samples (one feature chunk); in-memory data is one chunk.
+        y : dask array or array-like, optional
+            Labels (in the ``Dataset`` when *X* is one).
+        classes : array-like, optional
+            Every label; computed from *y* (one pass over it) when not given.
+        sample_weight : dask array or array-like, optional
+            Weights of the rows.
+
+        Returns
+        -------
+        self : ClassSharded
+        """
+        from taskdml._data import as_dask, is_chunked, unwrap
+        from taskdml.parallel.engine._train import current_client
+
+        kind = _kind(self.estimator)
+        X, y, sample_weight, _ = unwrap(X, y, sample_weight)
+        chunked = is_chunked(X)
+        if chunked:
+            X, y, sample_weight = as_dask(X, y, sample_weight)
+            n_features = X.shape[1]
+        else:
+            X, y = validate_data(self, X, y, accept_sparse="csr", reset=True)
+            check_classification_targets(y)
+            n_features = X.shape[1]
+        if y is None:
+            raise ValueError("ClassSharded.fit needs labels: pass y, or a Dataset with 'y'.")
+        if classes is None:
+            classes = np.unique(y.compute() if chunked else y)
+        classes = np.unique(np.asarray(classes))
+        rows = len(classes) if len(classes) > 2 else 1
+        if len(classes) < 2:
+            raise ValueError(
+                f"ClassSharded needs at least 2 classes, got {len(classes)} class "
+                f"({classes.tolist()!r}); pass every label in classes=."
+            )
+        client = current_client() if chunked else None
+        workers = sorted(client.scheduler_info(n_workers=-1)["workers"]) if client else []
+        n_shards = self.n_shards
+        if n_shards is None:
+            n_shards = min(max(len(workers), 1), rows)
+        if not isinstance(n_shards, numbers.Integral) or n_shards < 1:
+            raise ValueError(f"n_shards must be a positive integer, got {n_shards!r}.")
+        if not isinstance(self.epochs, numbers.Integral) or self.epochs < 1:
+            raise ValueError(f"epochs must be a positive integer, got {self.epochs!r}.")
+        for parameter in ("replicas", "sync_every"):
+            value = getattr(self, parameter)
+            if not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"{parameter} must be a positive integer, got {value!r}.")
+        if self.replicas > 1:
+            _check_mergeable(self.estimator, kind, self.replicas)
+            if client is not None and self.replicas > len(workers):
+                raise ValueError(
+                    f"replicas={self.replicas} but the client has {len(workers)} worker(s): "
+                    "the replicas of a shard train on distinct workers. Use replicas <= "
+                    f"{len(workers)}, or add workers."
+                )
+        if n_shards > rows:
+            raise ValueError(
+                f"n_shards={n_shards} but the model has {rows} coefficient row(s) "
+                f"({len(classes)} classes) to shard; use n_shards <= {rows}."
+            )
+        estimator = clone(self.estimator)
+        # a random_state that is not an integer trains differently each time: a fresh key
+        fresh = [] if _reproducible(estimator) else [uuid.uuid4().hex]
+        name = _keys.key_name(
+            "train",
+            *fresh, type(estimator).__name__, estimator.get_params(deep=False),
+            classes, n_shards, self.epochs,
+            *([self.replicas, self.sync_every] if self.replicas > 1 else []),
+            *[getattr(a, "name", a) for a in (X, y, sample_weight)],
+            phase="shard",
+        )  # fmt: skip
+        groups = np.array_split(np.arange(len(classes)), n_shards)
+        shards = [
+            new_shard(estimator, kind, classes, classes[g], (name, s)) for s, g in enumerate(groups)
+        ]
+        seeds_of = self._seeder(estimator, kind, classes)
+        # replicas of shard k on workers k*R .. k*R+R-1, replica 0 (which merges and keeps
+        # the shard) rotating among them so that the shards end spread as with R = 1
+        R = self.replicas
+        homes = [
+            [workers[(k * R + (r + k) % R) % len(workers)] for r in range(R)] if workers else []
+            for k in range(n_shards)
+        ]
+        if self.replicas > 1:
+            if chunked:
+                blocks = [None if a is None else list(a.to_delayed().ravel())
+                          for a in (X, y, sample_weight)]  # fmt: skip
+                chunk_rows = X.chunks[0]
+            else:  # in-memory data is one chunk: replica 0 trains it
+                blocks, chunk_rows = [[X], [y], [sample_weight]], (X.shape[0],)
+            plan = _rounds(len(blocks[0]), self.epochs, self.replicas, self.sync_every)
+            shards = _train_hybrid(client, homes, shards, groups, blocks, chunk_rows, plan,
+                                   seeds_of, classes, name)  # fmt: skip
+        elif chunked:
+            shards = _train_chunked(client, workers, shards, groups, X, y, sample_weight,
+                                    seeds_of, classes, name, self.epochs)  # fmt: skip
+        else:
+            for _ in range(self.epochs):
+                seeds = seeds_of()
+                for shard, g in zip(shards, groups):
+                    train_shard(shard, X, y, None if seeds is None else seeds[g], classes,
+                                sample_weight)  # fmt: skip
+        self.shards_, self.classes_, self.n_features_in_ = shards, classes, n_features
+        self.placement_ = {k: list(h) if client else [] for k, h in enumerate(homes)}
+        self._kind = kind
+        return self
+
+    @staticmethod
+    def _seeder(estimator, kind, classes):
+        """A function drawing the per-class seeds of the next ``partial_fit`` call, as the
+        unsharded multi-class SGD draws them (a fresh generator per call for an integer
+        ``random_state``, the same instance advancing otherwise)."""
+        if kind != "sgd" or len(classes) == 2:
+            return lambda: None
+        random_state = estimator.random_state
+        return lambda: check_random_state(random_state).randint(_MAX_SEED, size=len(classes))
+
+    def _parts(self, X, function):
+        """``function(shard, chunk)`` per (chunk, shard): lists of delayed per chunk, the
+        dask array of *X* and whether *X* was chunked."""
+        import dask
+        import dask.array as da
+
+        from taskdml._data import as_dask, is_chunked, unwrap
+
+        check_is_fitted(self, "shards_")
+        X = unwrap(X)[0]
+        chunked = is_chunked(X)
+        if chunked:
+            X = as_dask(X)[0]
+        else:
+            X = validate_data(self, X, accept_sparse="csr", reset=False)
+            X = da.from_array(X, chunks=X.shape) if not hasattr(X, "tocsr") else X
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[1]} features, but ClassSharded is expecting "
+                f"{self.n_features_in_} features as input."
+            )
+        if not isinstance(X, da.Array):  # an in-memory sparse matrix: one chunk
+            blocks = [X]
+        else:
+            blocks = list(X.to_delayed().ravel())
+        shards = [_as_delayed(s) for s in self.shards_]
+        phase = function.__name__.strip("_").replace("_", "-")
+        token = X.name if isinstance(X, da.Array) else X
+        name = _keys.key_name("predict", [_shard_key(s) for s in shards], token, phase=phase)
+        homes = _homes(self.shards_)
+        if any(homes):  # shards on workers: each (chunk, shard) task runs where its shard is
+            client = self.shards_[0].client
+            blocks = client.compute(blocks) if isinstance(X, da.Array) else [client.scatter(X)]
+            per_chunk = [
+                [
+                    client.submit(function, shard, block, key=(name, i, s), **homes[s])
+                    for s, shard in enumerate(self.shards_)
+                ]
+                for i, block in enumerate(blocks)
+            ]
+        else:
+            per_chunk = [
+                [
+                    dask.delayed(function, pure=True)(shard, block, dask_key_name=(name, i, s))
+                    for s, shard in enumerate(shards)
+                ]
+                for i, block in enumerate(blocks)
+            ]
+        rows = X.chunks[0] if isinstance(X, da.Array) else (X.shape[0],)
+        return per_chunk, rows, chunked
+
+    def _plan(self, method):
+        """How *method* is computed: ``(per-shard function, combining function, its leading
+        arguments, columns of the result or None)``."""
+        check_is_fitted(self, "shards_")
+        two, n = len(self.classes_) == 2, len(self.classes_)
+        if method == "decision_function":
+            return (shard_decision, _identity, (), None) if two else (
+                shard_decision, combine_columns, (), n)  # fmt: skip
+        if method == "predict":
+            return (_whole_predict, _identity, (), None) if two else (
+                shard_scores, combine_predict, (self.classes_, self._kind), None)  # fmt: skip
+        kind = "ovr" if self._kind == "ovr" and not two else "sgd"
+        return (shard_proba, combine_columns, (), 2) if two else (
+            shard_proba, combine_proba, (kind,), n)  # fmt: skip
+
+    def _chunk_values(self, X, method):
+        """*method*'s result on every chunk of *X*: per chunk a future computing where the
+        shards are (a delayed without a client); the rows per chunk; whether *X* was
+        chunked. Whoever computes from the futures must hold them until it is done."""
+        import dask
+        from dask.delayed import Delayed
+
+        function, combine, args, _ = self._plan(method)
+        per_chunk, rows, chunked = self._parts(X, function)
+        name = _keys.key_name("predict", [str(p[0].key) for p in per_chunk], phase="combine")
+        values = []
+        for i, parts in enumerate(per_chunk):
+            if isinstance(parts[0], Delayed):
+                values.append(
+                    dask.delayed(combine, pure=True)(*args, *parts, dask_key_name=(name, i))
+                )
+            else:
+                values.append(parts[0].client.submit(combine, *args, *parts, key=(name, i)))
+        return values, rows, chunked
+
+    def _combined(self, X, method):
+        import dask.array as da
+
+        values, rows, chunked = self._chunk_values(X, method)
+        width = self._plan(method)[3]
+        pieces = [
+            da.from_delayed(
+                value,
+                shape=(n,) if width is None else (n, width),
+                dtype=self.classes_.dtype if method == "predict" else np.float64,
+            )
+            for value, n in zip(values, rows)
+        ]
+        result = da.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+        return result if chunked else result.compute()
+
+    def decision_function(self, X):
+        """Decision values per class (1-D for two classes), chunk by chunk.
+
+        Parameters
+        ----------
+        X : dask array, xarray Dataset/DataArray, array-like or sparse matrix
+            Rows to predict, chunked along samples or in memory.
+
+        Returns
+        -------
+        scores : dask array or ndarray of shape (n_samples, n_classes) or (n_samples,)
+            A dask array for chunked *X* (its chunks already computing on a cluster), a
+            NumPy array otherwise.
+        """
+        return self._combined(X, "decision_function")
+
+    def predict(self, X):
+        """The class of every row: the argmax over all shards' decision values.
+
+        Parameters
+        ----------
+        X : dask array, xarray Dataset/DataArray, array-like or sparse matrix
+            Rows to predict, chunked along samples or in memory.
+
+        Returns
+        -------
+        labels : dask array or ndarray of shape (n_samples,)
+            A dask array for chunked *X*, a NumPy array otherwise.
+        """
+        return self._combined(X, "predict")
+
+    def _has_proba(self):
+        estimator = self.estimator
+        if _kind(estimator) == "ovr":
+            return hasattr(estimator.estimator, "predict_proba")
+        return getattr(estimator, "loss", None) in ("log_loss", "modified_huber")
+
+    @available_if(_has_proba)
+    def predict_proba(self, X):
+        """Class probabilities, normalised over all shards as the unsharded model does.
+
+        Available when the estimator has them (``loss="log_loss"`` or ``"modified_huber"``;
+        a OneVsRest estimator with ``predict_proba``).
+
+        Parameters
+        ----------
+        X : dask array, xarray Dataset/DataArray, array-like or sparse matrix
+            Rows to predict, chunked along samples or in memory.
+
+        Returns
+        -------
+        proba : dask array or ndarray of shape (n_samples, n_classes)
+            A dask array for chunked *X*, a NumPy array otherwise.
+        """
+        return self._combined(X, "predict_proba")
+
+    @available_if(_has_proba)
+    def predict_log_proba(self, X):
+        """The logarithm of :meth:`predict_proba`.
+
+        Parameters
+        ----------
+        X : dask array, xarray Dataset/DataArray, array-like or sparse matrix
+            Rows to predict, chunked along samples or in memory.
+
+        Returns
+        -------
+        log_proba : dask array or ndarray of shape (n_samples, n_classes)
+        """
+        return np.log(self.predict_proba(X))
+
+    def score(self, X, y=None, sample_weight=None):
+        """Mean accuracy of :meth:`predict` on *X* against *y* (computed for dask inputs).
+
+        Parameters
+        ----------
+        X : dask array, xarray Dataset/DataArray, array-like or sparse matrix
+            Rows to predict, chunked along samples or in memory.
+        y : dask array or array-like, optional
+            True labels (in the ``Dataset`` when *X* is one).
+        sample_weight : dask array or array-like, optional
+            Weights of the rows.
+
+        Returns
+        -------
+        score : float
+        """
+        import dask
+        from sklearn.metrics import accuracy_score
+
+        from taskdml._data import unwrap
+
+        X, y, sample_weight, _ = unwrap(X, y, sample_weight)
+        y_pred, y, sample_weight = dask.compute(self.predict(X), y, sample_weight)
+        return accuracy_score(y, y_pred, sample_weight=sample_weight)
+
+
+def _reproducible(estimator):
+    """Whether every ``random_state`` of *estimator* (nested ones included) is an integer."""
+    return all(
+        isinstance(value, numbers.Integral)
+        for key, value in estimator.get_params(deep=True).items()
+        if key.split("__")[-1] == "random_state"
+    )
+
+
+def _identity(part):
+    return part
+
+
+def _shard_key(shard):
+    return getattr(shard, "key", shard)
+
+
+def _whole_predict(shard, X):
+    return shard.estimators[0].predict(X)
+
+
+def _homes(shards):
+    """Per shard, the annotations that keep its tasks on its worker (none in memory)."""
+    futures = [s for s in shards if not isinstance(s, _ClassShard)]
+    if not futures:
+        return [{} for _ in shards]
+    holders = futures[0].client.who_has(futures)
+    return [
+        {"workers": list(holders[s.key]), "allow_other_workers": False}
+        if not isinstance(s, _ClassShard) and holders.get(s.key)
+        else {}
+        for s in shards
+    ]
+
+
+def _as_delayed(shard):
+    """A shard as a dask argument: a future as it is, an in-memory shard under its own key
+    (never tokenized: that would hash all its coefficients)."""
+    import dask
+
+    if isinstance(shard, _ClassShard):
+        return dask.delayed(shard, name=f"{shard.key[0]}-{shard.key[1]}", traverse=False)
+    return shard
+
+
+def _train_chunked(
+    client, workers, shards, groups, X, y, sample_weight, seeds_of, classes, name, epochs
+):
+    """Train *shards* over the chunks of dask arrays, *epochs* times: chained futures pinned
+    one shard per worker with a client, a loop over the computed chunks in this process
+    without one."""
+    import dask
+
+    blocks = [list(a.to_delayed().ravel()) if a is not None else None for a in (X, y)]
+    weights = list(sample_weight.to_delayed().ravel()) if sample_weight is not None else None
+    n_chunks = len(blocks[0])
+    order = [i for _ in range(epochs) for i in range(n_chunks)]
+    if client is None:
+        for i in order:
+            X_i, y_i, w_i = dask.compute(
+                blocks[0][i], blocks[1][i], None if weights is None else weights[i]
+            )
+            seeds = seeds_of()
+            for shard, g in zip(shards, groups):
+                train_shard(shard, X_i, y_i, None if seeds is None else seeds[g], classes, w_i)
+        return shards
+    states = [
+        client.scatter(shard, workers=[workers[k % len(workers)]], hash=False)
+        for k, shard in enumerate(shards)
+    ]
+    held = {}  # with several epochs, every chunk is computed once and kept on the workers
+    for step, i in enumerate(order):
+        if i not in held:
+            X_i, y_i = client.compute([blocks[0][i], blocks[1][i]])
+            w_i = client.compute(weights[i]) if weights is not None else None
+            if epochs > 1:
+                held[i] = X_i, y_i, w_i
+        else:
+            X_i, y_i, w_i = held[i]
+        seeds = seeds_of()
+        for k, g in enumerate(groups):
+            states[k] = client.submit(
+                train_shard, states[k], X_i, y_i, None if seeds is None else seeds[g],
+                classes, w_i, key=(name, k, step), workers=[workers[k % len(workers)]],
+                allow_other_workers=True, pure=False,
+            )  # fmt: skip
+    from distributed import wait
+
+    wait(states)
+    for state in states:  # the first error of a chain; a shard itself never travels here
+        if state.status != "finished":
+            raise state.exception()
+    return states
+
+
+def _check_mergeable(estimator, kind, replicas):
+    """Raise unless the binary estimators of a shard can be merged as :func:`merge_shard`
+    merges them (a merge rule that needs no shared initialisation)."""
+    from taskdml.parallel.merge._builtin import get_merge_rule, unmergeable_reason
+
+    binary = estimator.estimator if kind == "ovr" else estimator
+    rule = get_merge_rule(binary)
+    if rule is None:
+        raise ValueError(
+            f"replicas={replicas} merges the replicas of each shard, but "
+            f"{unmergeable_reason(binary)} Use replicas=1."
+        )
+    if rule.prepare is not None:
+        raise ValueError(
+            f"replicas={replicas} needs replicas of {type(binary).__name__} that start from "
+            f"one shared initialisation (merge rule {rule.family!r}), which ClassSharded does "
+            "not draw. Use replicas=1, or taskdml.DataParallel."
+        )
+
+
+def train_copy(shard, X, y, seeds, all_classes, sample_weight=None):
+    """:func:`train_shard` on a copy of *shard*: the first link of a replica in a round,
+    whose input (the merged shard) the shard's other replicas share."""
+    return train_shard(copy.deepcopy(shard), X, y, seeds, all_classes, sample_weight)
+
+
+def merge_shard(weights, *replicas):
+    """The replicas of one shard merged with the binary estimator's merge rule.
+
+    *weights* are the rows each replica trained on since the last merge. The merged binary
+    estimators replace the first replica's one class at a time, in place (the task holds the
+    *R* replicas and one merged class at most); the first replica is returned.
+    """
+    from taskdml.parallel.merge._builtin import merge_replicas
+
+    first = replicas[0]
+    for j in range(len(first.estimators)):
+        first.estimators[j] = merge_replicas([r.estimators[j] for r in replicas], weights)
+    return first
+
+
+def _rounds(n_chunks, epochs, replicas, sync_every):
+    """The training plan of ``replicas > 1``: per round, ``(step, chunk, replica)`` in order.
+
+    A round is ``replicas * sync_every`` consecutive chunks of an epoch (the last round of an
+    epoch may be shorter); chunk ``i`` goes to replica ``i % replicas``.
+    """
+    size, step, plan = replicas * sync_every, 0, []
+    for _ in range(epochs):
+        for start in range(0, n_chunks, size):
+            chunks = range(start, min(start + size, n_chunks))
+            plan.append([(step + n, i, i % replicas) for n, i in enumerate(chunks)])
+            step += len(chunks)
+    return plan
+
+
+def _train_hybrid(client, homes, shards, groups, blocks, chunk_rows, plan, seeds_of, classes,
+                  name):  # fmt: skip
+    """Train *shards* with replicas, round by round of *plan*, and merge them after each
+    round: pinned futures per (shard, replica) with a client (``homes[k][r]`` the worker of
+    replica *r* of shard *k*), the same steps in this process without one."""
+    import dask
+
+    weights_of = [float(n) if np.isfinite(n) else 1.0 for n in chunk_rows]  # nan: unknown
+    merged = (
+        shards
+        if client is None
+        else [client.scatter(s, workers=[h[0]], hash=False) for s, h in zip(shards, homes)]
+    )
+    merge_name = _keys.key_name("train", name, phase="shard-merge")
+    held, n_uses = {}, {}  # chunk futures, kept on the workers while later rounds need them
+    for chunks in plan:
+        for _, i, _ in chunks:
+            n_uses[i] = n_uses.get(i, 0) + 1
+    for chunks in plan:
+        states, seen = {}, {}
+        for step, i, r in chunks:
+            if client is None:
+                data = dask.compute(*[None if b is None else b[i] for b in blocks])
+            else:
+                if i not in held:
+                    held[i] = [None if b is None else client.compute(b[i]) for b in blocks]
+                data = held[i]
+                n_uses[i] -= 1
+                if not n_uses[i]:
+                    del held[i]
+            seeds = seeds_of()
+            for k, g in enumerate(groups):
+                first = (k, r) not in states
+                function = train_copy if first else train_shard
+                args = (merged[k] if first else states[k, r], data[0], data[1],
+                        None if seeds is None else seeds[g], classes, data[2])  # fmt: skip
+                if client is None:
+                    states[k, r] = function(*args)
+                else:
+                    states[k, r] = client.submit(
+                        function, *args, key=(name, k, r, step), workers=[homes[k][r]],
+                        allow_other_workers=True, pure=False,
+                    )  # fmt: skip
+            seen[r] = seen.get(r, 0.0) + weights_of[i]
+        trained = sorted(seen)
+        weights = [seen[r] for r in trained]
+        last = chunks[-1][0]
+        for k in range(len(groups)):
+            replicas = [states[k, r] for r in trained]
+            if client is None:
+                merged[k] = merge_shard(weights, *replicas)
+            else:
+                merged[k] = client.submit(
+                    merge_shard, weights, *replicas, key=(merge_name, k, last),
+                    workers=[homes[k][0]], allow_other_workers=True, pure=False,
+                )  # fmt: skip
+    if client is not None:
+        from distributed import wait
+
+        wait(merged)
+        for state in merged:  # the first error; a shard itself never travels here
+            if state.status != "finished":
+                raise state.exception()
+    return merged
+
+
+def split_shards(model):
+    """A fitted :class:`ClassSharded` as its shell (without ``shards_``) and its shards.
+
+    The shell holds the classes, the width and the unfitted estimator, and is small; the
+    shards are futures or in-memory shards. :func:`with_shards` joins them again. Savers use
+    it to write a model shard by shard, never gathering the whole.
+    """
+    shell = copy.copy(model)
+    return shell, list(shell.__dict__.pop("shards_"))
+
+
+def with_shards(shell, shards):
+    """The model :func:`split_shards` split, with *shards* (futures or in-memory shards)."""
+    shell.shards_ = list(shards)
+    return shell
+
+
+def is_sharded(model):
+    """Whether *model* is a fitted :class:`ClassSharded`."""
+    return isinstance(model, ClassSharded) and hasattr(model, "shards_")
+
+
+def gathered(shard):
+    """One shard in this process: the value of a future, or the shard itself."""
+    return shard if isinstance(shard, _ClassShard) else shard.result()
