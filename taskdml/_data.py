@@ -85,12 +85,9 @@ def outside_annotations(function, *args, **kwargs):
     and warn when one is built inside them, so taskdml builds them in a fresh context; the
     distributed client that was current (``Client.as_current``) is made current there again.
     """
-    try:
-        from distributed import default_client
+    from taskdml._client import current_client
 
-        client = default_client()
-    except (ImportError, ValueError):
-        client = None
+    client = current_client()
 
     def run():
         if client is None:

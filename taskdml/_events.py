@@ -93,9 +93,8 @@ def publish_from(tags, kind, /, **fields):
         return
     except ValueError:  # not in a worker task: the client's
         pass
-    try:
-        from distributed import get_client
+    from taskdml._client import current_client
 
-        get_client().log_event(TOPIC, event)
-    except ValueError:  # no client: a local training outside a cluster
-        pass
+    client = current_client()
+    if client is not None:  # else a local training outside a cluster
+        client.log_event(TOPIC, event)

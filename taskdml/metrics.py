@@ -51,6 +51,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from taskdml import _data
 from taskdml._keys import key_name
+from taskdml._parts import chunk_values, parts_of
 from taskdml.exceptions import DataError, did_you_mean
 
 __all__ = [
@@ -917,12 +918,11 @@ def evaluate_graph(
         x_blocks = _data.outside_annotations(lambda: list(X.to_delayed()))
     else:
         rows, X_name, x_blocks = X.chunks[0], X.name, X.to_delayed().ravel()
-    from taskdml.parallel.estimators._class_sharded import is_sharded
-
     responses = [None] * len(rows)
-    if is_sharded(model):  # predicted where its shards are; the chunk tasks get the answers
+    split = None if is_dask_collection(model) or _is_future(model) else parts_of(model)
+    if split is not None:  # predicted where its parts are; the chunk tasks get the answers
         responses = _sharded_responses(model, X, preprocess, metrics, diagnostics)
-        shards = [str(getattr(shard, "key", shard)) for shard in model.shards_]
+        shards = [str(getattr(shard, "key", shard)) for shard in split[1]]
         model, preprocess, x_blocks = _Answered(model), [], [None] * len(rows)
         model_node = _as_node(model, "model", shards)
     else:
@@ -1119,13 +1119,13 @@ def _sharded_responses(model, X, preprocess, metrics, diagnostics):
     """Per chunk, ``{method: future}`` of what the metrics need from a
     :class:`~taskdml.parallel.ClassSharded` model, made by tasks where its shards are (the
     graph that takes them holds the futures until it is computed)."""
-    from taskdml.parallel.engine._tasks import transformed
+    from taskdml._apply import transformed
 
     methods = {_response_method(model, name, m.statistic) for name, m in metrics.items()}
     if diagnostics:
         methods.add("predict")
     X = transformed(X, list(preprocess))
-    values = {method: model._chunk_values(X, method)[0] for method in sorted(methods)}
+    values = {method: chunk_values(model, X, method)[0] for method in sorted(methods)}
     return [{method: values[method][i] for method in values} for i in range(len(X.chunks[0]))]
 
 

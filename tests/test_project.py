@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 import taskdml
-from taskdml.cluster._project import collect, importable, project_packages
+from taskdml.cluster._project import collect, project_packages
+from taskdml.pipeline._paths import importable
 
 ROOT = Path(taskdml.__file__).resolve().parents[1]
 TASKDML = str(Path(sys.executable).with_name("taskdml"))

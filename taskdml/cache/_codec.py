@@ -36,6 +36,8 @@ it as a string.
 import io
 import posixpath
 
+from taskdml._parts import parts_of, with_parts
+
 
 def encode(value, folder, name, client):
     """Write *value* under *folder* and return its node.
@@ -76,10 +78,9 @@ def encode(value, folder, name, client):
     if type(value).__name__ == "Future":
         written = client.submit(_encode_in_memory, value, folder, name, pure=False)
         return {"kind": "future", "value": written.result()}
-    from taskdml.parallel.estimators._class_sharded import is_sharded, split_shards
-
-    if is_sharded(value):  # its shell here, each shard written by the worker that holds it
-        shell, shards = split_shards(value)
+    split = parts_of(value)
+    if split is not None:  # its shell here, each part written by the worker that holds it
+        shell, shards = split
         return {
             "kind": "sharded",
             "model": _encode_in_memory(shell, folder, name),
@@ -115,10 +116,8 @@ def decode(node, folder, client):
     if kind == "future":
         return client.submit(_decode_in_memory, node["value"], folder, pure=False)
     if kind == "sharded":
-        from taskdml.parallel.estimators._class_sharded import with_shards
-
         shell = _decode_in_memory(node["model"], folder)
-        return with_shards(shell, decode(node["shards"], folder, client))
+        return with_parts(shell, decode(node["shards"], folder, client))
     if kind in _COLLECTIONS:
         return _COLLECTIONS[kind](node, folder)
     return _decode_in_memory(node, folder)
@@ -259,7 +258,7 @@ def _encode_in_memory(value, folder, name):
         except Exception as error:  # columns of Python objects Parquet cannot type
             return _pickled(value, folder, name, error)
     if hasattr(value, "fit") and hasattr(value, "get_params"):
-        from taskdml.runs._directory import dump_model
+        from taskdml.cache._models import dump_model
 
         data, facts = dump_model(value)
         return _written(folder, f"{name}.{facts['format']}", data, "model") | facts
@@ -314,7 +313,7 @@ def _decode_in_memory(node, folder):
 
         return pd.read_parquet(io.BytesIO(data))
     if kind == "model":
-        from taskdml.runs._directory import load_model_bytes
+        from taskdml.cache._models import load_model_bytes
 
         return load_model_bytes(data, node["format"])
     if kind == "pickle":

@@ -90,7 +90,7 @@ def load_pipeline(path, overrides=()):
     >>> import taskdml
     >>> pipeline = taskdml.load_pipeline("pipelines/quickstart.yaml", ["seed=3"])  # doctest: +SKIP
     """
-    from taskdml.cluster._project import importable
+    from taskdml.pipeline._paths import importable
 
     path = Path(path)
     try:

@@ -22,6 +22,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from taskdml._parts import gathered, parts_of, with_parts
+from taskdml.cache._models import dump_model, load_model_bytes
 from taskdml.exceptions import RunNotFound, did_you_mean
 
 DEFAULT_ROOT = Path(".taskdml") / "runs"
@@ -200,16 +202,15 @@ class RunDirectory:
         dict
             ``{"path", "format"}`` (and ``"why_not_skops"`` for joblib) for the manifest.
         """
-        from taskdml.parallel.estimators._class_sharded import gathered, is_sharded, split_shards
-
-        if not is_sharded(model):
+        split = parts_of(model)
+        if split is None:
             data, artifact = dump_model(model)
             artifact = {"path": str(Path("models") / f"{step}.{artifact['format']}"), **artifact}
             atomic_write(self.path / artifact["path"], data)
             return artifact
         # A model split across workers: a folder of its shell and one file per shard, each
         # shard brought here alone, so this process never holds the whole model.
-        shell, shards = split_shards(model)
+        shell, shards = split
         folder = Path("models") / f"{step}.sharded"
         data, facts = dump_model(shell)
         atomic_write(self.path / folder / f"model.{facts['format']}", data)
@@ -217,65 +218,6 @@ class RunDirectory:
             data, facts = dump_model(gathered(shard))
             atomic_write(self.path / folder / f"shard-{i:04d}.{facts['format']}", data)
         return {**facts, "path": str(folder), "format": "sharded", "shards": len(shards)}
-
-
-def dump_model(model):
-    """A fitted model as bytes: skops where skops trusts every type of it, else joblib.
-
-    Parameters
-    ----------
-    model : estimator
-
-    Returns
-    -------
-    data : bytes
-    facts : dict
-        ``{"format": "skops"}``, or ``{"format": "joblib", "why_not_skops": reason}``.
-    """
-    import skops.io
-
-    try:
-        data = skops.io.dumps(model)
-        untrusted = skops.io.get_untrusted_types(data=data)
-        if untrusted:
-            raise TypeError(f"types skops does not trust: {untrusted}")
-        return data, {"format": "skops"}
-    except Exception as error:  # skops refuses many types; joblib takes them all
-        import io
-
-        import joblib
-
-        buffer = io.BytesIO()
-        joblib.dump(model, buffer)
-        return buffer.getvalue(), {
-            "format": "joblib",
-            "why_not_skops": f"{type(error).__name__}: {error}",
-        }
-
-
-def load_model_bytes(data, format):
-    """The model :func:`dump_model` wrote as *data* in *format*.
-
-    Parameters
-    ----------
-    data : bytes
-    format : {"skops", "joblib"}
-        ``"skops"`` loads only the types skops trusts; ``"joblib"`` loads anything, so only
-        for bytes taskdml wrote itself.
-
-    Returns
-    -------
-    estimator
-    """
-    import io
-
-    if format == "skops":
-        import skops.io
-
-        return skops.io.loads(data)
-    import joblib
-
-    return joblib.load(io.BytesIO(data))
 
 
 def load_model(run_path, step):
@@ -305,11 +247,9 @@ def load_model(run_path, step):
         if (folder / f"{step}.{format}").exists():
             return load_model_bytes((folder / f"{step}.{format}").read_bytes(), format)
     if (folder / f"{step}.sharded").is_dir():
-        from taskdml.parallel.estimators._class_sharded import with_shards
-
         files = sorted((folder / f"{step}.sharded").iterdir())
         loaded = [load_model_bytes(f.read_bytes(), f.suffix[1:]) for f in files]
-        return with_shards(loaded[0], loaded[1:])  # model.*, then shard-0000.* ...
+        return with_parts(loaded[0], loaded[1:])  # model.*, then shard-0000.* ...
     raise RunNotFound(
         f"run {run_path} saved no model for step {step!r}; the artifacts of "
         f"each step are listed in {Path(run_path) / 'manifest.json'}."

@@ -21,11 +21,11 @@ import contextvars
 import time
 
 from taskdml import _events
+from taskdml._apply import transformed
 from taskdml._data import unwrap
 from taskdml.cache import _checkpoints as _checkpoint
 from taskdml.parallel import train
 from taskdml.parallel._choice import choose_fit, sharded_model_bytes
-from taskdml.parallel.engine._tasks import transformed
 from taskdml.parallel.engine._train import TrainResult
 from taskdml.pipeline._model import resolve_callable, thaw
 from taskdml.pipeline._schema import MODE_KEYS

@@ -11,12 +11,12 @@ what to do. The outputs are the best model (refitted), its parameters and the tr
 the run directory gets ``trials-<step>.csv`` and ``.png``.
 """
 
+from taskdml._apply import transformed
 from taskdml._data import is_table, unwrap
 from taskdml.exceptions import PipelineError
 from taskdml.model_selection._report import plot_trials, trials_frame
 from taskdml.model_selection._space import from_spec
 from taskdml.parallel._choice import choose_search
-from taskdml.parallel.engine._tasks import transformed
 from taskdml.pipeline._model import thaw
 from taskdml.runner._values import step_data
 from taskdml.steps.fit import as_transformers

@@ -209,6 +209,7 @@ import numpy as np
 from dask.base import tokenize
 from sklearn.utils.metaestimators import available_if
 
+from taskdml._apply import apply_chunkwise
 from taskdml._data import as_dask, is_chunked, is_frame, is_table, unwrap
 from taskdml._keys import key_name
 from taskdml.cache import _checkpoints as _checkpoint
@@ -352,7 +353,7 @@ class _AdaptiveSearchCV(SearchBase):
         """Lay the data out (chunks, folds, classes) and choose where steps run."""
         from sklearn.base import is_classifier
 
-        from taskdml.parallel.engine._train import current_client
+        from taskdml._client import current_client
 
         n_folds = self.cv or 1
         metric, scorer = scoring
@@ -1311,17 +1312,7 @@ def _apply(estimator, method, X):
     X = unwrap(X).X
     if not hasattr(X, "dask"):
         return getattr(estimator, method)(X)
-    X = X.rechunk({1: -1})
-    probe = np.asarray(getattr(estimator, method)(np.zeros((1, X.shape[1]), dtype=X.dtype)))
-    if probe.ndim == 1:
-        return X.map_blocks(_call, estimator, method, drop_axis=1, dtype=probe.dtype)
-    return X.map_blocks(
-        _call, estimator, method, chunks=(X.chunks[0], probe.shape[1:]), dtype=probe.dtype
-    )
-
-
-def _call(X, estimator, method):
-    return getattr(estimator, method)(X)
+    return apply_chunkwise(estimator, method, X, prefix=type(estimator).__name__)
 
 
 def _resolve_scoring(estimator, scoring):

@@ -163,7 +163,7 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
         from sklearn.model_selection import check_cv
         from sklearn.utils import get_tags, indexable
 
-        from taskdml.parallel.engine._train import current_client
+        from taskdml._client import current_client
 
         scorers, multimetric = _check_scoring(self.estimator, self.scoring)
         _check_refit_for_multimetric(self.refit, scorers, multimetric)
@@ -277,7 +277,7 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
         return accepting
 
     def _fit_chunked(self, X, y, candidates, params):
-        from taskdml.parallel.engine._train import current_client
+        from taskdml._client import current_client
 
         params = dict(params)
         classes = params.pop("classes", None)

@@ -43,9 +43,9 @@ from collections.abc import Callable
 import numpy as np
 
 from taskdml import _keys
+from taskdml._client import resolve_client
+from taskdml._registry import ClassRegistry
 from taskdml.exceptions import DataError
-
-_CHUNKWISE = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,16 +102,15 @@ def register_chunkwise(estimator_class, summarise, combine, *, exact=True, famil
     if not isinstance(estimator_class, type):
         raise TypeError(f"register_chunkwise expects a class, got {estimator_class!r}.")
     rule = ChunkwiseFit(summarise, combine, exact, family or estimator_class.__name__)
-    _CHUNKWISE[estimator_class] = rule
+    CHUNKWISE.register(estimator_class, rule)
     return rule
 
 
 def get_chunkwise(estimator):
     """The chunk-wise fit of *estimator*: registered, from an exact merge rule, or ``None``."""
-    _register_builtin()
-    for cls in type(estimator).__mro__:
-        if cls in _CHUNKWISE:
-            return _CHUNKWISE[cls]
+    found = CHUNKWISE.lookup(type(estimator))
+    if found is not None:
+        return found
     from sklearn.utils import get_tags
 
     from taskdml.parallel.merge._registry import get_merge_rule
@@ -281,8 +280,12 @@ def _register_builtin():
         SimpleImputer: (_imputer_summary, _imputer_combine),
     }
     for cls, (summarise, combine) in builtin.items():
-        if cls not in _CHUNKWISE:  # a user's rule for a built-in class stays
-            _CHUNKWISE[cls] = ChunkwiseFit(summarise, combine, True, cls.__name__)
+        CHUNKWISE.register(cls, ChunkwiseFit(summarise, combine, True, cls.__name__))
+
+
+CHUNKWISE = ClassRegistry()
+"""Every transformer class's :class:`ChunkwiseFit`."""
+CHUNKWISE.register_lazy(_register_builtin)
 
 
 # --------------------------------------------------------------------------------------------
@@ -529,14 +532,13 @@ def fit_chunkwise(transformer, X, *, client=None):
     from sklearn.base import clone
 
     from taskdml._data import as_dask, is_chunked
-    from taskdml.parallel.engine._train import current_client
 
     if not is_chunked(X):
         raise DataError(
             f"fit_chunkwise needs chunked X (a dask array, dask DataFrame or xarray "
             f"Dataset), got {type(X).__name__}; fit in-memory data with fit()."
         )
-    client = None if client is False else client if client is not None else current_client()
+    client = resolve_client(client)
     X, _, _ = as_dask(X)
     return fit_transformers(clone(transformer), chunks_of(X, client))
 

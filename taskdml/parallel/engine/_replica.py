@@ -14,12 +14,13 @@ import copy
 import functools
 import time
 
+from taskdml._apply import transform_chunk
 from taskdml._events import ROUND_EVERY_S, publish_from
 from taskdml.parallel.collective._server import call
 from taskdml.parallel.engine._elastic import requested
 from taskdml.parallel.engine._period import Period
 from taskdml.parallel.engine._stream import read_ahead, read_chunk
-from taskdml.parallel.engine._tasks import epoch_order, fit_chunk, transform_chunk
+from taskdml.parallel.engine._tasks import epoch_order, fit_chunk
 from taskdml.parallel.merge._registry import prepare_start
 
 

@@ -14,14 +14,8 @@ import copy
 
 import numpy as np
 
+from taskdml._apply import transform_chunk
 from taskdml._sklearn_compat import relink_birch_views
-
-
-def transform_chunk(X, transformers):
-    """Apply fitted *transformers* to one chunk, in order."""
-    for transformer in transformers:
-        X = transformer.transform(X)
-    return X
 
 
 def partial_fit_chunk(estimator, X, y, transformers, fit_kwargs, weight=None, row_seed=None):
@@ -137,22 +131,3 @@ def epoch_order(items, seed_parts, shuffle=True):
     if not shuffle:
         return list(items)
     return [items[i] for i in np.random.default_rng(list(seed_parts)).permutation(len(items))]
-
-
-def transformed(X, transformers):
-    """*X* (a dask array) with fitted *transformers* applied lazily, chunk by chunk."""
-    if not transformers:
-        return X
-    import dask
-
-    from taskdml import _keys
-
-    n_features = transform_chunk(X[:1].compute(), transformers).shape[1]
-    fitted = dask.delayed(list(transformers), pure=True)
-    return X.map_blocks(
-        transform_chunk,
-        fitted,
-        dtype=float,
-        chunks=(X.chunks[0], (n_features,)),
-        name=_keys.key_name("transform", X.name, fitted.key, phase="transform"),
-    )

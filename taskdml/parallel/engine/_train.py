@@ -59,6 +59,7 @@ import warnings
 import weakref
 
 from taskdml import _data, _events, _keys
+from taskdml._client import resolve_client
 from taskdml._sklearn_compat import relink_birch_views
 from taskdml.cache import _checkpoints as _checkpoint
 from taskdml.parallel.chunkwise import _tabular
@@ -288,7 +289,7 @@ def train(
     if strategy is not None and strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}.")
     sync_every = _period.check_sync_every(sync_every)
-    client = None if client is False else client if client is not None else current_client()
+    client = resolve_client(client)
     X, y, sample_weight = _data.as_dask(
         X if _data.is_chunked(X) else _as_array(X), y, sample_weight
     )
@@ -456,18 +457,6 @@ def _numeric_array(frame):
             f"(OneHotEncoder(), {not_numeric!r}), remainder='passthrough'), estimator)."
         )
     return frame.to_dask_array(lengths=list(_data.partition_lengths(frame))).astype(np.float64)
-
-
-def current_client():
-    """The distributed client of this context, or ``None`` (then replicas are threads)."""
-    try:
-        from distributed import default_client
-    except ImportError:
-        return None
-    try:
-        return default_client()
-    except ValueError:
-        return None
 
 
 def _choose(estimator, strategy):

@@ -316,8 +316,8 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
         -------
         self : ClassSharded
         """
+        from taskdml._client import current_client
         from taskdml._data import as_dask, is_chunked, unwrap
-        from taskdml.parallel.engine._train import current_client
 
         kind = _kind(self.estimator)
         X, y, sample_weight, _ = unwrap(X, y, sample_weight)
@@ -508,6 +508,24 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
             else:
                 values.append(parts[0].client.submit(combine, *args, *parts, key=(name, i)))
         return values, rows, chunked
+
+    def __taskdml_parts__(self):
+        """``(shell, shards)``: the shell holds the classes, the width and the unfitted
+        estimator, and is small; the shards are futures or in-memory shards
+        (:mod:`taskdml._parts`). Savers write the model shard by shard, never gathering it."""
+        if not hasattr(self, "shards_"):
+            return None
+        shell = copy.copy(self)
+        return shell, list(shell.__dict__.pop("shards_"))
+
+    def __taskdml_with_parts__(self, parts):
+        """This shell with its *parts* (futures or in-memory shards) as ``shards_``."""
+        self.shards_ = list(parts)
+        return self
+
+    def __taskdml_chunk_values__(self, X, method):
+        """Per chunk of *X*, *method* computed where the shards are (:mod:`taskdml._parts`)."""
+        return self._chunk_values(X, method)
 
     def _combined(self, X, method):
         import dask.array as da
@@ -837,30 +855,3 @@ def _train_hybrid(client, homes, shards, groups, blocks, chunk_rows, plan, seeds
             if state.status != "finished":
                 raise state.exception()
     return merged
-
-
-def split_shards(model):
-    """A fitted :class:`ClassSharded` as its shell (without ``shards_``) and its shards.
-
-    The shell holds the classes, the width and the unfitted estimator, and is small; the
-    shards are futures or in-memory shards. :func:`with_shards` joins them again. Savers use
-    it to write a model shard by shard, never gathering the whole.
-    """
-    shell = copy.copy(model)
-    return shell, list(shell.__dict__.pop("shards_"))
-
-
-def with_shards(shell, shards):
-    """The model :func:`split_shards` split, with *shards* (futures or in-memory shards)."""
-    shell.shards_ = list(shards)
-    return shell
-
-
-def is_sharded(model):
-    """Whether *model* is a fitted :class:`ClassSharded`."""
-    return isinstance(model, ClassSharded) and hasattr(model, "shards_")
-
-
-def gathered(shard):
-    """One shard in this process: the value of a future, or the shard itself."""
-    return shard if isinstance(shard, _ClassShard) else shard.result()

@@ -52,13 +52,15 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
+from taskdml._apply import apply_chunkwise
+from taskdml._client import current_client
 from taskdml._data import as_dask, is_frame, outside_annotations, partition_lengths, unwrap
 from taskdml._keys import key_name
 from taskdml._meta import estimator_has, wrapped_tags
 from taskdml.exceptions import DataError, did_you_mean
 from taskdml.parallel.chunkwise import _tabular
 from taskdml.parallel.engine._period import check_sync_every
-from taskdml.parallel.engine._train import DEFAULT_STALENESS, STRATEGIES, current_client, train
+from taskdml.parallel.engine._train import DEFAULT_STALENESS, STRATEGIES, train
 
 __all__ = ["DataParallel"]
 
@@ -745,32 +747,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
                 f"Expected a 2-D array (samples, features), got a dask array of shape {X.shape}."
             )
         self._check_width(X)
-        X = X.rechunk({1: -1})
-        probe = self._probe(method, X)
-        model = dask.delayed(
-            self.estimator_, traverse=False, name=key_name(_PREFIX, self.estimator_, phase="model")
-        )
-        name = key_name(_PREFIX, model.key, X.name, method, phase=method.replace("_", "-"))
-        if probe.ndim == 1:
-            return X.map_blocks(
-                _call_method,
-                model,
-                method,
-                name=name,
-                dtype=probe.dtype,
-                meta=probe[:0],
-                drop_axis=1,
-                chunks=(X.chunks[0],),
-            )
-        return X.map_blocks(
-            _call_method,
-            model,
-            method,
-            name=name,
-            dtype=probe.dtype,
-            meta=probe[:0],
-            chunks=(X.chunks[0],) + tuple((n,) for n in probe.shape[1:]),
-        )
+        return apply_chunkwise(self.estimator_, method, X, prefix=_PREFIX)
 
     def _apply_frame(self, method, X):
         """One task per partition of a dask DataFrame; a dask array on its partitions."""
@@ -795,13 +772,6 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             _frame_call, model, method, meta=meta, token=f"{_PREFIX}-{method.replace('_', '-')}"
         )
         return result.to_dask_array(lengths=list(partition_lengths(X)))
-
-    def _probe(self, method, X):
-        """The method's output on one row: its dtype and trailing shape, without computing X."""
-        try:
-            return np.asarray(getattr(self.estimator_, method)(np.zeros((1, X.shape[1]), X.dtype)))
-        except Exception:  # zeros may be invalid for this estimator; one real row is not
-            return np.asarray(getattr(self.estimator_, method)(X[:1].compute()))
 
     def _as_xarray(self, method, result, template):
         coords = {
@@ -897,11 +867,6 @@ def _frame_call(part, model, method):
     if np.ndim(result) == 1:
         return pd.Series(result, index=index)
     return pd.DataFrame(result, index=index, columns=[str(i) for i in range(result.shape[1])])
-
-
-def _call_method(block, model, method):
-    """Task: ``model.<method>(block)`` for one row chunk."""
-    return getattr(model, method)(block)
 
 
 def _feature_names(X):

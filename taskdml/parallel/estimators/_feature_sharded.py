@@ -25,6 +25,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 
 from taskdml import _keys
+from taskdml._client import resolve_client
 
 LOSSES = ("log_loss", "squared_error")
 
@@ -131,11 +132,9 @@ class FeatureSharded(BaseEstimator):
         -------
         self
         """
-        from distributed import get_client
-
         if self.loss not in LOSSES:
             raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}.")
-        client = get_client()
+        client = resolve_client(required="FeatureSharded.fit")
         workers = sorted(client.nthreads())
         n_blocks = self.n_blocks or len(workers)
         n_features = X.shape[1]

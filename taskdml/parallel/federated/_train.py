@@ -42,6 +42,7 @@ import numpy as np
 from sklearn.base import is_classifier
 
 from taskdml import _keys
+from taskdml._client import resolve_client
 from taskdml.parallel.federated import _privacy as privacy
 from taskdml.parallel.merge._registry import (
     _require_rule,
@@ -452,10 +453,7 @@ def train_federated(
         _check_protectable(estimator, rule)
     if dp is not None:
         privacy.dp_epsilon(dp.noise_multiplier, 1, dp.delta)  # fails early without the package
-    if client is None:
-        from distributed import default_client
-
-        client = default_client()
+    client = resolve_client(client, required="train_federated")
     workers = _resolve(client, silos)
     call = uuid.uuid4().hex  # fresh data, keys and tokens per call
 

@@ -14,32 +14,34 @@ broadcasts that estimator, each worker ``partial_fit``\\s its copy (which leaves
 alone), and the next merge reads it back with :func:`round_start`. No snapshot means the round
 started from an unfitted estimator.
 
-The built-in rules live in :mod:`taskdml.parallel.merge._builtin`, which registers them when it is
-imported. Every registration and lookup here imports it first, so the rules are known in any
-process that merges, a worker that has unpickled only a replica's task function included, and
-a user's rule registered for a built-in class is not overwritten by them later.
+The built-in rules live in :mod:`taskdml.parallel.merge._builtin`, which registers them when
+it is imported; it is the registry's lazy loader (:class:`taskdml._registry.ClassRegistry`), so
+the rules are known in any process that merges, a worker that has unpickled only a replica's
+task function included, and a user's rule registered for a built-in class is not overwritten by
+them later. A class maps to its :class:`MergeRule` or, when it cannot be merged, to an
+:class:`_Unmergeable` reason.
 """
 
 import copy
 import dataclasses
-import importlib
 from collections.abc import Callable
 
 import numpy as np
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
+from taskdml._registry import ClassRegistry
+
 _START_ATTR = "_taskdml_round_start"
 
-_RULES = {}
-_UNMERGEABLE = {}
+RULES = ClassRegistry()
+"""Every class's :class:`MergeRule` or :class:`_Unmergeable` reason."""
+RULES.register_lazy("taskdml.parallel.merge._builtin")
 
 
-def _load_builtin_rules():
-    # Imported on every call, not guarded by a flag: while another thread imports _merge,
-    # importlib's module lock makes this call wait for its rules; the importing thread itself
-    # (registering them) gets the half-imported module back.
-    importlib.import_module("taskdml.parallel.merge._builtin")
+@dataclasses.dataclass(frozen=True)
+class _Unmergeable:
+    reason: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +160,6 @@ def register_merge(
             f"register_merge expects an estimator class, got {estimator_class!r}; "
             f"pass type(estimator) to register the class of an instance."
         )
-    _load_builtin_rules()
     rule = MergeRule(
         fn=merge_fn,
         exact=bool(exact),
@@ -171,8 +172,7 @@ def register_merge(
         start_state=tuple(start_state),
         min_rows=min_rows,
     )
-    _UNMERGEABLE.pop(estimator_class, None)
-    _RULES[estimator_class] = rule
+    RULES.register(estimator_class, rule)
     return rule
 
 
@@ -200,20 +200,15 @@ def register_unmergeable(estimator_class, reason):
     """
     if not isinstance(estimator_class, type):
         raise TypeError(f"register_unmergeable expects a class, got {estimator_class!r}.")
-    _load_builtin_rules()
-    _RULES.pop(estimator_class, None)
-    _UNMERGEABLE[estimator_class] = str(reason)
+    RULES.register(estimator_class, _Unmergeable(str(reason)))
 
 
 def _lookup(cls):
     """The first rule or unmergeable reason along ``cls``'s MRO, as ``(rule, reason)``."""
-    _load_builtin_rules()
-    for klass in cls.__mro__:
-        if klass in _RULES:
-            return _RULES[klass], None
-        if klass in _UNMERGEABLE:
-            return None, _UNMERGEABLE[klass]
-    return None, None
+    found = RULES.lookup(cls)
+    if isinstance(found, _Unmergeable):
+        return None, found.reason
+    return found, None
 
 
 def _inner_estimator(estimator):
