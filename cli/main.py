@@ -363,38 +363,26 @@ def _explanation(steps, order, planned=False):
 
 def _dry_run(pipeline, scheduler, workers, cache, as_json):
     from taskdml.pipeline._render import render
-    from taskdml.runner._reuse import plan
+    from taskdml.runner import plan_run
 
-    where = scheduler or _where(pipeline) or _local(pipeline, workers)
-    would = plan(cache, pipeline) if cache is not None else None
+    plan = plan_run(pipeline, cache=cache, scheduler=scheduler, n_workers=workers)
+    would = {planned.name: {"cache": planned.cache_record()} for planned in plan.steps}
     if as_json:
         document = {
             "pipeline": pipeline.name,
             "plan": json.loads(render(pipeline, "json")),
-            "cluster": where,
+            "cluster": plan.cluster.description,
             "dry_run": True,
         }
-        if would is not None:
+        if cache is not None:
             document["cache"] = would
         click.echo(json.dumps(document, indent=2))
         return
-    click.echo(render(pipeline) + f"\n\nwould run on: {where} (dry run: nothing ran)")
-    if would is not None:
+    click.echo(
+        render(pipeline) + f"\n\nwould run on: {plan.cluster.description} (dry run: nothing ran)"
+    )
+    if cache is not None:
         click.echo(_explanation(would, list(would), planned=True))
-
-
-def _where(pipeline):
-    spec = pipeline.to_dict().get("cluster", {}).get("spec")
-    if spec:
-        return f"{spec['class']} started with {spec.get('kwargs', {})!r}"
-    return pipeline.cluster.get("address")
-
-
-def _local(pipeline, workers):
-    from taskdml.cluster._connect import default_workers
-
-    n = workers or pipeline.cluster.get("n_workers") or default_workers()
-    return f"embedded LocalCluster on 127.0.0.1 with {n} workers"
 
 
 def _results_table(steps, metrics):

@@ -38,6 +38,7 @@ travels by value, so that unpickling it does not import taskdml: that is the cos
 
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import logging
 import os
@@ -77,6 +78,85 @@ def default_workers():
     """
     return max(
         1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """The cluster a run will use, chosen before it starts (:func:`choose`).
+
+    Attributes
+    ----------
+    kind : {"client", "address", "spec", "local"}
+        A client passed in; a scheduler address; a cluster class of the file's ``spec``; the
+        embedded ``LocalCluster``.
+    description : str
+        What ``--dry-run`` prints ("embedded LocalCluster on 127.0.0.1 with 2 workers").
+    cluster : dict
+        The file's ``cluster`` block.
+    address : str or None
+    n_workers : int or None
+        Workers of a cluster started here (``None``: a spec's own default).
+    client : distributed.Client or None
+    silos : dict
+    """
+
+    kind: str
+    description: str
+    cluster: dict
+    address: str | None = None
+    n_workers: int | None = None
+    client: object = None
+    silos: dict = dataclasses.field(default_factory=dict)
+
+
+def choose(cluster=None, *, scheduler=None, n_workers=None, client=None, silos=None):
+    """Where a run goes, by the one precedence rule: a client passed in, then a scheduler
+    address (the command line's, then the file's), then the file's ``spec``, then the embedded
+    ``LocalCluster`` (*n_workers*, then the file's ``n_workers``, then one per core).
+
+    Parameters
+    ----------
+    cluster : mapping, optional
+        The pipeline's ``cluster`` block.
+    scheduler, n_workers, client, silos
+        As :func:`connect` takes them.
+
+    Returns
+    -------
+    Target
+
+    Examples
+    --------
+    >>> choose({"n_workers": 2}).description
+    'embedded LocalCluster on 127.0.0.1 with 2 workers'
+    >>> choose({"n_workers": 2}, scheduler="tcp://10.0.0.5:8786").kind
+    'address'
+    """
+    cluster, silos = thaw(cluster or {}), thaw(silos or {})
+    if client is not None:
+        where = getattr(client, "scheduler", None)
+        where = getattr(where, "address", None) or "the client passed in"
+        return Target("client", f"the client passed in ({where})", cluster, client=client)
+    address = scheduler or cluster.get("address")
+    if address:
+        return Target("address", address, cluster, address=address, silos=silos)
+    spec = cluster.get("spec")
+    if spec:
+        return Target(
+            "spec",
+            f"{spec['class']} started with {spec.get('kwargs', {})!r}",
+            cluster,
+            n_workers=n_workers,
+            silos=silos,
+        )
+    n = n_workers or cluster.get("n_workers") or default_workers()
+    return Target(
+        "local",
+        f"embedded LocalCluster on 127.0.0.1 with {n} workers",
+        cluster,
+        n_workers=n,
+        silos=silos,
     )
 
 
@@ -122,22 +202,41 @@ def connect(
         When the cluster cannot be started or the scheduler cannot be reached; the message
         says how to fix it.
     """
-    if client is not None:
-        yield client
+    target = choose(cluster, scheduler=scheduler, n_workers=n_workers, client=client, silos=silos)
+    with open_target(target, warm_modules=warm_modules) as opened:
+        yield opened
+
+
+@contextlib.contextmanager
+def open_target(target, *, warm_modules=()):
+    """Yield a ``distributed.Client`` for *target* (:func:`choose`); close what was started.
+
+    Parameters
+    ----------
+    target : Target
+    warm_modules : sequence of str, optional
+        As :func:`connect` takes them.
+
+    Yields
+    ------
+    distributed.Client
+    """
+    if target.kind == "client":
+        yield target.client
         return
-    cluster = thaw(cluster or {})
-    address = scheduler or cluster.get("address")
+    cluster = target.cluster
     security = _security(cluster.get("security"))
     with contextlib.ExitStack() as stack:
-        if address:
-            yield stack.enter_context(_client(address, f"the scheduler at {address}", security))
+        if target.kind == "address":
+            where = f"the scheduler at {target.address}"
+            yield stack.enter_context(_client(target.address, where, security))
             return
-        deployment = stack.enter_context(_start(cluster, n_workers, security))
+        deployment = stack.enter_context(_start(cluster, target.n_workers, security))
         started = stack.enter_context(
             _client(deployment, f"the cluster {type(deployment).__name__}")
         )
         _size(deployment, cluster.get("spec", {}))
-        if not cluster.get("spec") and _add_silo_workers(deployment, thaw(silos or {})):
+        if target.kind == "local" and _add_silo_workers(deployment, target.silos):
             started.wait_for_workers(len(deployment.worker_spec), timeout=120)
         if warm_modules:
             warm(started, warm_modules)

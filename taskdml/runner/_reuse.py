@@ -18,10 +18,9 @@ recorded as not stored, with a warning. A full disk fails the step (exit 1) with
 
 import warnings
 
-from taskdml.cache import _keys as _cache_keys
 from taskdml.cache._store import Uncacheable
 from taskdml.exceptions import CacheWarning
-from taskdml.runs._directory import atomic_write
+from taskdml.runner._plan import why_missing
 
 # What a step's manifest entry holds that belongs to this run, not to its outputs.
 _OF_THIS_RUN = (
@@ -35,26 +34,23 @@ _OF_THIS_RUN = (
     "cache",
 )
 
-_NOT_STORED = (
-    "its outputs are not in the cache (the step did not finish last time, or they were removed)"
-)
-
 
 class Reuse:
     """The cache as one run uses it.
 
     Parameters
     ----------
-    cache : Cache or None
-        ``None``: nothing is reused or stored (each step records ``cache: off``).
-    pipeline : Pipeline
+    plan : RunPlan
+        The run's plan: its cache (``None``: nothing is reused or stored, each step records
+        ``cache: off``) and every step's key.
     recorder : object
-        The run's recorder (:class:`taskdml.runner._runner._Recorder`).
+        The run's recorder (:class:`taskdml.runner._runner._Recorder`), the only writer of
+        the run's records.
     """
 
-    def __init__(self, cache, pipeline, recorder):
-        self.cache, self.pipeline, self.recorder = cache, pipeline, recorder
-        self.keys = _cache_keys.step_keys(pipeline) if cache is not None else {}
+    def __init__(self, plan, recorder):
+        self.cache, self.pipeline, self.recorder = plan.cache, plan.pipeline, recorder
+        self.keys = {planned.name: planned.key for planned in plan.steps if planned.key}
         self.off = "the cache is off"  # why, when it is
 
     def check_reach(self, client):
@@ -91,7 +87,7 @@ class Reuse:
             return None
         entry = self.cache.lookup(found.key)
         if entry is None:
-            self._miss(step, found.key, _why_missing(self.cache, self.pipeline, step.name, found))
+            self._miss(step, found.key, why_missing(self.cache, self.pipeline, step.name, found))
             return None
         try:
             produced = self.cache.load(entry, context.client)
@@ -120,10 +116,8 @@ class Reuse:
         self.recorder.step(step.name, cache={"key": key, "hit": False, "why": why})
 
     def _restore(self, step, entry, context):
-        directory = self.recorder.directory
-        if directory is not None:
-            for name in entry["artifacts"]:
-                atomic_write(directory.path / name, self.cache.artifact(entry, name))
+        for name in entry["artifacts"]:
+            self.recorder.write_file(name, self.cache.artifact(entry, name))
         record = entry.get("record", {})
         if record:
             self.recorder.step(step.name, **record)
@@ -167,37 +161,6 @@ class Reuse:
             self.recorder.step(step.name, cache=cache)
         self.cache.remember(self.pipeline.name, step.name, found.parts)
         self.cache.drop_checkpoints(found.key)
-
-
-def plan(cache, pipeline):
-    """Which steps a run of *pipeline* would reuse from *cache*, and why the others would run.
-
-    Parameters
-    ----------
-    cache : Cache
-    pipeline : Pipeline
-
-    Returns
-    -------
-    dict
-        ``{step: {"cache": {"key", "hit", "why"}}}``, in the pipeline's order.
-    """
-    would = {}
-    for name, found in _cache_keys.step_keys(pipeline).items():
-        if found.key is None:
-            entry = {"key": None, "hit": False, "why": [f"not cached: {found.problem}"]}
-        elif cache.lookup(found.key, touch=False) is not None:
-            entry = {"key": found.key, "hit": True, "why": ["its outputs are in the cache"]}
-        else:
-            why = _why_missing(cache, pipeline, name, found)
-            entry = {"key": found.key, "hit": False, "why": why}
-        would[name] = {"cache": entry}
-    return would
-
-
-def _why_missing(cache, pipeline, name, found):
-    """Why step *name*'s key (*found*) is not in *cache*: how it differs from its last run."""
-    return _cache_keys.explain(found.parts, cache.last(pipeline.name, name)) or [_NOT_STORED]
 
 
 def _files(path):

@@ -38,8 +38,9 @@ from taskdml.cache import _checkpoints as _checkpoint
 from taskdml.cluster._versions import check_cluster, required_distributions, versions
 from taskdml.exceptions import ClusterUnavailable, StepFailed, TaskdmlError
 from taskdml.pipeline._kinds import KINDS
+from taskdml.runner._plan import plan_run
 from taskdml.runner._reuse import Reuse
-from taskdml.runs._directory import RunDirectory, load_model
+from taskdml.runs._directory import RunDirectory, atomic_write, load_model
 from taskdml.runs._report import write_report
 
 MAX_CONCURRENT_STEPS = 16
@@ -215,6 +216,11 @@ class _Recorder:
         if self.directory is not None:
             self.directory.update_step(name, **fields)
 
+    def write_file(self, relative, data):
+        """Write *data* (bytes) at *relative* in the run directory, atomically."""
+        if self.directory is not None:
+            atomic_write(self.directory.path / relative, data)
+
     def add_artifact(self, step, name, artifact):
         with self._lock:
             artifacts = self.steps.setdefault(step, {}).setdefault("artifacts", {})
@@ -332,9 +338,12 @@ def run_pipeline(
     >>> run.metrics["score"]["accuracy"] > 0.9  # doctest: +SKIP
     True
     """
-    from taskdml.cluster._connect import _connect as clusters
-    from taskdml.cluster._connect import _project
+    from taskdml.cluster import _connect as clusters
+    from taskdml.cluster import _project
 
+    plan = plan_run(
+        pipeline, cache=as_cache(cache), client=client, scheduler=scheduler, n_workers=n_workers
+    )
     if resume is not None:
         directory = RunDirectory.reopen(resume)
     else:
@@ -343,19 +352,14 @@ def run_pipeline(
     recorder.run_id = (
         directory.run_id if directory is not None else f"unrecorded-{uuid.uuid4().hex[:6]}"
     )
-    recorder.reuse = Reuse(as_cache(cache), pipeline, recorder)
+    recorder.reuse = Reuse(plan, recorder)
     if directory is not None:
         _write_definition(directory, pipeline, resumed=resume is not None)
     started = time.perf_counter()
     status = "failed"
     try:
-        with clusters.connect(
-            pipeline.cluster,
-            scheduler=scheduler,
-            n_workers=n_workers,
-            client=client,
-            warm_modules=clusters.pipeline_modules(pipeline),
-            silos=pipeline.silos,
+        with clusters.open_target(
+            plan.cluster, warm_modules=clusters.pipeline_modules(pipeline)
         ) as active:
             info = clusters.describe(active)
             info["taskdml_page"] = _follow(recorder, active)
