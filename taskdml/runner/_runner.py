@@ -548,7 +548,7 @@ def _follow(recorder, client):
 
     import dask
 
-    from taskdml.runs._directory import _dashboard as dashboard
+    from taskdml.runs import _dashboard as dashboard
 
     if not dask.config.get("taskdml.events", True):  # opted out: nothing goes to the cluster
         return None
