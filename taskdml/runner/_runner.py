@@ -744,7 +744,7 @@ def user_frames(error, most=5):
 
     library = {os.path.realpath(p) for p in sysconfig.get_paths().values()}
     library |= {os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)}
-    library.add(os.path.dirname(os.path.realpath(__file__)))  # taskdml itself
+    library.add(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))  # taskdml itself
     shipped = re.compile(
         rf".*{re.escape(os.sep)}{PLUGIN_PREFIX}{re.escape(os.sep)}[^/]+/[0-9a-f]+/"
     )
