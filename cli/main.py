@@ -391,9 +391,11 @@ def _where(pipeline):
 
 
 def _local(pipeline, workers):
-    from taskdml.cluster import default_workers
+    from taskdml._pipeline import thaw
+    from taskdml.cluster import default_workers, within_machine
 
-    n = workers or pipeline.cluster.get("n_workers") or default_workers()
+    cluster = within_machine(thaw(pipeline.cluster), workers, thaw(pipeline.silos))
+    n = workers or cluster.get("n_workers") or default_workers()
     return f"embedded LocalCluster on 127.0.0.1 with {n} workers"
 
 
