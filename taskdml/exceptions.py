@@ -137,6 +137,12 @@ class InsecureConnectionWarning(UserWarning):
     pickled tasks included, cross the network unencrypted and unauthenticated."""
 
 
+class ClusterLimitWarning(UserWarning):
+    """A pipeline file asked the cluster taskdml starts on this machine for more workers,
+    threads or memory than the machine has; the request was capped
+    (:mod:`taskdml.cluster._connect`)."""
+
+
 class ReportWarning(UserWarning):
     """A run's pictures or ``report.html`` could not be written (:mod:`taskdml.runs._report`); the
     run's outcome and its other records are unaffected."""

@@ -1,5 +1,6 @@
 """Warm workers: the modules a run needs are imported on every worker from its start."""
 
+import os
 import sys
 
 import pytest
@@ -105,3 +106,145 @@ def test_plain_tcp_to_another_host_is_flagged(address, warned):
     from taskdml.cluster._connect import plain_remote
 
     assert plain_remote(address) is warned
+
+
+def _allowed():
+    """The threads a pipeline file may ask of this machine, from the machine itself."""
+    return max(4, 2 * len(os.sched_getaffinity(0)))
+
+
+def _memory():
+    from distributed.system import MEMORY_LIMIT
+
+    return MEMORY_LIMIT
+
+
+SILOS = {f"site_{i}": {"load": "x:y", "resources": {f"site_{i}": 1}} for i in range(500)}
+
+# (what the file asks, the key capped, its value after, a text of the warning)
+CAPS = [
+    ({"n_workers": 500}, "n_workers", lambda: _allowed(), "asks for 500 workers of 1 thread,"),
+    ({"threads_per_worker": 10**4}, "threads_per_worker", lambda: 2, "10000 threads for each of"),
+    (
+        {"n_workers": 500, "threads_per_worker": 2},
+        "n_workers",
+        lambda: _allowed() // 2,
+        "cluster.n_workers: the pipeline file asks for 500 workers of 2 threads",
+    ),
+    (
+        {"n_workers": 1, "memory_limit": "1000TB"},
+        "memory_limit",
+        lambda: _memory(),
+        "cluster.memory_limit: the pipeline file asks for memory_limit '1000TB' for each of 1 "
+        "worker (909.49 TiB in all), more than this machine's",
+    ),
+    (
+        {"n_workers": 2, "memory_limit": 0},
+        "memory_limit",
+        lambda: _memory() // 2,
+        "memory_limit 0 for each of 2 workers (no limit)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("block", "key", "capped", "text"), CAPS)
+def test_a_file_cannot_ask_the_embedded_cluster_for_more_than_the_machine(block, key, capped, text):
+    """Workers x threads beyond twice the cores (at least 4), and workers x memory_limit beyond
+    the machine's memory, are capped, with a warning naming the key path and the value."""
+    from taskdml.cluster import within_machine
+    from taskdml.exceptions import ClusterLimitWarning
+
+    with pytest.warns(ClusterLimitWarning) as caught:
+        result = within_machine({**block, "dashboard_address": None}, silos={})
+    assert result[key] == capped()
+    messages = [str(warning.message) for warning in caught]
+    assert any(text in message and f"cluster.{key}:" in message for message in messages)
+    assert all("capped to" in message and "--scheduler ADDRESS" in message for message in messages)
+
+
+def test_a_request_within_the_machine_or_from_the_command_line_is_left_alone():
+    """What fits is untouched, and --workers (n_workers=) is the user's own request."""
+    import warnings
+
+    from taskdml.cluster import within_machine
+
+    block = {"n_workers": 2, "threads_per_worker": 1, "memory_limit": "1GiB"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert within_machine(block) == block
+        assert within_machine({"n_workers": 3}, n_workers=500) == {"n_workers": 3}
+        assert (
+            within_machine({"address": "tcp://127.0.0.1:8786", "n_workers": 500})["n_workers"]
+            == 500
+        )
+
+
+def test_silo_workers_count_and_too_many_silos_are_refused():
+    """Silo workers share the budget (the file's workers give way), and more silos than the
+    budget is a ClusterUnavailable that says to bring a cluster."""
+    from taskdml.cluster import within_machine
+    from taskdml.exceptions import ClusterLimitWarning, ClusterUnavailable
+
+    three = dict(list(SILOS.items())[:3])
+    with pytest.warns(ClusterLimitWarning, match="besides 3 silo workers"):
+        assert within_machine({"n_workers": 500}, silos=three)["n_workers"] == _allowed() - 3
+    with pytest.raises(ClusterUnavailable, match="the file's 500 silos would each start a worker"):
+        within_machine({}, silos=SILOS)
+
+
+def test_a_local_cluster_class_is_capped_like_the_default():
+    """spec.class distributed:LocalCluster: its kwargs, scale and adapt.maximum are capped; a
+    cluster class that runs elsewhere is not."""
+    from taskdml.cluster import within_machine
+    from taskdml.exceptions import ClusterLimitWarning
+
+    spec = {"class": "distributed:LocalCluster", "kwargs": {"n_workers": 500}, "scale": 500}
+    with pytest.warns(ClusterLimitWarning) as caught:
+        capped = within_machine({"spec": spec})["spec"]
+    assert capped["kwargs"]["n_workers"] == capped["scale"] == _allowed()
+    assert {str(w.message).split(":")[0] for w in caught} == {
+        "cluster.spec.kwargs.n_workers",
+        "cluster.spec.scale",
+    }
+    with pytest.warns(ClusterLimitWarning, match="cluster.spec.adapt.maximum: the pipeline file"):
+        adapt = {"class": "distributed:LocalCluster", "adapt": {"maximum": 500}}
+        assert within_machine({"spec": adapt})["spec"]["adapt"]["maximum"] == _allowed()
+
+
+def test_connect_starts_the_capped_cluster_and_lets_workers_through(tmp_path):
+    """A real embedded cluster: the file's 500 workers start as the budget's; --workers N
+    (n_workers=) starts N even beyond it; the file's memory_limit is capped per worker."""
+    from taskdml.cluster import connect
+    from taskdml.exceptions import ClusterLimitWarning
+
+    block = {"n_workers": 500, "processes": False, "dashboard_address": None}
+    with pytest.warns(ClusterLimitWarning, match="500 workers"):
+        with connect(block) as client:
+            assert len(client.nthreads()) == _allowed()
+    with connect(block, n_workers=_allowed() + 1) as client:
+        assert len(client.nthreads()) == _allowed() + 1
+    huge = {"n_workers": 1, "processes": False, "dashboard_address": None, "memory_limit": "1PB"}
+    with pytest.warns(ClusterLimitWarning, match="memory_limit '1PB'"):
+        with connect(huge) as client:
+            limits = [w["memory_limit"] for w in client.scheduler_info()["workers"].values()]
+    assert limits == [_memory()]
+
+
+def test_the_dry_run_shows_the_capped_cluster(tmp_path):
+    """`taskdml run --dry-run` says how many workers would start: capped, or what --workers
+    asks."""
+    from click.testing import CliRunner
+
+    from cli.main import cli
+    from taskdml.exceptions import ClusterLimitWarning
+
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "taskdml: 1\nname: greedy\ncluster: {n_workers: 500}\nsteps:\n  data:\n"
+        "    call: taskdml.datasets:load_sklearn\n    with: {name: iris}\n"
+    )
+    with pytest.warns(ClusterLimitWarning, match="cluster.n_workers"):
+        result = CliRunner().invoke(cli, ["run", str(path), "--dry-run"])
+    assert f"with {_allowed()} workers" in result.output, result.output
+    result = CliRunner().invoke(cli, ["run", str(path), "--dry-run", "--workers", "500"])
+    assert "with 500 workers" in result.output, result.output

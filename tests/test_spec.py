@@ -445,3 +445,157 @@ def test_dump_and_load_round_trip(params):
     )
     assert loads_pipeline(dump_pipeline(with_params)) == with_params
     assert loads_pipeline(text) == pipeline
+
+
+# Files that would hurt the machine that loads them: each is a few kilobytes, and is refused
+# while it is loaded, with its line and column (the params block of VALID, written out, starts
+# on line 3; the hostile lines start on line 6).
+def _hostile(*lines):
+    params = "params:\n  seed: 0\n  alpha: 1.0e-4\n" + "".join(f"  {line}\n" for line in lines)
+    return VALID.replace("params: {seed: 0, alpha: 1.0e-4}\n", params)
+
+
+def _laughs():
+    """A 'billion laughs': each anchor holds nine aliases of the one before, 9**10 values."""
+    lines = ["a0: &a0 [" + ", ".join(["lol"] * 9) + "]"]
+    for i in range(1, 10):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
+    return _hostile(*lines)
+
+
+def _chain(n, value, first="1"):
+    """*n* params, each *value* with a reference to the one before it in place of ``{0}``."""
+    return _hostile(
+        f"p0: {first}", *(f"p{k}: {value.format(f'${{params.p{k - 1}}}')}" for k in range(1, n))
+    )
+
+
+DEEP = 5000
+HOSTILE = [
+    ("alias-bomb", _laughs(), 11, 12, "billion laughs"),
+    (
+        "merge-key-chain",
+        _hostile("m0: &m0 {k: 1}", *(f"m{k}: &m{k} {{<<: *m{k - 1}}}" for k in range(1, 200))),
+        104,
+        18,
+        "alias *m97 makes the file nest",
+    ),
+    ("flow-lists", _hostile("deep: " + "[" * DEEP + "]" * DEEP), 6, 107, "more than 100 levels"),
+    ("flow-maps", _hostile("deep: " + "{a: " * DEEP + "1" + "}" * DEEP), 6, 401, "more than 100"),
+    ("block-lists", _hostile("deep:", "  " + "- " * DEEP + "1"), 7, 201, "more than 100 levels"),
+    (
+        "block-maps",
+        _hostile(*(" " * depth + "a:" for depth in range(200)), " " * 200 + "1"),
+        105,
+        102,
+        "more than 100 levels",
+    ),
+    ("alias-in-itself", _hostile("loop: &loop [1, *loop]"), 6, 19, "inside its own anchor &loop"),
+    (
+        "deep-through-aliases",
+        _hostile("d0: &d0 " + "[" * 60 + "]" * 60, "d1: " + "[" * 60 + "*d0" + "]" * 60),
+        7,
+        67,
+        "alias *d0 makes the file nest",
+    ),
+    ("big-integer", _hostile("big: " + "7" * 5000), 6, 8, "reads as an integer"),
+    ("hex-integer", _hostile("big: 0x" + "f" * 5000), 6, 8, "too many digits"),
+    ("impossible-date", _hostile("when: 2024-02-30"), 6, 9, "reads as a date"),
+    (
+        "interpolation-doubles-strings",
+        _chain(40, "'{0}{0}'", first="x" * 2000),
+        8,
+        3,
+        "write more than 1,000,000 characters",
+    ),
+    (
+        "interpolation-doubles-lists",
+        _chain(40, "['{0}', '{0}']"),
+        9,
+        24,
+        "bring more than 100,000 values",
+    ),
+    ("interpolation-chain", _chain(1000, "'{0}'"), 7, 3, "levels deep at ${params.p0}"),
+    (
+        "interpolation-nests",
+        _chain(40, "[" * 60 + "'{0}'" + "]" * 60),
+        7,
+        44,
+        "nest more than 100 levels deep",
+    ),
+]
+
+
+@pytest.mark.parametrize("case,text,line,column,fragment", HOSTILE, ids=[c[0] for c in HOSTILE])
+def test_a_file_that_would_exhaust_the_machine_is_refused_where_it_starts(
+    tmp_path, case, text, line, column, fragment
+):
+    """Alias bombs, deep nesting, unreadable scalars and exploding references exit 3 with
+    file:line:column, the bound crossed and the fix — no RecursionError, no traceback."""
+    assert len(text) < 30_000  # a small file
+    path = _write(tmp_path, text)
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 3, result.output
+    assert "Traceback" not in result.output
+    where = f"{path}:{line}:{column}: " if line else f"{path}:"
+    assert where in result.output and fragment in result.output, result.output
+
+
+@pytest.mark.parametrize("case", ["alias-bomb", "flow-lists", "block-lists"])
+def test_the_installed_command_refuses_a_bomb_within_bounded_memory(tmp_path, case):
+    """`taskdml validate` in a process limited to 2 GiB of address space refuses the file with
+    exit 3 (before the bounds, the alias bomb took 3.6 GB and was still running after 60 s)."""
+    import resource
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    text = next(text for name, text, *_ in HOSTILE if name == case)
+    path = _write(tmp_path, text)
+
+    def limit_memory():
+        resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
+
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("taskdml")), "validate", str(path)],
+        capture_output=True,
+        text=True,
+        preexec_fn=limit_memory,
+        env={"PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 3, done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"{path}:" in done.stderr and "more than" in done.stderr
+
+
+def test_the_bounds_leave_room_for_real_files():
+    """A value nested to the limit, an alias to a large anchor, and a chain of references just
+    inside the bounds load, so that the bounds refuse only what crosses them."""
+    from taskdml.pipeline._yaml import MAX_ALIAS_VALUES, MAX_DEPTH
+
+    nested = "[" * (MAX_DEPTH - 2) + "1" + "]" * (MAX_DEPTH - 2)  # under the file and params
+    assert loads_pipeline(_hostile(f"deep: {nested}")).params["deep"] is not None
+    with pytest.raises(PipelineError, match="more than 100 levels deep"):
+        loads_pipeline(_hostile(f"deep: [{nested}]"))
+    items = ", ".join(["0"] * (MAX_ALIAS_VALUES // 4))
+    big = loads_pipeline(_hostile(f"big: &big [{items}]", "copies: [*big, *big, *big]"))
+    assert len(big.params["copies"]) == 3 and len(big.params["copies"][2]) == MAX_ALIAS_VALUES // 4
+    chain = loads_pipeline(_chain(MAX_DEPTH - 3, "'{0}'"))
+    assert chain.params[f"p{MAX_DEPTH - 4}"] == 1
+
+
+def test_anchors_aliases_and_merge_keys_work_as_in_yaml():
+    """Ordinary anchors load as copies, and a merge key's values give way to the keys written
+    beside it (YAML's merge rule), which are not 'given twice'; writing one twice still is."""
+    text = VALID.replace(
+        "params: {seed: 0, alpha: 1.0e-4}\n",
+        "params:\n  base: &base {seed: 0, alpha: 1.0e-4}\n  seed: 0\n  alpha: 1.0e-4\n"
+        "  tuned: {<<: *base, alpha: 0.5}\n  both: {<<: [{alpha: 1}, {seed: 2}]}\n"
+        "  grid: &grid [1, 2]\n  again: *grid\n",
+    )
+    params = loads_pipeline(text).params
+    assert params["tuned"] == {"seed": 0, "alpha": 0.5}
+    assert params["both"] == {"alpha": 1, "seed": 2}
+    assert params["again"] == (1, 2)
+    with pytest.raises(PipelineError, match=r":7:34: params\.tuned\.alpha: key 'alpha' is given"):
+        loads_pipeline(text.replace("alpha: 0.5}", "alpha: 0.5, alpha: 1}"))

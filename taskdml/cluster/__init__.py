@@ -13,8 +13,10 @@ from taskdml._lazy import exports
 
 # public name -> the module that defines it
 _LAZY = {
+    "choose": "taskdml.cluster._connect",
     "connect": "taskdml.cluster._connect",
     "describe": "taskdml.cluster._connect",
+    "within_machine": "taskdml.cluster._connect",
     "versions": "taskdml.cluster._versions",
 }
 

@@ -16,6 +16,19 @@ runner then checks that the workers run the client's versions (:mod:`taskdml.clu
 The client is never made the process-wide default: the runner activates it per step with
 ``Client.as_current``, so embedding taskdml in a program with its own client is safe.
 
+**What a file may ask of this machine.** A pipeline file is data from anyone, and the cluster
+started here runs on the machine of whoever runs the file, so what the file's ``cluster`` block
+asks of a LocalCluster (the default, or ``spec.class`` a LocalCluster) is capped, with a
+:class:`~taskdml.exceptions.ClusterLimitWarning` naming the key and what it got:
+workers × ``threads_per_worker``, silo workers included, to :data:`THREADS_PER_CORE` threads
+per core (at least :data:`MIN_THREADS`): twice the cores leaves room for tasks that wait on
+I/O, while 500 worker processes would take 140 GiB for their imports alone; and workers ×
+``memory_limit`` (no limit counts as all of it) to the machine's memory, so that the limits
+still stop a worker before the machine runs out. What the command line asks for is not
+capped: ``--workers N`` (``n_workers=``); for more threads or memory, start the cluster
+yourself and pass ``--scheduler``. ``imports.trust`` does not lift the caps: a file can
+write it about itself.
+
 **Warm workers.** A fresh worker imports scikit-learn (and taskdml, which imports it) on its
 first task: about a second and 280 MiB per worker, paid on the critical path of the first
 step that needs it. :func:`warm` registers a worker plugin that imports a list of modules on
@@ -45,7 +58,7 @@ import os
 import time
 import warnings
 
-from taskdml.exceptions import ClusterUnavailable, InsecureConnectionWarning
+from taskdml.exceptions import ClusterLimitWarning, ClusterUnavailable, InsecureConnectionWarning
 from taskdml.pipeline._model import resolve_callable, thaw
 from taskdml.pipeline._schema import SECURITY_FILES
 
@@ -63,9 +76,27 @@ CONNECT_TIMEOUT = "10s"
 WARM_MODULES = ("taskdml", "sklearn.base", "sklearn.utils", "sklearn.metrics")
 """What every run's workers need whatever the pipeline names: taskdml's task functions (which
 import scikit-learn's base, utilities and metrics)."""
+THREADS_PER_CORE = 2
+"""Threads (workers × threads_per_worker) per core a pipeline file may ask of this machine."""
+MIN_THREADS = 4
+"""Threads a pipeline file may always ask of this machine, however few its cores."""
 WARM_PLUGIN = "taskdml-warm"
 WARM_DELAY = 0.05
 """Seconds between the plugin's setup and its imports: its registration is answered first."""
+
+
+def machine():
+    """What this process may use of the machine: ``(cores, bytes of memory)``.
+
+    Returns
+    -------
+    tuple of int
+        :func:`default_workers` and ``distributed.system.MEMORY_LIMIT`` (which counts
+        cgroup and rlimit limits).
+    """
+    from distributed.system import MEMORY_LIMIT
+
+    return default_workers(), MEMORY_LIMIT
 
 
 def default_workers():
@@ -141,6 +172,7 @@ def choose(cluster=None, *, scheduler=None, n_workers=None, client=None, silos=N
     address = scheduler or cluster.get("address")
     if address:
         return Target("address", address, cluster, address=address, silos=silos)
+    cluster = within_machine(cluster, n_workers, silos)  # what a file may ask of this machine
     spec = cluster.get("spec")
     if spec:
         return Target(
@@ -241,6 +273,151 @@ def open_target(target, *, warm_modules=()):
         if warm_modules:
             warm(started, warm_modules)
         yield started
+
+
+def within_machine(cluster, n_workers=None, silos=None):
+    """The ``cluster`` block with what it asks of this machine capped (see the module docstring).
+
+    Parameters
+    ----------
+    cluster : dict
+        The pipeline's ``cluster`` block, plain dicts; not changed.
+    n_workers : int, optional
+        Workers the command line asks for (``--workers``): not capped.
+    silos : mapping, optional
+        The pipeline's ``silos`` block: the embedded cluster starts a worker more for each silo
+        that names ``resources``.
+
+    Returns
+    -------
+    dict
+        A copy, capped where a LocalCluster started here would ask more of the machine than a
+        pipeline file may; each cap warns with a :class:`~taskdml.exceptions.ClusterLimitWarning`.
+        The blocks of other clusters come back as they are.
+
+    Raises
+    ------
+    ClusterUnavailable
+        When the silo workers alone exceed what a file may ask for.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True):
+    ...     capped = within_machine({"n_workers": 10**6, "threads_per_worker": 1})
+    >>> capped["n_workers"] <= max(MIN_THREADS, THREADS_PER_CORE * machine()[0])
+    True
+    """
+    import copy
+
+    from dask.utils import format_bytes
+
+    cluster = copy.deepcopy(cluster)
+    if cluster.get("address"):
+        return cluster  # a scheduler that runs elsewhere
+    spec = cluster.get("spec")
+    at, block = "cluster", cluster
+    if spec:
+        from distributed import LocalCluster
+
+        cls = resolve_callable(spec["class"], CLUSTER_CLASSES)
+        if not (isinstance(cls, type) and issubclass(cls, LocalCluster)):
+            return cluster  # its workers run where the cluster manager puts them
+        at, block = "cluster.spec.kwargs", spec.setdefault("kwargs", {})
+    silo_workers = 0 if spec else sum("resources" in silo for silo in (silos or {}).values())
+    cores, memory = machine()
+    limit = max(MIN_THREADS, THREADS_PER_CORE * cores)
+    allowed = (
+        f"more than the {limit} threads a pipeline file may ask of this machine "
+        f"({THREADS_PER_CORE} per core, {_count(cores, 'core')})"
+    )
+    yourself = "start the cluster yourself and pass --scheduler ADDRESS"
+    fix = f"Ask for more workers on the command line with --workers N, or {yourself}."
+    if silo_workers > limit:
+        raise ClusterUnavailable(
+            f"silos: the file's {silo_workers} silos would each start a worker in the embedded "
+            f"cluster, {allowed}. Run it on a cluster whose workers hold the silos' resources: "
+            "--scheduler ADDRESS."
+        )
+    threads = block.get("threads_per_worker") or 1
+    default = max(1, cores // threads) if spec else cores  # as LocalCluster and _start choose
+    workers = n_workers or block.get("n_workers") or default
+    if n_workers is None and "n_workers" in block and (workers + silo_workers) * threads > limit:
+        workers = max(1, limit // threads - silo_workers)
+        besides = f" besides {silo_workers} silo workers" if silo_workers else ""
+        _cap(
+            block,
+            f"{at}.n_workers",
+            workers,
+            f"{block['n_workers']} workers of {_count(threads, 'thread')}{besides}, {allowed}",
+            fix,
+        )
+    if "threads_per_worker" in block and (workers + silo_workers) * threads > limit:
+        threads = max(1, limit // (workers + silo_workers))
+        _cap(
+            block,
+            f"{at}.threads_per_worker",
+            threads,
+            f"{block['threads_per_worker']} threads for each of "
+            f"{_count(workers + silo_workers, 'worker')}, {allowed}",
+            f"For more threads, {yourself}.",
+        )
+    for sized, key in ((spec, "scale"), ((spec or {}).get("adapt"), "maximum")):
+        if sized and sized.get(key, 0) * threads > limit:
+            workers = max(1, limit // threads)
+            where = "cluster.spec.scale" if key == "scale" else "cluster.spec.adapt.maximum"
+            asked = f"{sized[key]} workers of {_count(threads, 'thread')}, {allowed}"
+            _cap(sized, where, workers, asked, f"For more workers, {yourself}.")
+    each = _bytes(block.get("memory_limit", "auto"), memory)
+    processes = workers + silo_workers
+    if each is not None and each * processes > memory:
+        asked = "no limit" if each == float("inf") else f"{format_bytes(each * processes)} in all"
+        _cap(
+            block,
+            f"{at}.memory_limit",
+            memory // processes,
+            f"memory_limit {block['memory_limit']!r} for each of {_count(processes, 'worker')} "
+            f"({asked}), more than this machine's {format_bytes(memory)}",
+            f"The limits must stop a worker before the machine runs out; for more, {yourself}.",
+        )
+    return cluster
+
+
+def _cap(block, where, value, asked, fix):
+    """Set the last key of *where* in *block* to *value*, and say so."""
+    from dask.utils import format_bytes
+
+    key = where.rpartition(".")[2]
+    shown = format_bytes(value) if key == "memory_limit" else value
+    warnings.warn(
+        f"{where}: the pipeline file asks for {asked}; capped to {shown}. {fix}",
+        ClusterLimitWarning,
+        stacklevel=3,
+    )
+    block[key] = value
+
+
+def _count(n, noun):
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
+def _bytes(limit, memory):
+    """A ``memory_limit`` in bytes (infinity for no limit), or ``None`` for ``"auto"`` and what
+    LocalCluster will refuse itself."""
+    from dask.utils import parse_bytes
+
+    if limit in (None, "auto") or isinstance(limit, bool):
+        return None
+    try:
+        number = float(limit)
+    except ValueError:
+        try:
+            number = parse_bytes(limit)
+        except ValueError:
+            return None
+    if number <= 0:  # LocalCluster reads 0 as no limit
+        return float("inf")
+    return number * memory if number <= 1 else number
 
 
 def _security(block):

@@ -16,6 +16,11 @@ and column of the offending key (see :mod:`taskdml.pipeline._yaml`):
    literal ``${``.
    Environment values are parsed like command-line values (``SEED=3`` gives the integer 3),
    where OmegaConf would need ``oc.decode``;
+   References are bounded like YAML aliases (:mod:`taskdml.pipeline._yaml`): what they bring may
+   nest at most :data:`~taskdml.pipeline._yaml.MAX_DEPTH` levels deep, references and the values
+   they bring included, and add at most :data:`MAX_INTERPOLATED_VALUES` values and
+   :data:`MAX_INTERPOLATED_CHARS` characters, so that references that repeat each other
+   (``b: ${a}${a}``, ``c: ${b}${b}``, ...) are refused instead of growing exponentially;
 4. **validate** against the JSON Schema (:mod:`taskdml.pipeline._schema`) and build the
    :class:`~taskdml.Pipeline`, which checks references, cycles and callables.
 """
@@ -25,15 +30,17 @@ import os
 import re
 from pathlib import Path
 
-import yaml
-
 from taskdml.exceptions import PipelineError, did_you_mean, dotted
 from taskdml.pipeline import _schema
 from taskdml.pipeline._model import Pipeline, Step
-from taskdml.pipeline._yaml import Location, load_with_locations, parse_scalar
+from taskdml.pipeline._yaml import MAX_DEPTH, Location, dump, load_with_locations, parse_scalar
 
 SECTIONS = tuple(_schema.SCHEMA["properties"])
 _INTERPOLATION = re.compile(r"(?<!\\)\$\{([^}]*)\}")
+MAX_INTERPOLATED_VALUES = 100_000
+"""Values ``${...}`` references may bring into a pipeline file, copies included."""
+MAX_INTERPOLATED_CHARS = 1_000_000
+"""Characters ``${...}`` references may write into the strings of a pipeline file."""
 _OVERRIDE = re.compile(r"^(?P<op>~|\+\+|\+)?(?P<key>[A-Za-z_][\w.\-\[\]]*)(=(?P<value>.*))?$", re.S)
 
 
@@ -144,6 +151,10 @@ def loads_pipeline(text, source="<string>", overrides=()):
     base = Path(source).parent if source != "<string>" else Path.cwd()
     interpolator = _Interpolator(data, base)
     data = interpolator.resolve()
+    if interpolator.exhausted:  # what was resolved is cut short: checking it would mislead
+        raise PipelineError(
+            _located(interpolator.problems[-1:], locations), problems=interpolator.problems[-1:]
+        )
     pipeline, problems = None, interpolator.problems + _schema.check(data, _schema.SCHEMA)
     if not problems:
         pipeline, problems = _build(data, PipelineSource(source, text, overrides))
@@ -164,7 +175,7 @@ def dump_pipeline(pipeline):
     str
         A pipeline file that :func:`loads_pipeline` reads back equal to *pipeline*.
     """
-    return yaml.safe_dump(pipeline.to_dict(), sort_keys=False, default_flow_style=False)
+    return dump(pipeline.to_dict())
 
 
 def _build(data, source):
@@ -257,25 +268,66 @@ class _Interpolator:
 
     def __init__(self, data, base):
         self.data, self.base, self.active, self.problems = data, base, [], []
+        self.seen, self.depth, self.values, self.chars, self.exhausted = set(), 0, 0, 0, False
 
     def resolve(self):
-        return self._walk(self.data, ())
+        try:
+            return self._walk(self.data, ())
+        except _Exhausted:
+            self.exhausted = True
+            return self.data
 
     def _walk(self, value, path):
-        if isinstance(value, dict):
-            return {key: self._walk(item, path + (key,)) for key, item in value.items()}
-        if isinstance(value, list):
-            return [self._walk(item, path + (index,)) for index, item in enumerate(value)]
+        if self.active:
+            self.values += 1
+            if self.values > MAX_INTERPOLATED_VALUES:
+                self._exhaust(
+                    path,
+                    f"${{...}} references bring more than {MAX_INTERPOLATED_VALUES:,} values "
+                    "into the file (references to values that hold references multiply). Refer "
+                    "to fewer values, or write them out.",
+                )
+        if isinstance(value, (dict, list)):
+            self._descend(path)
+            try:
+                if isinstance(value, dict):
+                    return {key: self._walk(item, path + (key,)) for key, item in value.items()}
+                return [self._walk(item, path + (index,)) for index, item in enumerate(value)]
+            finally:
+                self.depth -= 1
         if isinstance(value, str) and "${" in value:
             return self._string(value, path)
         return value
+
+    def _descend(self, path, expression=None):
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            at = f" at ${{{expression}}}" if expression else ""
+            self._exhaust(
+                path,
+                f"${{...}} references and the values they bring nest more than {MAX_DEPTH} "
+                f"levels deep{at}. Refer to the value itself rather than through a chain of "
+                "references, and flatten nested values.",
+            )
 
     def _string(self, text, path):
         whole = _INTERPOLATION.fullmatch(text)
         if whole:
             return self._expression(whole[1], path)
-        resolved = _INTERPOLATION.sub(lambda m: str(self._expression(m[1], path)), text)
+        resolved = _INTERPOLATION.sub(lambda m: self._piece(m[1], path), text)
         return resolved.replace("\\${", "${")
+
+    def _piece(self, expression, path):
+        piece = str(self._expression(expression, path))
+        self.chars += len(piece)
+        if self.chars > MAX_INTERPOLATED_CHARS:
+            self._exhaust(
+                path,
+                f"${{...}} references write more than {MAX_INTERPOLATED_CHARS:,} characters "
+                "into the file's strings (a string that refers twice to one that does the same "
+                "doubles at each step). Refer to fewer values, or write the text out.",
+            )
+        return piece
 
     def _expression(self, expression, path):
         try:
@@ -320,17 +372,28 @@ class _Interpolator:
         if target in self.active:
             cycle = " -> ".join(dotted(p) for p in self.active + [target])
             self._fail(path, f"interpolation cycle: {cycle}.")
+        self._descend(path, expression)
         self.active.append(target)
         try:
             return self._walk(node, target)
         finally:
             self.active.pop()
+            self.depth -= 1
 
     def _fail(self, path, text):
-        if (path, text) not in self.problems:
+        if (path, text) not in self.seen:
+            self.seen.add((path, text))
             self.problems.append((path, text))
         raise _Unresolved
+
+    def _exhaust(self, path, text):
+        self.problems.append((path, text))
+        raise _Exhausted
 
 
 class _Unresolved(Exception):
     """An interpolation that could not be resolved (already recorded as a problem)."""
+
+
+class _Exhausted(Exception):
+    """A bound on what references may bring was crossed; resolving stops (recorded)."""
