@@ -657,24 +657,20 @@ def cache_gc(cache_dir, older_than, max_size):
 
 
 def _size(n_bytes):
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n_bytes < 1024 or unit == "GiB":
-            return f"{n_bytes:.0f} {unit}" if unit == "B" else f"{n_bytes:.1f} {unit}"
-        n_bytes /= 1024
-    return None
+    from dask.utils import format_bytes
+
+    return format_bytes(n_bytes)
 
 
 def _parse_size(text):
-    import re
+    from dask.utils import parse_bytes
 
-    units = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12}
-    units |= {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-    match = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", text)
-    if not match or match.group(2).lower() not in units:
+    try:
+        return parse_bytes(text)
+    except (ValueError, TypeError):
         raise click.BadParameter(
             f"{text!r} is not a size like 10GB or 500MiB", param_hint="--max-size"
-        )
-    return int(float(match.group(1)) * units[match.group(2).lower()])
+        ) from None
 
 
 @cli.command()

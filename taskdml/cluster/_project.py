@@ -50,6 +50,8 @@ import socket
 import sys
 from pathlib import Path
 
+from dask.utils import format_bytes
+
 from taskdml.exceptions import ClusterUnavailable
 from taskdml.pipeline._paths import project_directories
 
@@ -150,8 +152,8 @@ def collect(packages):
     size = sum(map(len, files.values()))
     if size > MAX_BYTES:
         raise ClusterUnavailable(
-            f"the project's packages {', '.join(sorted(packages))} weigh {size / 2**20:.0f} MiB, "
-            f"more than the {MAX_BYTES / 2**20:.0f} MiB taskdml ships to the workers. Move data "
+            f"the project's packages {', '.join(sorted(packages))} weigh {format_bytes(size)}, "
+            f"more than the {format_bytes(MAX_BYTES)} taskdml ships to the workers. Move data "
             "files out of the packages (read them in a step), or install the packages on the "
             "workers."
         )

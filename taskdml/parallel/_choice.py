@@ -195,10 +195,6 @@ def choose_search(n_candidates, data_bytes, client):
 
 
 def _size(n):
-    if n is None:
-        return "unknown"
-    units = ("B", "KiB", "MiB", "GiB", "TiB")
-    power = 0
-    while n >= 1024 and power < len(units) - 1:
-        n, power = n / 1024, power + 1
-    return f"{n:.0f} B" if power == 0 else f"{n:.1f} {units[power]}"
+    from dask.utils import format_bytes
+
+    return "unknown" if n is None else format_bytes(n)
