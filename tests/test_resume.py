@@ -1,7 +1,9 @@
 """Resume after a crash: the CLI SIGKILLed (with its embedded cluster) after two steps, or in
-the middle of a long training, then ``taskdml resume``: no completed step runs again, the
-training continues from its last checkpoint, and the final model equals an uninterrupted
-run's bit for bit."""
+the middle of a long training or search once its first checkpoint file appears, then
+``taskdml resume``: no completed step runs again, the training or search continues from its
+last checkpoint, and the result equals an uninterrupted run's bit for bit wherever the
+uninterrupted run is itself deterministic (sync SGD with an integer period; async SGD with one
+replica; a synchronous successive halving; an ASHA search trial by trial)."""
 
 import json
 import os
@@ -82,6 +84,30 @@ def _run(args, folder, **env):
     )
     assert done.returncode == 0, done.stderr
     return done
+
+
+SEARCH = """\
+taskdml: 1
+name: search
+cluster: {n_workers: 2, threads_per_worker: 1}
+steps:
+  data:
+    call: taskdml.datasets:make_classification
+    with: {n_samples: 60_000, n_features: 20, n_informative: 10, chunk_size: 5_000,
+           random_state: 0}
+  tune:
+    search: sklearn.linear_model:SGDClassifier
+    method: METHOD
+    with: {loss: log_loss, random_state: 0}   # the estimator's own shuffling, seeded
+    space:
+      alpha: {loguniform: [1.0e-6, 1.0e-1]}
+      penalty: [l2, l1, elasticnet]
+    budget: {trials: 12, max_epochs: 9, min_epochs: 1, reduction_factor: 3}
+    validation_fraction: 0.25
+    scoring: accuracy
+    parallel: {random_state: 0}   # no strategy: every trial trains alone, deterministically
+    inputs: {data: data}
+"""
 
 
 def _events(run_dir):
@@ -174,6 +200,112 @@ def test_a_search_killed_mid_way_goes_on_from_its_checkpoint(tmp_path):
     assert len(trials) == 30 and trials["score"].notna().all()
     steps = trials["steps"].str.split(", ").str.len()
     assert (steps == trials["rung"] + 1).all()
+
+
+def _killed_and_resumed(killed, args, where=(), **env):
+    """Run *args* in *killed* (with its embedded cluster), SIGKILL it once a checkpoint file
+    appears, resume it (on the cluster *where* says, or an embedded one); the manifest of the
+    resumed run."""
+    process = _start(args, killed, **env)
+    checkpoints = killed / "cache" / "checkpoints"
+    _kill_when(process, lambda: any(checkpoints.glob("*/*.checkpoint")))
+    _run(["resume", "latest", "--run-dir", "runs", *where], killed, **env)
+    return _manifest(killed)
+
+
+def _trials(folder, manifest):
+    import pandas as pd
+
+    return pd.read_csv(folder / "runs" / manifest["run_id"] / "trials-tune.csv")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_halving_search_killed_mid_way_equals_an_uninterrupted_one(tmp_path, cluster):
+    """Synchronous successive halving, SIGKILLed once its first checkpoint is written and
+    resumed from it, gives an uninterrupted run's trials (rungs, every rung's score, states),
+    best parameters and best model, bit for bit."""
+    killed, clean = tmp_path / "killed", tmp_path / "clean"
+    for folder in (killed, clean):
+        folder.mkdir()
+        (folder / "search.yaml").write_text(SEARCH.replace("METHOD", "halving"))
+    args = ["run", "search.yaml", "--run-dir", "runs"]
+    where = ["--scheduler", cluster.scheduler_address]  # the session's cluster: 2 x 1 thread
+    resumed = _killed_and_resumed(killed, args, where)
+    assert resumed["steps"]["tune"]["resumed_from"]["results"] > 0
+    _run([*args, "--no-cache", *where], clean)
+    uninterrupted = _manifest(clean)
+    assert "resumed_from" not in uninterrupted["steps"]["tune"]
+    columns = ["trial", "alpha", "penalty", "budget", "rung", "score", "score_rung_0",
+               "score_rung_1", "score_rung_2", "state"]  # fmt: skip
+    got, expected = _trials(killed, resumed), _trials(clean, uninterrupted)
+    assert got[columns].equals(expected[columns]), (got[columns], expected[columns])
+    summary = resumed["steps"]["tune"]["summary"]
+    assert summary["best_params"] == uninterrupted["steps"]["tune"]["summary"]["best_params"]
+    np.testing.assert_array_equal(
+        load_model(killed / "runs" / resumed["run_id"], "tune").coef_,
+        load_model(clean / "runs" / uninterrupted["run_id"], "tune").coef_,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_an_asha_search_killed_mid_way_scores_each_trial_as_an_uninterrupted_one(tmp_path, cluster):
+    """ASHA, SIGKILLed once its first checkpoint is written and resumed from it: every trial
+    started, ran one step per rung it reached, and every score a trial has at a rung equals
+    the uninterrupted run's for that trial and rung. (Which trials ASHA promotes depends on
+    the order results arrive in, in any run; a trial's training and score up to a rung do
+    not.)"""
+    killed, clean = tmp_path / "killed", tmp_path / "clean"
+    for folder in (killed, clean):
+        folder.mkdir()
+        (folder / "search.yaml").write_text(SEARCH.replace("METHOD", "asha"))
+    args = ["run", "search.yaml", "--run-dir", "runs"]
+    where = ["--scheduler", cluster.scheduler_address]  # the session's cluster: 2 x 1 thread
+    resumed = _killed_and_resumed(killed, args, where)
+    assert resumed["steps"]["tune"]["resumed_from"]["results"] > 0
+    _run([*args, "--no-cache", *where], clean)
+    got = _trials(killed, resumed).set_index("trial")
+    expected = _trials(clean, _manifest(clean)).set_index("trial")
+    assert list(got.index) == list(expected.index) == list(range(12))
+    assert got[["alpha", "penalty"]].equals(expected[["alpha", "penalty"]])
+    rungs = [f"score_rung_{k}" for k in range(3)]
+    assert got["score_rung_0"].notna().all() and expected["score_rung_0"].notna().all()
+    both = got[rungs].notna() & expected[rungs].notna()
+    assert both.sum().sum() > 12  # some trials were promoted in both runs
+    same = (got[rungs] == expected[rungs]) | ~both
+    assert same.all().all(), (got[rungs], expected[rungs])
+    assert (got["steps"].str.split(", ").str.len() == got["rung"] + 1).all()  # none twice
+
+
+ONE_REPLICA_ASYNC = LONG_TRAINING.replace("n_workers: 2", "n_workers: 1").replace(
+    "epochs: 30, sync_every: 2", "epochs: 20, strategy: async"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_one_replica_async_training_killed_mid_way_equals_an_uninterrupted_one(tmp_path):
+    """An async training with one replica (one worker: its pushes are one serial pass, so an
+    uninterrupted run is deterministic), SIGKILLed once its server's first copy is written
+    and resumed from it, absorbs every chunk of every epoch once and equals the uninterrupted
+    run bit for bit."""
+    killed, clean = tmp_path / "killed", tmp_path / "clean"
+    for folder in (killed, clean):
+        folder.mkdir()
+        (folder / "long.yaml").write_text(ONE_REPLICA_ASYNC)
+    often = {"DASK_TASKDML__ELASTIC__CHECKPOINT_S": "0.5"}
+    args = ["run", "long.yaml", "--run-dir", "runs"]
+    resumed = _killed_and_resumed(killed, args, **often)
+    training = resumed["steps"]["model"]["training"]
+    assert training["strategy"] == "async" and training["stats"]["replicas"] == 1
+    assert 0 < training["stats"]["resumed_from"]["updates"] < 20 * 20
+    assert training["stats"]["updates"] == 20 * 20
+    _run([*args, "--no-cache"], clean)
+    np.testing.assert_array_equal(
+        load_model(killed / "runs" / resumed["run_id"], "model").coef_,
+        load_model(clean / "runs" / _manifest(clean)["run_id"], "model").coef_,
+    )
 
 
 @pytest.mark.slow

@@ -2,6 +2,8 @@
 refused, wherever they come from, unless the file is trusted like code."""
 
 import pickle
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -61,16 +63,36 @@ def test_code_loaders_are_refused_unless_the_file_is_trusted(target, allow, argu
     assert target in message
 
 
+# What imports.trust does not lift: the checks of the arguments and of the name itself.
+TRUSTED_FAILURES = {
+    "pickle:loads": "'pickle:loads' takes no argument 'data'",  # its argument is positional
+    **(
+        {}
+        if hasattr(np.lib.npyio, "load")
+        else {"numpy.lib.npyio:load": "module 'numpy.lib.npyio' has no attribute 'load'"}
+    ),  # numpy 2 keeps load at the top level only
+}
+TRUSTED = [g for g in GADGETS if g[0].split(":")[0].split(".")[0] in ("numpy", "pickle", "marshal")]
+
+
 @pytest.mark.parametrize(
-    ("target", "allow", "arguments"),
-    [g for g in GADGETS if g[0].split(":")[0].split(".")[0] in ("numpy", "pickle", "marshal")],
+    ("target", "allow", "arguments"), [g for g in TRUSTED if g[0] not in TRUSTED_FAILURES]
 )
 def test_a_trusted_file_may_name_them(target, allow, arguments):
     """imports.trust: true lets the same file validate (it is code, and says so)."""
-    try:
+    pipeline = loads_pipeline(_file(target, allow, arguments, trust=True))
+    assert pipeline.name == "gadget"
+
+
+@pytest.mark.parametrize(
+    ("target", "allow", "arguments"), [g for g in TRUSTED if g[0] in TRUSTED_FAILURES]
+)
+def test_trust_does_not_lift_the_other_checks(target, allow, arguments):
+    """A trusted file that names a callable with an argument it does not take, or a name its
+    module lacks, is still invalid, for that reason and not for trust."""
+    with pytest.raises(PipelineError, match=re.escape(TRUSTED_FAILURES[target])) as raised:
         loads_pipeline(_file(target, allow, arguments, trust=True))
-    except PipelineError as error:  # arguments the callable does not take are still checked
-        assert "trust" not in str(error)
+    assert "trust" not in str(raised.value)
 
 
 @pytest.mark.parametrize(
@@ -104,27 +126,33 @@ def test_the_default_allow_list_is_narrow(target, fragment):
 
 
 class _Marker:
-    """Unpickling this writes a file: what a malicious .npy would do with a shell command."""
+    """Unpickling this creates a file: what a malicious .npy would do with a shell command."""
 
     def __init__(self, path):
         self.path = path
 
     def __reduce__(self):
-        return (open, (self.path, "w"))
+        return (Path.touch, (Path(self.path),))
 
 
-def test_the_numpy_load_gadget_does_not_run(tmp_path):
-    """The issue's file — `call: numpy:load` with allow_pickle on a crafted .npy — exits 3 and
-    its payload never runs; --trust runs it, saying so on the terminal."""
+def _evil_pipeline(tmp_path):
+    """A pipeline that loads a crafted .npy with allow_pickle, and the file its payload
+    creates when it runs."""
     marker = tmp_path / "payload-ran"
     evil = tmp_path / "evil.npy"
     np.save(evil, np.array([_Marker(str(marker))], dtype=object), allow_pickle=True)
-    pickle.dumps(_Marker(str(marker)))  # the payload pickles (the test builds what it claims)
     pipeline = tmp_path / "pipeline.yaml"
     pipeline.write_text(
         "taskdml: 1\nname: evil\nsteps:\n  load:\n    call: numpy:load\n"
         f"    with: {{file: '{evil}', allow_pickle: true}}\n"
     )
+    return pipeline, marker
+
+
+def test_the_numpy_load_gadget_does_not_run(tmp_path):
+    """The issue's file — `call: numpy:load` with allow_pickle on a crafted .npy — exits 3 and
+    its payload never runs, nor with --trust --dry-run, which says it trusts the file."""
+    pipeline, marker = _evil_pipeline(tmp_path)
     refused = CliRunner().invoke(cli, ["run", str(pipeline), "--run-dir", str(tmp_path / "r")])
     assert refused.exit_code == 3, refused.output
     assert "allow_pickle=True can run code" in refused.output
@@ -133,3 +161,20 @@ def test_the_numpy_load_gadget_does_not_run(tmp_path):
     assert dry.exit_code == 0, dry.output
     assert "trusting" in dry.output and "like code" in dry.output
     assert not marker.exists()
+
+
+def test_the_numpy_load_gadget_runs_its_payload_once_trusted(tmp_path, cluster):
+    """The positive control: run with --trust, the same file does run the payload (its file
+    appears), so the crafted .npy is a real gadget and the refusal is what stops it."""
+    pipeline, marker = _evil_pipeline(tmp_path)
+    # unpickled here, the payload creates its file: the test builds what it claims
+    assert pickle.loads(pickle.dumps(_Marker(str(tmp_path / "probe")))) is None
+    assert (tmp_path / "probe").exists() and not marker.exists()
+    trusted = CliRunner().invoke(
+        cli,
+        ["run", str(pipeline), "--trust", "--scheduler", cluster.scheduler_address,
+         "--run-dir", str(tmp_path / "r")],
+    )  # fmt: skip
+    assert trusted.exit_code == 0, trusted.output
+    assert "trusting" in trusted.output
+    assert marker.exists()

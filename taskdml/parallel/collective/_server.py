@@ -196,7 +196,8 @@ class _ServerState:
     started from the version the replica pulled: the global side weighted by the rows
     it absorbed since then, the replica by its chunk's rows. A fresh push (nothing absorbed
     since) simply becomes the global estimator. ``behind`` records, per push, how many
-    versions were merged between the replica's pull and its push.
+    versions were merged between the replica's pull and its push, ``pushes`` which replica
+    pushed and the version it had pulled, in the order the pushes were merged.
     """
 
     def __init__(self, start, n_replicas, staleness, rule):
@@ -208,6 +209,7 @@ class _ServerState:
         self.staleness = staleness
         self.waited = dict.fromkeys(range(n_replicas), 0.0)
         self.behind = []  # per push: versions merged since the replica pulled
+        self.pushes = []  # per push, in merge order: (rank, version it pulled)
 
     def may_pull(self, rank):
         if self.staleness is None:
@@ -221,6 +223,7 @@ class _ServerState:
 
     def push(self, rank, replica, version, rows):
         self.behind.append(self.version - version)
+        self.pushes.append((rank, version))
         absorbed = self.rows - self.rows_at[version]
         if absorbed == 0:
             self.estimator = merge_replicas([replica], [rows], rule=self.rule)
@@ -279,10 +282,13 @@ class ParameterServerActor(_ActorCollective):
             return self.state.snapshot()
 
     def result(self):
-        """The global estimator, its version, the seconds each replica was held back, and
-        how many versions behind each push was."""
+        """The global estimator, its version, the seconds each replica was held back, how
+        many versions behind each push was, and each push's ``(rank, version pulled)``."""
         state = self.state
-        return copy.deepcopy(state.estimator), state.version, dict(state.waited), list(state.behind)
+        return (
+            copy.deepcopy(state.estimator), state.version, dict(state.waited),
+            list(state.behind), list(state.pushes),
+        )  # fmt: skip
 
 
 class ParameterServerLocal(_LocalCollective):

@@ -147,8 +147,10 @@ class TrainResult:
         ``"actor"`` or ``"local"``) and with ``"direct"`` per replica ``serialize_s``,
         ``wire_s``, ``wait_s``, ``merge_s`` and ``collective_round_s`` (the median round) for
         sync; or ``updates``, ``held_back_s`` and ``versions_behind`` (async: mean, most; how
-        many other pushes were merged between a replica's pull and its push) and
-        ``restarts`` (the lost workers it went on without, see :func:`_elastic_async`).
+        many other pushes were merged between a replica's pull and its push), ``pushes`` (per
+        push the server merged, in order, ``(rank, version the replica had pulled)``; of the
+        last server, after a restart) and ``restarts`` (the lost workers it went on without,
+        see :func:`_elastic_async`).
         Replicas on a cluster add ``workers`` (the addresses they ran on, held while they
         ran) and ``ran`` (``time.time`` of the first replica's start and of the last one's
         end).
@@ -1396,7 +1398,7 @@ def _result(strategy, outcomes, collective, plan, n_replicas):
             for name in ("sync_every", "block_s", "round_s"):
                 facts[name] = [entry[name] for entry in history]
         return TrainResult(state, history, "sync", facts)
-    state, version, waited, behind = _collective.call(collective, "result")
+    state, version, waited, behind, pushes = _collective.call(collective, "result")
     history = [
         {
             "epoch": plan.epochs,
@@ -1414,6 +1416,7 @@ def _result(strategy, outcomes, collective, plan, n_replicas):
             "versions_behind": (sum(behind) / max(len(behind), 1), max(behind, default=0)),
             "busy_s": [o["busy_s"] for o in outcomes],
             "held_back_s": [waited[rank] for rank in sorted(waited)],
+            "pushes": pushes,
         },
     )
 
