@@ -30,7 +30,7 @@ GADGETS = [
     ("ctypes:CDLL", ["ctypes"], {"name": "libc.so.6"}),
     ("yaml:unsafe_load", ["yaml"], {"stream": "x"}),
     ("skops.io:load", ["skops.*"], {"file": "evil.skops", "trusted": ["builtins.eval"]}),
-    ("taskdml.runs._directory:load_model", None, {"run_path": ".", "step": "model"}),
+    ("taskdml.runs:load_model", None, {"run_path": ".", "step": "model"}),
     (
         "sklearn.utils._testing:assert_run_python_script_without_output",
         None,
