@@ -217,14 +217,14 @@ def _replayed(case, pushes):
 
 
 def _check_record(result):
-    """The record has one push per chunk and epoch (replica 0 owns 4 chunks of 7), none from a
-    version to come, and pushes the server merged with others (two replicas running at once:
-    3 to 12 of the 21 in every run measured), so the replay tests the merge."""
+    """The record has one push per chunk and epoch (replica 0 owns 4 chunks of 7) and none
+    from a version to come. How many pushes the server merged with others depends on how the
+    replicas were scheduled (3 to 12 of the 21 measured on two workers, none when a loaded
+    machine runs the threads one after the other); the replay holds either way."""
     pushes = [tuple(p) for p in result.stats["pushes"]]
     assert len(pushes) == result.stats["updates"] == 3 * len(CHUNK_ROWS)
     assert [rank for rank, _ in pushes].count(0) == 3 * 4
     assert all(0 <= pulled <= j for j, (_, pulled) in enumerate(pushes))
-    assert any(pulled < j for j, (_, pulled) in enumerate(pushes))
     return pushes
 
 
