@@ -150,7 +150,8 @@ class TrainResult:
         many other pushes were merged between a replica's pull and its push) and
         ``restarts`` (the lost workers it went on without, see :func:`_elastic_async`).
         Replicas on a cluster add ``workers`` (the addresses they ran on, held while they
-        ran) and ``ran`` (``time.time`` of the first replica's start and of the last one's
+        ran), ``placement`` (the worker of each replica, by rank, in the last segment) and
+        ``ran`` (``time.time`` of the first replica's start and of the last one's
         end).
     """
 
@@ -1108,6 +1109,7 @@ class _Segment:
         result.stats.update(
             setup_s=self.setup_s,
             workers=sorted(set(self.addresses)),
+            placement=list(self.addresses),
             ran=(min(t["started"] for t in timings), max(t["ended"] for t in timings)),
         )
         return result
