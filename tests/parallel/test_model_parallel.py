@@ -370,6 +370,34 @@ def test_hybrid_sync_every_auto(client, separated):
     assert model.score(X_d, y_d) > 0.9
 
 
+@pytest.mark.timeout(240)
+def test_hybrid_checkpoints_per_shard_change_nothing(client, separated, tmp_path):
+    """Inside a step's checkpoint scope each shard's training checkpoints under its own name;
+    segments at every round, and a run resumed from those checkpoints, give the shards of one
+    uninterrupted training bit for bit."""
+    import dask
+
+    from taskdml.cache import Cache
+    from taskdml.cache._checkpoints import scope
+
+    X, y = separated
+    X_d, y_d = _hybrid_data(X, y)
+    hybrid = ClassSharded(SGDClassifier(random_state=0), n_shards=2, replicas=2, sync_every=2)
+    whole = client.gather(clone(hybrid).fit(X_d, y_d).shards_)
+    store = Cache(tmp_path / "store")
+    with dask.config.set({"taskdml.elastic.checkpoint-s": 0}), scope(store, "step"):
+        cut = client.gather(clone(hybrid).fit(X_d, y_d).shards_)
+    saved = [store.load_checkpoint("step", f"training-{k}-training-0") for k in range(2)]
+    assert [s["state"].classes.tolist() for s in saved] == [s.classes.tolist() for s in whole]
+    with scope(store, "step"):  # the same step again: each shard from its own checkpoint
+        resumed = client.gather(clone(hybrid).fit(X_d, y_d).shards_)
+    for shards in (cut, resumed):
+        for (coef, intercept), (coef_whole, intercept_whole) in zip(
+            _coefficients(shards), _coefficients(whole)
+        ):
+            assert np.array_equal(coef, coef_whole) and np.array_equal(intercept, intercept_whole)
+
+
 def test_one_replica_ignores_sync_every(data):
     """replicas=1 trains as before whatever sync_every is; in-memory data with replicas=2 is
     one chunk for replica 0, so it equals one partial_fit too."""
