@@ -296,6 +296,28 @@ def test_hybrid_shards_times_replicas_on_a_cluster(cluster, separated):
         assert np.array_equal(coef, coef_here) and np.array_equal(intercept, intercept_here)
 
 
+@pytest.mark.timeout(240)
+def test_hybrid_shards_train_side_by_side_on_workers_of_their_own(separated):
+    """On four workers, the engine places two shards' two replicas on disjoint pairs of
+    workers (trainings started together spread), and each shard ends on one of its pair."""
+    from distributed import Client, LocalCluster
+
+    X, y = separated
+    with (
+        LocalCluster(
+            n_workers=4, threads_per_worker=1, processes=True, host="127.0.0.1",
+            dashboard_address=None, memory_limit="1GiB",
+        ) as cluster,
+        Client(cluster, set_as_default=True) as client,
+    ):  # fmt: skip
+        model = ClassSharded(SGDClassifier(random_state=0), n_shards=2, replicas=2)
+        model.fit(*_hybrid_data(X, y))
+        holders = client.who_has(model.shards_)
+    pairs = [set(model.placement_[k]) for k in range(2)]
+    assert all(len(pair) == 2 for pair in pairs) and not pairs[0] & pairs[1]
+    assert all(holders[f.key][0] in pair for f, pair in zip(model.shards_, pairs))
+
+
 def _sync_reference(X, y, classes, columns, replicas, sync_every, epochs):
     """The binary SGDs of the classes at *columns* trained as the engine's sync rounds train
     them: chunk ``i`` to replica ``i % replicas``, in order; each round every replica copies
