@@ -152,7 +152,8 @@ class TrainResult:
         last server, after a restart) and ``restarts`` (the lost workers it went on without,
         see :func:`_elastic_async`).
         Replicas on a cluster add ``workers`` (the addresses they ran on, held while they
-        ran) and ``ran`` (``time.time`` of the first replica's start and of the last one's
+        ran), ``placement`` (the worker of each replica, by rank, in the last segment) and
+        ``ran`` (``time.time`` of the first replica's start and of the last one's
         end).
     """
 
@@ -1110,6 +1111,7 @@ class _Segment:
         result.stats.update(
             setup_s=self.setup_s,
             workers=sorted(set(self.addresses)),
+            placement=list(self.addresses),
             ran=(min(t["started"] for t in timings), max(t["ended"] for t in timings)),
         )
         return result
@@ -1122,7 +1124,20 @@ def _segment(
     epoch); see :class:`_Segment`."""
     _in_memory(client, [c for share in owned for c in share])  # placement follows them
     placement = _place(client, owned, threads)
+    addresses = [placement[rank] for rank in range(len(owned))]
     clock.lap("place_s")
+    try:
+        return _run_segment(
+            client, state, owned, left, plan, strategy, staleness, clock, grows, on_copy, addresses
+        )
+    finally:
+        _release(client, addresses)
+
+
+def _run_segment(
+    client, state, owned, left, plan, strategy, staleness, clock, grows, on_copy, addresses
+):
+    """:func:`_segment` once its replicas are placed on *addresses* (by rank)."""
     # The actor and the replicas hold the state of this one training, so their keys are new
     # on every call: with a key of its inputs alone, a call made while the scheduler still
     # held the last one's actor got that actor back, its state and version included.
@@ -1135,7 +1150,6 @@ def _segment(
         plan.training,
         phase="replica",
     )
-    addresses = [placement[rank] for rank in range(len(owned))]
     if strategy == "sync":
         collective, actor_future = _sync_collective(client, addresses, plan.rule, name)
     else:
@@ -1157,7 +1171,7 @@ def _segment(
             staleness,
             plan.rule,
             actor=True,
-            workers=[placement[0]],
+            workers=[addresses[0]],
             key=_keys.key_name("train", name, phase="server"),
         )
         collective = actor_future.result()
@@ -1447,26 +1461,46 @@ def _place(client, owned, threads):
     Replicas are spread evenly over the workers first, never more on a worker than it has
     threads (each replica holds one for the whole training); *threads* maps worker address to
     thread count and holds at least as many threads as there are replicas. Streamed chunks
-    are read wherever they are trained on, so they weigh nothing here.
+    are read wherever they are trained on, so they weigh nothing here. Workers that hold
+    replicas of other trainings of this process (placed and not yet ended: see
+    :func:`_release`) come after the others, whatever their rows: trainings started together
+    (``ClassSharded``'s shards) spread over the cluster instead of queueing for the same
+    workers (:func:`_taking_turns`).
     """
     from distributed import Future
 
     workers = sorted(threads)
     held = [c.X for chunks in owned for c in chunks if isinstance(c.X, Future)]
     who_has = client.who_has(held) if held else {}
-    local = []
-    for rank, chunks in enumerate(owned):
-        for worker in workers:
-            here = sum(1 for c in chunks if worker in who_has.get(getattr(c.X, "key", None), ()))
-            local.append((-here, rank, worker))
-    placement, used = {}, {}
-    even = -(-len(owned) // len(workers))
-    for capacity in ({w: min(even, threads[w]) for w in workers}, threads):
-        for _, rank, worker in sorted(local):
-            if rank not in placement and used.get(worker, 0) < capacity[worker]:
-                placement[rank] = worker
-                used[worker] = used.get(worker, 0) + 1
+    with _PER_CLIENT_LOCK:  # the choice and its reservation at once, for trainings in threads
+        reserved = _RESERVED.setdefault(client, collections.Counter())
+        local = []
+        for rank, chunks in enumerate(owned):
+            for worker in workers:
+                here = sum(
+                    1 for c in chunks if worker in who_has.get(getattr(c.X, "key", None), ())
+                )
+                local.append((reserved[worker], -here, rank, worker))
+        placement, used = {}, {}
+        even = -(-len(owned) // len(workers))
+        for capacity in ({w: min(even, threads[w]) for w in workers}, threads):
+            for *_, rank, worker in sorted(local):
+                if rank not in placement and used.get(worker, 0) < capacity[worker]:
+                    placement[rank] = worker
+                    used[worker] = used.get(worker, 0) + 1
+        reserved.update(placement.values())
     return placement
+
+
+def _release(client, addresses):
+    """The replicas placed on *addresses* by :func:`_place` have ended."""
+    with _PER_CLIENT_LOCK:
+        reserved = _RESERVED.get(client)
+        for address in addresses if reserved is not None else ():
+            reserved[address] -= 1
+
+
+_RESERVED = weakref.WeakKeyDictionary()  # client -> Counter: replicas placed, per worker
 
 
 def _replicated_locally(estimator, chunks, plan, strategy, staleness, n_replicas, clock):

@@ -35,29 +35,26 @@ the argmax, or the normalisation of the probabilities. No task ever holds two sh
 Two classes make one binary problem, one row of ``coef_``: it cannot be split, so it is one
 shard holding a clone of the whole estimator.
 
-Hybrid parallelism (``replicas=R > 1``): every shard is also data-parallel inside. Shard ``k``
-has ``R`` replicas, pinned round robin to workers ``k*R .. k*R+R-1`` (modulo the number of
-workers), so the replicas of a shard are on distinct workers and a worker holds replicas of
-different shards; which of them is replica 0 rotates with ``k``, so that the merges and the
-final shards spread over the workers as with ``R = 1``. An epoch deals chunk ``i`` to replica
-``i % R`` of every shard; a round is ``R * sync_every`` consecutive chunks (the last round of
-an epoch may be shorter). After a round, the replicas of a shard that trained in it are merged
-with the binary estimator's merge rule (:func:`~taskdml.parallel.merge_replicas`; for SGD the
-rows-seen average of ``coef_`` and ``intercept_`` with a global ``t_``), and every replica
-continues from a copy of the merged shard. This is local SGD: not bit-equal to the unsharded
-model. The last merge is the shard; ``shards_`` holds one future per shard, on replica 0's
-worker, as with ``R = 1``. Without a client the same rounds run in this process in the same
-order, with the same seeds and merges, and give the same shards bit for bit.
+Hybrid parallelism (``replicas=R > 1``): every shard is also data-parallel inside. A shard is
+an estimator of its own (:class:`_ClassShard`: ``partial_fit`` trains its binary estimators on
+a chunk, with its classes' seeds) with a merge rule (:func:`merge_shards`: the binary
+estimator's rule class by class, weighted by the rows each replica saw; for SGD the rows-seen
+average of ``coef_`` and ``intercept_`` with a global ``t_``), so each shard is trained by the
+engine, :func:`~taskdml.parallel.train` with ``n_replicas=R``, one call per shard, the shards
+side by side in threads of the client. The engine deals chunk ``i`` to replica ``i % R`` (in
+order: no shuffle), merges every *sync_every* blocks per replica (``"auto"``: the period it
+measures), places the replicas of a shard on distinct workers, re-plans when workers come and
+go, and checkpoints inside a pipeline step. This is local SGD: not bit-equal to the unsharded
+model. The merged shard ends on one of its replicas' workers (the shards spread over them), a
+future in ``shards_`` as with ``R = 1``; ``placement_`` says where each replica ran. Without a
+client the same rounds run in threads of this process, shard after shard. In-memory data is
+one chunk, which one replica would train: it trains as with ``R = 1``.
 
-What moves: a chunk goes to the workers of its replica of each shard (``S`` at most, not
-``S * R``); at each merge the ``R - 1`` other replicas of a shard travel to replica 0's worker
-and the merged shard travels back to them, ``2 (R - 1)`` shard transfers per shard and round.
-What a merge costs: one task on replica 0's worker holds the ``R`` replicas and writes the
-merged binary estimators into replica 0 one class at a time, so ``R`` copies of the shard's
-coefficients plus one class's on that worker (pairwise sums would bound it at two, at the
-price of ``R - 1`` chained tasks per merge). A replica starting a round copies the merged
-shard, which its ``R`` replicas share, before training in place: two copies on its worker
-until the round's first link ends.
+What moves: the engine's replicas exchange the shard at each merge (see
+:mod:`taskdml.parallel.engine._train`), and the final shard passes through the client once on
+its way back to a worker; with ``R = 1`` a shard never leaves its worker. Trainings whose
+replicas share a worker take turns there (the engine holds a worker for the replicas of one
+training at a time).
 """
 
 import copy
@@ -72,25 +69,83 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from taskdml import _keys
+from taskdml.parallel.engine._period import check_sync_every
+from taskdml.parallel.merge._registry import register_merge
 
 _MAX_SEED = np.iinfo(np.int32).max  # what scikit-learn's SGD draws its per-class seeds under
 
 
 class _ClassShard:
     """Some classes of a one-vs-rest model: their labels and binary estimators, or (two
-    classes) the whole estimator in ``estimators[0]`` with ``whole`` set."""
+    classes) the whole estimator in ``estimators[0]`` with ``whole`` set.
 
-    def __init__(self, kind, classes, estimators, whole, key):
+    A shard trains with :meth:`partial_fit` like any estimator, so the engine can train its
+    replicas (``replicas > 1``); its merge rule is the binary estimator's, class by class
+    (:func:`merge_shards`). *seeds* gives each ``partial_fit`` its classes' seeds: the
+    shard's slice of the draw of an integer ``random_state`` (the same on every call, as
+    the unsharded SGD draws them), or ``(generator, columns)`` to draw from; ``None`` for
+    OneVsRest and whole shards. *all_classes* are every label of the model.
+    """
+
+    def __init__(self, kind, classes, estimators, whole, key, all_classes=None, seeds=None):
         self.kind = kind  # "sgd" or "ovr"
         self.classes = classes
         self.estimators = estimators
         self.whole = whole
         self.key = key
+        self.all_classes = all_classes
+        self.seeds = seeds
 
     def __sizeof__(self):  # dask's sizeof: the coefficients, so that memory reports are true
         import dask.sizeof
 
         return sum(dask.sizeof.sizeof(vars(e)) for e in self.estimators)
+
+    def partial_fit(self, X, y, sample_weight=None, classes=None):
+        """Train every binary estimator on one chunk, in place; *classes* is ignored (the
+        shard knows all the labels)."""
+        seeds = self.seeds
+        if isinstance(seeds, tuple):  # a generator: one draw for all the classes per call
+            generator, columns = seeds
+            seeds = generator.randint(_MAX_SEED, size=len(self.all_classes))[columns]
+        return train_shard(self, X, y, seeds, self.all_classes, sample_weight)
+
+    def fit(self, X, y, sample_weight=None):  # what check_is_fitted asks an estimator for
+        raise TypeError("a shard of ClassSharded trains with partial_fit only.")
+
+    def __sklearn_tags__(self):  # not a classifier to the engine: it needs no classes=
+        from sklearn.utils import Tags, TargetTags
+
+        return Tags(estimator_type=None, target_tags=TargetTags(required=True))
+
+    def __sklearn_is_fitted__(self):
+        # always "fitted" for the merge: each binary estimator is checked by its own rule
+        return True
+
+
+def merge_shards(replicas, weights):
+    """The replicas of one shard merged class by class with the binary estimator's merge
+    rule (:func:`~taskdml.parallel.merge_replicas`; for SGD the rows-weighted mean of
+    ``coef_`` and ``intercept_`` with a global ``t_``): a new shard (the merge rule of
+    :class:`_ClassShard`, which the engine calls after every round)."""
+    from taskdml.parallel.merge._registry import merge_replicas
+
+    merged = copy.copy(replicas[0])
+    merged.seeds = copy.deepcopy(merged.seeds)
+    merged.estimators = [
+        merge_replicas([r.estimators[j] for r in replicas], weights)
+        for j in range(len(merged.estimators))
+    ]
+    return merged
+
+
+register_merge(
+    _ClassShard,
+    merge_shards,
+    family="class-shard",
+    notes="Each binary estimator merged with its own rule, weighted by the rows each "
+    "replica saw in the round.",
+)
 
 
 def _kind(estimator):
@@ -119,7 +174,7 @@ def _kind(estimator):
 def new_shard(estimator, kind, classes, shard_classes, key):
     """A fresh shard of *estimator* for *shard_classes* (all of *classes* when two)."""
     if len(classes) == 2:
-        return _ClassShard(kind, classes, [clone(estimator)], True, key)
+        return _ClassShard(kind, classes, [clone(estimator)], True, key, classes)
     if kind == "sgd":
         weights = estimator.class_weight or {}
         binaries = [
@@ -128,7 +183,7 @@ def new_shard(estimator, kind, classes, shard_classes, key):
         ]
     else:
         binaries = [clone(estimator.estimator) for _ in shard_classes]
-    return _ClassShard(kind, np.asarray(shard_classes), binaries, False, key)
+    return _ClassShard(kind, np.asarray(shard_classes), binaries, False, key, classes)
 
 
 def train_shard(shard, X, y, seeds, all_classes, sample_weight=None):
@@ -229,8 +284,8 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
     decision functions chunk by chunk. The result equals the unsharded estimator trained with
     ``partial_fit`` on the same chunks in the same order (same ``coef_`` and ``intercept_``
     bit for bit; decision values to rounding). With ``replicas > 1`` each shard is also
-    trained data-parallel by replicas on several workers, merged every *sync_every* chunks
-    (local SGD: close to the unsharded model, not equal). See
+    trained data-parallel by the engine's replicas on several workers, merged every
+    *sync_every* blocks (local SGD: close to the unsharded model, not equal). See
     :mod:`taskdml.parallel.estimators._class_sharded`.
 
     Parameters
@@ -246,14 +301,16 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
         ``partial_fit`` called on every chunk, *epochs* times).
     replicas : int, default=1
         Data-parallel replicas per shard (hybrid parallelism: shards x replicas), each on a
-        different worker: chunk ``i`` of every epoch trains replica ``i % replicas``, and the
-        replicas of a shard are merged every *sync_every* chunks each (model averaging for
-        SGD, so not bit-equal to the unsharded model). At most the number of workers of the
-        client; without a client the replicas train in this process, in the same order.
-        Needs a merge rule for the binary estimator (:func:`~taskdml.parallel.get_merge_rule`).
-    sync_every : int, default=1
-        Chunks each replica trains between two merges of its shard; ignored with
-        ``replicas=1``.
+        different worker: every shard is trained by the engine
+        (:func:`~taskdml.parallel.train`, ``n_replicas=replicas``), chunk ``i`` of every epoch
+        to replica ``i % replicas``, the replicas of a shard merged every *sync_every* blocks
+        each (model averaging for SGD, so not bit-equal to the unsharded model). At most the
+        number of workers of the client; without a client the replicas are threads of this
+        process. Needs a merge rule for the binary estimator
+        (:func:`~taskdml.parallel.get_merge_rule`).
+    sync_every : int or "auto", default=1
+        Blocks each replica trains between two merges of its shard (``"auto"``: chosen by the
+        engine from measured timings); ignored with ``replicas=1``.
 
     Attributes
     ----------
@@ -266,9 +323,12 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
     n_features_in_ : int
         Number of features seen in ``fit``.
     placement_ : dict
-        ``{shard index: [worker address of each replica]}`` where the shards' training tasks
-        were pinned (replica 0's worker also runs the merges and keeps the shard); empty lists
-        without a client.
+        ``{shard index: [worker address of each replica]}`` where the shards trained (with
+        ``replicas > 1``, replica by rank, as the engine placed them); empty lists without a
+        client.
+    history_ : dict
+        ``{shard index: the engine's history}`` with ``replicas > 1`` (per epoch the period
+        and rounds, see :class:`~taskdml.parallel.TrainResult`); empty otherwise.
 
     Examples
     --------
@@ -349,10 +409,9 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
             raise ValueError(f"n_shards must be a positive integer, got {n_shards!r}.")
         if not isinstance(self.epochs, numbers.Integral) or self.epochs < 1:
             raise ValueError(f"epochs must be a positive integer, got {self.epochs!r}.")
-        for parameter in ("replicas", "sync_every"):
-            value = getattr(self, parameter)
-            if not isinstance(value, numbers.Integral) or value < 1:
-                raise ValueError(f"{parameter} must be a positive integer, got {value!r}.")
+        if not isinstance(self.replicas, numbers.Integral) or self.replicas < 1:
+            raise ValueError(f"replicas must be a positive integer, got {self.replicas!r}.")
+        check_sync_every(self.sync_every, "ClassSharded")
         if self.replicas > 1:
             _check_mergeable(self.estimator, kind, self.replicas)
             if client is not None and self.replicas > len(workers):
@@ -382,23 +441,14 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
             new_shard(estimator, kind, classes, classes[g], (name, s)) for s, g in enumerate(groups)
         ]
         seeds_of = self._seeder(estimator, kind, classes)
-        # replicas of shard k on workers k*R .. k*R+R-1, replica 0 (which merges and keeps
-        # the shard) rotating among them so that the shards end spread as with R = 1
-        R = self.replicas
-        homes = [
-            [workers[(k * R + (r + k) % R) % len(workers)] for r in range(R)] if workers else []
-            for k in range(n_shards)
-        ]
-        if self.replicas > 1:
-            if chunked:
-                blocks = [None if a is None else list(a.to_delayed().ravel())
-                          for a in (X, y, sample_weight)]  # fmt: skip
-                chunk_rows = X.chunks[0]
-            else:  # in-memory data is one chunk: replica 0 trains it
-                blocks, chunk_rows = [[X], [y], [sample_weight]], (X.shape[0],)
-            plan = _rounds(len(blocks[0]), self.epochs, self.replicas, self.sync_every)
-            shards = _train_hybrid(client, homes, shards, groups, blocks, chunk_rows, plan,
-                                   seeds_of, classes, name)  # fmt: skip
+        homes = {k: [workers[k % len(workers)]] if workers else [] for k in range(n_shards)}
+        history = {}
+        if self.replicas > 1 and chunked:  # in memory, one chunk: replicas=1 is the same
+            for shard, g in zip(shards, groups):
+                shard.seeds = _seed_source(estimator, kind, classes, g)
+            shards, homes, history = _train_replicas(client, shards, X, y, sample_weight,
+                                                     self.epochs, self.replicas,
+                                                     self.sync_every)  # fmt: skip
         elif chunked:
             shards = _train_chunked(client, workers, shards, groups, X, y, sample_weight,
                                     seeds_of, classes, name, self.epochs)  # fmt: skip
@@ -409,8 +459,7 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
                     train_shard(shard, X, y, None if seeds is None else seeds[g], classes,
                                 sample_weight)  # fmt: skip
         self.shards_, self.classes_, self.n_features_in_ = shards, classes, n_features
-        self.placement_ = {k: list(h) if client else [] for k, h in enumerate(homes)}
-        self._kind = kind
+        self.placement_, self.history_, self._kind = homes, history, kind
         return self
 
     @staticmethod
@@ -736,7 +785,7 @@ def _train_chunked(
 
 
 def _check_mergeable(estimator, kind, replicas):
-    """Raise unless the binary estimators of a shard can be merged as :func:`merge_shard`
+    """Raise unless the binary estimators of a shard can be merged as :func:`merge_shards`
     merges them (a merge rule that needs no shared initialisation)."""
     from taskdml.parallel.merge._builtin import get_merge_rule, unmergeable_reason
 
@@ -755,103 +804,64 @@ def _check_mergeable(estimator, kind, replicas):
         )
 
 
-def train_copy(shard, X, y, seeds, all_classes, sample_weight=None):
-    """:func:`train_shard` on a copy of *shard*: the first link of a replica in a round,
-    whose input (the merged shard) the shard's other replicas share."""
-    return train_shard(copy.deepcopy(shard), X, y, seeds, all_classes, sample_weight)
+def _seed_source(estimator, kind, classes, columns):
+    """What a shard of the classes at *columns* draws its seeds from (see :class:`_ClassShard`),
+    as :meth:`ClassSharded._seeder` draws them for all the classes."""
+    if kind != "sgd" or len(classes) == 2:
+        return None
+    random_state = estimator.random_state
+    if isinstance(random_state, numbers.Integral):  # a fresh generator per call: fixed seeds
+        return check_random_state(random_state).randint(_MAX_SEED, size=len(classes))[columns]
+    return copy.deepcopy(check_random_state(random_state)), columns
 
 
-def merge_shard(weights, *replicas):
-    """The replicas of one shard merged with the binary estimator's merge rule.
+def _train_replicas(client, shards, X, y, sample_weight, epochs, replicas, sync_every):
+    """Train each shard's *replicas* with the engine, one :func:`~taskdml.parallel.train` per
+    shard (threads of this process, side by side, with a client; one after the other
+    without): the engine deals the chunks, merges with :func:`merge_shards`, chooses
+    ``sync_every="auto"``, re-plans when workers come and go, and checkpoints inside a
+    pipeline step (each shard's training under its own name, claimed here in shard order).
 
-    *weights* are the rows each replica trained on since the last merge. The merged binary
-    estimators replace the first replica's one class at a time, in place (the task holds the
-    *R* replicas and one merged class at most); the first replica is returned.
+    Returns the shards (with a client, futures on one of their replicas' workers, spread
+    over them), the workers of each shard's replicas by rank, and each shard's history.
     """
-    from taskdml.parallel.merge._builtin import merge_replicas
+    import contextvars
+    from concurrent.futures import ThreadPoolExecutor
 
-    first = replicas[0]
-    for j in range(len(first.estimators)):
-        first.estimators[j] = merge_replicas([r.estimators[j] for r in replicas], weights)
-    return first
+    from taskdml.cache import _checkpoints
+    from taskdml.parallel.engine._train import train
+    from taskdml.parallel.merge._registry import without_round_start
 
+    claimed = [_checkpoints.claim() for _ in shards]
 
-def _rounds(n_chunks, epochs, replicas, sync_every):
-    """The training plan of ``replicas > 1``: per round, ``(step, chunk, replica)`` in order.
+    def one(shard, checkpoints):
+        where = (None, None) if checkpoints is None else (checkpoints.store, checkpoints.key)
+        with _checkpoints.scope(*where), _checkpoints.item(getattr(checkpoints, "name", None)):
+            return train(
+                shard, X, y, sample_weight=sample_weight, epochs=epochs,
+                sync_every=sync_every, n_replicas=replicas, shuffle=False, random_state=0,
+                client=client or False,
+            )  # fmt: skip
 
-    A round is ``replicas * sync_every`` consecutive chunks of an epoch (the last round of an
-    epoch may be shorter); chunk ``i`` goes to replica ``i % replicas``.
-    """
-    size, step, plan = replicas * sync_every, 0, []
-    for _ in range(epochs):
-        for start in range(0, n_chunks, size):
-            chunks = range(start, min(start + size, n_chunks))
-            plan.append([(step + n, i, i % replicas) for n, i in enumerate(chunks)])
-            step += len(chunks)
-    return plan
-
-
-def _train_hybrid(client, homes, shards, groups, blocks, chunk_rows, plan, seeds_of, classes,
-                  name):  # fmt: skip
-    """Train *shards* with replicas, round by round of *plan*, and merge them after each
-    round: pinned futures per (shard, replica) with a client (``homes[k][r]`` the worker of
-    replica *r* of shard *k*), the same steps in this process without one."""
-    import dask
-
-    weights_of = [float(n) if np.isfinite(n) else 1.0 for n in chunk_rows]  # nan: unknown
-    merged = (
-        shards
-        if client is None
-        else [client.scatter(s, workers=[h[0]], hash=False) for s, h in zip(shards, homes)]
-    )
-    merge_name = _keys.key_name("train", name, phase="shard-merge")
-    held, n_uses = {}, {}  # chunk futures, kept on the workers while later rounds need them
-    for chunks in plan:
-        for _, i, _ in chunks:
-            n_uses[i] = n_uses.get(i, 0) + 1
-    for chunks in plan:
-        states, seen = {}, {}
-        for step, i, r in chunks:
-            if client is None:
-                data = dask.compute(*[None if b is None else b[i] for b in blocks])
-            else:
-                if i not in held:
-                    held[i] = [None if b is None else client.compute(b[i]) for b in blocks]
-                data = held[i]
-                n_uses[i] -= 1
-                if not n_uses[i]:
-                    del held[i]
-            seeds = seeds_of()
-            for k, g in enumerate(groups):
-                first = (k, r) not in states
-                function = train_copy if first else train_shard
-                args = (merged[k] if first else states[k, r], data[0], data[1],
-                        None if seeds is None else seeds[g], classes, data[2])  # fmt: skip
-                if client is None:
-                    states[k, r] = function(*args)
-                else:
-                    states[k, r] = client.submit(
-                        function, *args, key=(name, k, r, step), workers=[homes[k][r]],
-                        allow_other_workers=True, pure=False,
-                    )  # fmt: skip
-            seen[r] = seen.get(r, 0.0) + weights_of[i]
-        trained = sorted(seen)
-        weights = [seen[r] for r in trained]
-        last = chunks[-1][0]
-        for k in range(len(groups)):
-            replicas = [states[k, r] for r in trained]
-            if client is None:
-                merged[k] = merge_shard(weights, *replicas)
-            else:
-                merged[k] = client.submit(
-                    merge_shard, weights, *replicas, key=(merge_name, k, last),
-                    workers=[homes[k][0]], allow_other_workers=True, pure=False,
-                )  # fmt: skip
-    if client is not None:
-        from distributed import wait
-
-        wait(merged)
-        for state in merged:  # the first error; a shard itself never travels here
-            if state.status != "finished":
-                raise state.exception()
-    return merged
+    if client is None:
+        results = [one(shard, c) for shard, c in zip(shards, claimed)]
+    else:  # each thread in a copy of this context: the run's events and checkpoint scope
+        with ThreadPoolExecutor(len(shards)) as pool:
+            futures = [
+                pool.submit(contextvars.copy_context().run, one, shard, c)
+                for shard, c in zip(shards, claimed)
+            ]
+            results = [future.result() for future in futures]
+    trained, homes, held = [], {}, {}
+    for k, result in enumerate(results):
+        shard = result.estimator
+        for binary in shard.estimators:
+            without_round_start(binary)
+        homes[k] = list(result.stats.get("placement", []))
+        if client is not None:  # back to a worker of its replicas, the least loaded first
+            turn = k % len(homes[k])
+            home = min(homes[k][turn:] + homes[k][:turn], key=lambda w: held.get(w, 0))
+            held[home] = held.get(home, 0) + 1
+            shard = client.scatter(shard, workers=[home], hash=False)
+        trained.append(shard)
+    return trained, homes, {k: result.history for k, result in enumerate(results)}
