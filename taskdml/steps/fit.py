@@ -108,13 +108,12 @@ def _model_parallel(estimator, data, preprocess, step, context, options):
 
     began = time.perf_counter()
     X, y, weight, _ = unwrap(data)
-    sync_every = options.get("sync_every", 1)
     model = ClassSharded(
         estimator,
         n_shards=options.get("shards"),
         epochs=options.get("epochs", 1),
         replicas=options.get("replicas", 1),
-        sync_every=1 if sync_every == "auto" else sync_every,  # an automatic period is data's
+        sync_every=options.get("sync_every", 1),
     ).fit(transformed(X, preprocess), y, classes=step.classes, sample_weight=weight)
     holders = context.client.who_has(model.shards_) if context.client else {}
     stats = {
