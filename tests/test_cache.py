@@ -273,3 +273,19 @@ def test_a_full_disk_fails_the_step_clearly_and_keeps_what_was_stored(tmp_path):
     assert list((cache / "tmp").iterdir()) == []
     again = _run("--explain", cache=cache, runs=runs)
     assert again.count("reused  reused the outputs of run") == 5
+
+
+def test_a_packages_fingerprint_covers_its_submodules(tmp_path, monkeypatch):
+    """A step that names ``pkg:function`` is keyed by every module of the package, so an
+    edit in a submodule (where the function really lives) changes the key."""
+    from taskdml.cache._keys import fingerprint
+
+    package = tmp_path / "keyedpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from keyedpkg._impl import f\n")
+    (package / "_impl.py").write_text("def f():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = fingerprint("keyedpkg")
+    (package / "_impl.py").write_text("def f():\n    return 2\n")
+    assert fingerprint("keyedpkg") != before
+    assert fingerprint("keyedpkg._impl") != fingerprint("keyedpkg")

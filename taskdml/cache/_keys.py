@@ -31,6 +31,7 @@ import os
 import re
 import sys
 import sysconfig
+from pathlib import Path
 
 FORMAT = 2
 """The layout of cache entries, part of every key."""
@@ -139,7 +140,8 @@ def fingerprint(module):
     -------
     str
         ``"<distribution>==<version>"`` for a module installed as a library, else
-        ``"sha256:<digest>"`` of its source file.
+        ``"sha256:<digest>"`` of its source file (of every ``.py`` file under it for a
+        package).
 
     Raises
     ------
@@ -160,11 +162,21 @@ def fingerprint(module):
         if distributions:
             name = distributions[0]
             return f"{name}=={importlib.metadata.version(name)}"
+    # A package is its whole folder: the functions a file names through it (taskdml.datasets,
+    # a user's package) live in its submodules.
+    files = (
+        sorted(Path(origin).parent.rglob("*.py"))
+        if os.path.basename(origin) == "__init__.py"
+        else [Path(origin)]
+    )
+    digest = hashlib.sha256()
     try:
-        with open(origin, "rb") as source:
-            return "sha256:" + hashlib.sha256(source.read()).hexdigest()[:16]
+        for path in files:
+            digest.update(path.relative_to(Path(origin).parent).as_posix().encode())
+            digest.update(path.read_bytes())
     except OSError as error:
         raise _NoKey(f"the source of {module} cannot be read ({error})") from None
+    return "sha256:" + digest.hexdigest()[:16]
 
 
 @functools.cache
