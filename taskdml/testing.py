@@ -12,7 +12,7 @@ import inspect
 
 import numpy as np
 
-from taskdml._sklearn_compat import _num_samples, _safe_indexing
+from taskdml._compat import _num_samples, _safe_indexing
 from taskdml.parallel import MergeRule, get_merge_rule, unmergeable_reason
 from taskdml.parallel.merge._registry import _START_ATTR, _merge_with, _prepare_with
 

@@ -16,6 +16,7 @@ import itertools
 import pkgutil
 import types
 
+from taskdml import _compat
 from taskdml.exceptions import PipelineError, did_you_mean
 from taskdml.pipeline import _schema
 from taskdml.pipeline._kinds import KINDS
@@ -805,11 +806,8 @@ def _estimator_value_problems(step, target):
     for label, item in step.foreach_items():
         estimator = target(**thaw(step.with_ or {}), **item)
         try:
-            validate = estimator._validate_params  # scikit-learn >= 1.2 estimators
-        except AttributeError:
-            return []
-        try:
-            validate()
+            if not _compat.validate_params(estimator):  # not a scikit-learn estimator
+                return []
         except (ValueError, TypeError) as error:
             where = ("foreach",) if label else ("with",)
             problems.append(

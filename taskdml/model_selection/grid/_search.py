@@ -37,9 +37,10 @@ from collections import Counter, defaultdict
 import numpy as np
 from sklearn import get_config
 from sklearn.base import clone
-from sklearn.callback import CallbackSupportMixin, with_callbacks
 from sklearn.utils.metadata_routing import MetadataRouter, MethodMapping, process_routing
 
+from taskdml import _compat
+from taskdml._compat import CallbackSupportMixin, with_callbacks
 from taskdml._data import as_dask, gathered_table, is_chunked
 from taskdml.model_selection._base import SearchBase
 from taskdml.model_selection.grid import _chunked as _grid_chunked
@@ -64,6 +65,7 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
     transport (a local socket: the workers must run on this machine), which pickles the
     search by reference: a scorer or estimator defined in a script's ``__main__`` cannot
     travel back (define it in a module). A search over chunked data does not call them yet.
+    Callbacks need scikit-learn 1.9 or later; with an older one there is no ``set_callbacks``.
     """
 
     def __init__(
@@ -176,8 +178,8 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
         X, y = indexable(X, y)
         sample_weight = params.get("sample_weight")
         metadata = None if sample_weight is None else {"sample_weight": sample_weight}
-        root = self._init_callback_context(
-            max_subtasks=1 + (self.refit is not False)
+        root = _compat.init_callback_context(
+            self, max_subtasks=1 + (self.refit is not False)
         ).call_on_fit_task_begin(estimator=self, X=X, y=y, metadata=metadata)
         if _routing_enabled():
             routed = process_routing(self, "fit", **params)
@@ -210,7 +212,7 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
             max_subtasks=len(candidates) * n_splits,
             sequential_subtasks=False,
         ).call_on_fit_task_begin(estimator=self)
-        callbacks = bool(getattr(self, "_skl_callbacks", None))
+        callbacks = _compat.has_callbacks(self)
         hooks = (  # made before any task runs, as scikit-learn does
             [
                 _grid_tasks.Hooks(
@@ -257,7 +259,7 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
 
         A scorer that does not take it gets a warning: its scores are unweighted.
         """
-        from taskdml._sklearn_compat import scorer_accepts_sample_weight
+        from taskdml._compat import scorer_accepts_sample_weight
 
         if sample_weight is None:
             return {}
@@ -473,7 +475,7 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
 
     def _sk_visual_block_(self):
         """The HTML repr's content: the refitted best estimator once there is one."""
-        from taskdml._sklearn_compat import _VisualBlock
+        from taskdml._compat import _VisualBlock
 
         if hasattr(self, "best_estimator_"):
             key, estimator = "best_estimator_", self.best_estimator_

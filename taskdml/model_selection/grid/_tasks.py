@@ -57,7 +57,7 @@ def _in_search_config(carrier):
 
 def split_fold(data, fold, pairwise):
     """The first part of *fold*: its training and test rows, and its fit parameters."""
-    from taskdml._sklearn_compat import _safe_indexing
+    from taskdml._compat import _safe_indexing
 
     train, test = data.splits[fold]
     if pairwise:

@@ -293,7 +293,7 @@ CHUNKWISE.register_lazy(_register_builtin)
 
 
 def _select(X, columns):
-    from sklearn.utils import _safe_indexing
+    from taskdml._compat import _safe_indexing
 
     return _safe_indexing(X, columns, axis=1)
 

@@ -15,7 +15,7 @@ import copy
 import numpy as np
 
 from taskdml._apply import transform_chunk
-from taskdml._sklearn_compat import relink_birch_views
+from taskdml._compat import relink_birch_views
 
 
 def partial_fit_chunk(estimator, X, y, transformers, fit_kwargs, weight=None, row_seed=None):

@@ -60,7 +60,7 @@ import weakref
 
 from taskdml import _data, _events, _keys
 from taskdml._client import resolve_client
-from taskdml._sklearn_compat import relink_birch_views
+from taskdml._compat import relink_birch_views
 from taskdml.cache import _checkpoints as _checkpoint
 from taskdml.parallel.chunkwise import _tabular
 from taskdml.parallel.collective import _direct

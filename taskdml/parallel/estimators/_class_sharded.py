@@ -215,7 +215,7 @@ def shard_scores(shard, X):
     if shard.whole:
         return shard.estimators[0].decision_function(X)
     if shard.kind == "ovr":  # what OneVsRestClassifier.predict compares
-        from sklearn.multiclass import _predict_binary
+        from taskdml._compat import _predict_binary
 
         columns = [_predict_binary(e, X) for e in shard.estimators]
     else:

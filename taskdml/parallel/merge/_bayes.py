@@ -23,6 +23,7 @@ import warnings
 
 import numpy as np
 
+from taskdml import _compat
 from taskdml.parallel.merge._registry import round_start
 from taskdml.parallel.merge._util import sum_of_deltas
 
@@ -31,9 +32,9 @@ def _refresh_log_probabilities(merged):
     with warnings.catch_warnings():
         # _check_alpha repeats the small-alpha warning each replica already gave.
         warnings.simplefilter("ignore", UserWarning)
-        alpha = merged._check_alpha()
-    merged._update_feature_log_prob(alpha)
-    merged._update_class_log_prior(class_prior=merged.class_prior)
+        alpha = _compat.check_alpha(merged)
+    _compat.update_feature_log_prob(merged, alpha)
+    _compat.update_class_log_prior(merged, class_prior=merged.class_prior)
 
 
 def merge_discrete_nb(replicas, weights):

@@ -78,7 +78,7 @@ from sklearn.naive_bayes import (
 from sklearn.neural_network import BernoulliRBM, MLPClassifier, MLPRegressor
 from sklearn.preprocessing import MaxAbsScaler, MinMaxScaler, StandardScaler
 
-from taskdml._sklearn_compat import BaseSGDClassifier, BaseSGDRegressor
+from taskdml._compat import BaseSGDClassifier, BaseSGDRegressor
 from taskdml.parallel.merge import _bayes as _merge_bayes
 from taskdml.parallel.merge import _cluster as _merge_cluster
 from taskdml.parallel.merge import _decomposition as _merge_decomposition

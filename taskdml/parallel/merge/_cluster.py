@@ -21,7 +21,8 @@ from sklearn.utils import check_array, check_random_state
 from sklearn.utils.extmath import row_norms
 from sklearn.utils.validation import validate_data
 
-from taskdml._sklearn_compat import (
+from taskdml import _compat
+from taskdml._compat import (
     _check_sample_weight,
     _is_arraylike_not_scalar,
     _openmp_effective_n_threads,
@@ -51,14 +52,15 @@ def prepare_minibatch_kmeans(estimator, X, y, classes):
     km._random_state = check_random_state(km.random_state)
     sample_weight = _check_sample_weight(None, X, dtype=X.dtype)
     km.n_steps_ = 0
-    km._check_params_vs_input(X)
+    _compat.check_params_vs_input(km, X)
     km._n_threads = _openmp_effective_n_threads()
     init = km.init
     if _is_arraylike_not_scalar(init):
         init = check_array(init, dtype=X.dtype, copy=True, order="C")
-        km._validate_center_shape(X, init)
-    km._check_mkl_vcomp(X, X.shape[0])
-    km.cluster_centers_ = km._init_centroids(
+        _compat.validate_center_shape(km, X, init)
+    _compat.check_mkl_vcomp(km, X, X.shape[0])
+    km.cluster_centers_ = _compat.init_centroids(
+        km,
         X,
         x_squared_norms=row_norms(X, squared=True),
         init=init,

@@ -24,7 +24,8 @@ from sklearn.base import clone
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import validate_data
 
-from taskdml._sklearn_compat import _dirichlet_expectation_2d
+from taskdml import _compat
+from taskdml._compat import _dirichlet_expectation_2d
 from taskdml.parallel.merge._registry import round_start
 from taskdml.parallel.merge._util import proportions, weighted_mean
 
@@ -34,10 +35,10 @@ def prepare_lda(estimator, X, y, classes):
     if hasattr(estimator, "components_"):
         return copy.deepcopy(estimator)
     lda = clone(estimator)
-    X = lda._check_non_neg_array(
-        X, reset_n_features=True, whom="LatentDirichletAllocation.partial_fit"
+    X = _compat.check_non_neg_array(
+        lda, X, reset_n_features=True, whom="LatentDirichletAllocation.partial_fit"
     )
-    lda._init_latent_vars(X.shape[1], dtype=X.dtype)
+    _compat.init_latent_vars(lda, X.shape[1], dtype=X.dtype)
     return lda
 
 
@@ -61,8 +62,8 @@ def prepare_minibatch_nmf(estimator, X, y, classes):
     X = validate_data(
         nmf, X, accept_sparse=("csr", "csc"), dtype=[np.float64, np.float32], reset=True
     )
-    nmf._check_params(X)
-    _, H = nmf._check_w_h(X, W=None, H=None, update_H=True)
+    _compat.check_params(nmf, X)
+    _, H = _compat.check_w_h(nmf, X, W=None, H=None, update_H=True)
     nmf._components_numerator = H.copy()
     nmf._components_denominator = np.ones(H.shape, dtype=H.dtype)
     nmf.n_steps_ = 0
@@ -107,9 +108,9 @@ def prepare_dictionary_learning(estimator, X, y, classes):
         return copy.deepcopy(estimator)
     dl = clone(estimator)
     X = validate_data(dl, X, dtype=[np.float64, np.float32], order="C", reset=True)
-    dl._check_params(X)
+    _compat.check_params(dl, X)
     dl._random_state = check_random_state(dl.random_state)
-    dl.components_ = dl._initialize_dict(X, dl._random_state)
+    dl.components_ = _compat.initialize_dict(dl, X, dl._random_state)
     dl.n_steps_ = 0
     dl._A = np.zeros((dl._n_components, dl._n_components), dtype=X.dtype)
     dl._B = np.zeros((X.shape[1], dl._n_components), dtype=X.dtype)

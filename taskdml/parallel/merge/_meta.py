@@ -20,7 +20,8 @@ from sklearn.base import clone
 from sklearn.preprocessing import LabelBinarizer
 from sklearn.utils.validation import validate_data
 
-from taskdml._sklearn_compat import _check_partial_fit_first_call
+from taskdml import _compat
+from taskdml._compat import _check_partial_fit_first_call
 from taskdml.parallel.merge._registry import (
     _prepare_with,
     _require_rule,
@@ -115,7 +116,7 @@ def prepare_select_from_model(estimator, X, y, classes):
     if hasattr(estimator, "estimator_") or estimator.prefit or not _needs_prepare(estimator):
         return copy.deepcopy(estimator)
     meta = clone(estimator)
-    meta._check_max_features(X)
+    _compat.check_max_features(meta, X)
     meta.estimator_ = _prepared(meta.estimator, X, y, classes)
     return meta
 

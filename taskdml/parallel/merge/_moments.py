@@ -22,7 +22,7 @@ import copy
 import numpy as np
 from scipy import linalg
 
-from taskdml._sklearn_compat import _handle_zeros_in_scale, _is_constant_feature
+from taskdml._compat import _handle_zeros_in_scale, _is_constant_feature
 from taskdml.parallel.merge._registry import round_start
 from taskdml.parallel.merge._util import proportions, sum_of_deltas
 

@@ -45,7 +45,7 @@ from sklearn.base import clone, is_classifier
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import validate_data
 
-from taskdml._sklearn_compat import AdamOptimizer, SGDOptimizer
+from taskdml._compat import AdamOptimizer, SGDOptimizer
 from taskdml.parallel.merge._registry import register_merge, round_start
 from taskdml.parallel.merge._util import (
     proportions,
