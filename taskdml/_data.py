@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from taskdml._compat import collection_meta
 from taskdml.exceptions import DataError, did_you_mean
 
 
@@ -121,7 +122,7 @@ def plain_strings(frame):
     columns = [name for name, dtype in frame.dtypes.items() if isinstance(dtype, pd.StringDtype)]
     if not columns:
         return frame
-    meta = frame._meta.astype(dict.fromkeys(columns, object))
+    meta = collection_meta(frame).astype(dict.fromkeys(columns, object))
     return frame.map_partitions(_plain_strings, columns, meta=meta)
 
 
@@ -155,6 +156,7 @@ def table_frame(table):
     (2, ['a', 'g'], ['x', 'y', 'x', 'z'])
     """
     import dask.array as da
+    from dask.base import tokenize
 
     columns = [name for name in table.data_vars if name != "y"]
     categorical = [name for name in columns if table[name].attrs.get("categorical")]
@@ -166,12 +168,12 @@ def table_frame(table):
     def build():
         frame = plain_strings(table.to_dask_dataframe(set_index=False)[columns])
         if categorical:
-            meta = _categories(frame._meta, categorical)
+            meta = _categories(collection_meta(frame), categorical)
             frame = frame.map_partitions(_categories, categorical, meta=meta)
         return frame
 
     frame = outside_annotations(build)
-    _KNOWN_LENGTHS[frame._name] = tuple(rows)
+    _KNOWN_LENGTHS[tokenize(frame)] = tuple(rows)
     return frame
 
 
@@ -184,9 +186,12 @@ def partition_lengths(frame, client=None):
     """The rows of each partition of a dask DataFrame: known for :func:`table_frame`'s
     frames, otherwise counted chunk-wise (only the counts reach the client), on *client* if
     given."""
+    from dask.base import tokenize
+
     if len(_KNOWN_LENGTHS) > 512:
         _KNOWN_LENGTHS.clear()
-    known = _KNOWN_LENGTHS.get(frame._name)
+    name = tokenize(frame)
+    known = _KNOWN_LENGTHS.get(name)
     if known is None:
 
         def count():
@@ -194,7 +199,7 @@ def partition_lengths(frame, client=None):
             return lengths.compute() if client is None else client.compute(lengths).result()
 
         known = tuple(int(n) for n in outside_annotations(count))
-        _KNOWN_LENGTHS[frame._name] = known
+        _KNOWN_LENGTHS[name] = known
     return known
 
 

@@ -44,7 +44,7 @@ import dask
 import dask.array as da
 import numpy as np
 import xarray as xr
-from dask.base import is_dask_collection
+from dask.base import is_dask_collection, tokenize
 from dask.delayed import Delayed
 from sklearn.base import BaseEstimator, ClassifierMixin, is_classifier
 from sklearn.utils.validation import check_is_fitted
@@ -914,7 +914,7 @@ def evaluate_graph(
         _check_model(model, metrics)
     _check_preprocess([t for t in preprocess if not (is_dask_collection(t) or _is_future(t))])
     if _data.is_frame(X):  # a table: one chunk per partition
-        rows, X_name = _data.partition_lengths(X), X._name
+        rows, X_name = _data.partition_lengths(X), tokenize(X)
         x_blocks = _data.outside_annotations(lambda: list(X.to_delayed()))
     else:
         rows, X_name, x_blocks = X.chunks[0], X.name, X.to_delayed().ravel()

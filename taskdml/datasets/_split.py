@@ -17,6 +17,7 @@ import numpy as np
 import xarray as xr
 from dask.highlevelgraph import HighLevelGraph
 
+from taskdml._compat import collection_meta
 from taskdml._keys import key_name
 from taskdml.datasets._common import _GOLDEN, _resolve_seed
 from taskdml.exceptions import DataError, did_you_mean
@@ -113,7 +114,7 @@ def _split_dask(array, axis, offset, threshold, counts_cache):
         chunks = list(array.chunks)
         chunks[axis] = tuple(sizes[i] for i in kept)
         graph = HighLevelGraph.from_collections(name, layer, dependencies=[array])
-        outputs.append(da.Array(graph, name, tuple(chunks), meta=array._meta))
+        outputs.append(da.Array(graph, name, tuple(chunks), meta=collection_meta(array)))
     return outputs
 
 

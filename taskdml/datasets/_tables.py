@@ -10,6 +10,7 @@ import os
 import numpy as np
 import xarray as xr
 
+from taskdml._compat import collection_meta
 from taskdml._keys import key_name
 from taskdml.datasets._common import _as_float64, _xy_dataset
 from taskdml.datasets._files import _check_files
@@ -92,7 +93,7 @@ def _table(function, frame, features, not_numeric, categorical, lengths, y):
     """A table (see :mod:`taskdml._data`): one variable per feature column, on *lengths*."""
     objects = [c for c in features if c in not_numeric]
     if objects:
-        meta = frame._meta.copy()
+        meta = collection_meta(frame).copy()
         for column in objects:
             meta[column] = meta[column].astype(object)
         frame = frame.map_partitions(_object_columns, objects, meta=meta)
@@ -217,7 +218,7 @@ def read_parquet(path, *, target=None, features=None, categorical=None):
         # dask fuses the partitions of small files when only some columns are read, so the
         # one-column selections behind y would have fewer partitions than the row counts
         # taken on the whole table: a map over the partitions keeps the files' partitions.
-        frame = frame.map_partitions(_as_read, meta=frame._meta)
+        frame = frame.map_partitions(_as_read, meta=collection_meta(frame))
         return _from_dataframe("read_parquet", path, frame, target, features, categorical)
 
     return _without_annotations(read)

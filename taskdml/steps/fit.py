@@ -22,6 +22,7 @@ import time
 
 from taskdml import _events
 from taskdml._apply import transformed
+from taskdml._compat import collection_meta
 from taskdml._data import unwrap
 from taskdml.cache import _checkpoints as _checkpoint
 from taskdml.parallel import train
@@ -193,7 +194,7 @@ def _choose(estimator, data, preprocess, classes, client):
     n_classes = None
     if is_classifier(estimator):
         n_classes = len(classes) if classes is not None else len(np.unique(y.compute()))
-    sparse = hasattr(X._meta, "tocsr")  # its size is unknown until it is computed
+    sparse = hasattr(collection_meta(X), "tocsr")  # its size is unknown until it is computed
     data_bytes = None if sparse else X.nbytes
     return choose_fit(estimator, X.shape[1], n_classes, len(X.chunks[0]), data_bytes, client)
 
