@@ -58,6 +58,7 @@ import os
 import time
 import warnings
 
+from taskdml import _compat
 from taskdml.exceptions import ClusterLimitWarning, ClusterUnavailable, InsecureConnectionWarning
 from taskdml.pipeline._model import resolve_callable, thaw
 from taskdml.pipeline._schema import SECURITY_FILES
@@ -596,7 +597,7 @@ def describe(client):
     """
     threads = client.nthreads()
     return {
-        "scheduler": client.scheduler.address,
+        "scheduler": _compat.scheduler_address(client),
         "dashboard": client.dashboard_link if serves_dashboard(client) else None,
         "workers": len(threads),
         "threads": sum(threads.values()),
@@ -746,6 +747,6 @@ def _warm_plugin(modules):
 
 
 async def _warmed(dask_worker):
-    plugin = dask_worker.plugins[WARM_PLUGIN]
+    plugin = _compat.worker_plugin(dask_worker, WARM_PLUGIN)
     await plugin.done.wait()
     return {"seconds": plugin.seconds, "errors": dict(plugin.errors)}

@@ -52,6 +52,7 @@ from pathlib import Path
 
 from dask.utils import format_bytes
 
+from taskdml import _compat
 from taskdml.exceptions import ClusterUnavailable
 from taskdml.pipeline._paths import project_directories
 
@@ -323,15 +324,10 @@ def _scheduler_plugin(names, files, digest, origin):
             self.name = _plugin_name(names)
 
         async def start(self, scheduler):
-            from distributed.protocol.pickle import dumps
-
-            scheduler.plugins.pop(self.name, None)  # replaced without "overwriting" warnings
+            _compat.remove_scheduler_plugin(scheduler, self.name)  # no "overwriting" warning
             _install(scheduler.local_directory, self.name, names, files, digest, origin)
-            await scheduler.register_worker_plugin(
-                comm=None,
-                plugin=dumps(_worker_plugin(self.name, names, files, digest, origin)),
-                name=self.name,
-                idempotent=False,
+            await _compat.register_worker_plugin(
+                scheduler, _worker_plugin(self.name, names, files, digest, origin), self.name
             )
 
     return ShipProject()

@@ -31,6 +31,7 @@ import time
 from distributed.diagnostics.plugin import SchedulerPlugin
 from tornado import web
 
+from taskdml import _compat
 from taskdml._events import TOPIC
 
 PAGE = (importlib.resources.files("taskdml.runs") / "dashboard.html").read_text(encoding="utf-8")
@@ -214,7 +215,7 @@ class DashboardPlugin(SchedulerPlugin):
             (r"/taskdml/?", _PageHandler),
             (r"/taskdml/api/state", _StateHandler, {"plugin": self}),
         ]
-        scheduler.http_application.add_application(web.Application(routes))
+        _compat.add_http_application(scheduler, web.Application(routes))
 
     def log_event(self, topic, msg):
         if topic == TOPIC and isinstance(msg, dict):
@@ -264,7 +265,7 @@ def register(client):
 def step_tasks(run_id, dask_scheduler=None):
     """``{step: {"done", "seen", "erred"}}`` of the running steps of *run_id* (run on the
     scheduler by :meth:`distributed.Client.run_on_scheduler`; empty without the plugin)."""
-    plugin = dask_scheduler.plugins.get(NAME)
+    plugin = _compat.scheduler_plugin(dask_scheduler, NAME)
     run = plugin.state.runs.get(run_id) if plugin is not None else None
     if run is None:
         return {}
@@ -276,7 +277,7 @@ def step_tasks(run_id, dask_scheduler=None):
 
 
 def _has_plugin(dask_scheduler):
-    return NAME in dask_scheduler.plugins
+    return _compat.scheduler_plugin(dask_scheduler, NAME) is not None
 
 
 def dask_setup(scheduler):

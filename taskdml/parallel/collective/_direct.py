@@ -45,6 +45,7 @@ import threading
 import time
 import uuid
 
+from taskdml import _compat
 from taskdml.parallel.collective._server import merge_ranked
 
 HANDLER = "taskdml_collective"
@@ -242,7 +243,7 @@ class DirectAllReduce:
     def _ping(self, peer):
         address = self.addresses[peer]
         loop = self._worker.loop.asyncio_loop
-        identity = self._worker.rpc(address).identity()
+        identity = _compat.worker_identity(self._worker, address)
         try:
             asyncio.run_coroutine_threadsafe(identity, loop).result(PING_AFTER_S * 5)
         except Exception as error:
@@ -268,15 +269,13 @@ _LINKS = {}  # (this worker's address, peer worker's address) -> _Link; on the e
 async def _write(worker, address, message):
     """Write *message* to the worker at *address* on the one connection this worker keeps to
     it (opened at the first message, reopened after a failure)."""
-    from distributed.comm import connect
-
     key = (worker.address, address)
     if key not in _LINKS:
         _LINKS[key] = _Link()
     link = _LINKS[key]
     async with link.lock:
         if link.comm is None or link.comm.closed():
-            link.comm = await connect(address, **worker.connection_args)
+            link.comm = await _compat.connect_worker(worker, address)
             await link.comm.write({"op": HANDLER, "reply": False, "origin": worker.address})
         try:
             await link.comm.write(message)
@@ -377,9 +376,6 @@ async def receive(comm, origin):
     """The ``taskdml_collective`` handler: put the messages the worker at *origin* sends into
     their replicas' mailboxes until the connection closes; then tell the replicas still
     waiting for a sender on it."""
-    from distributed.comm import CommClosedError
-    from distributed.core import Status
-
     senders = set()  # (replica, sender rank) that used this connection
     try:
         while True:
@@ -390,13 +386,13 @@ async def receive(comm, origin):
             _mailbox(replica).put(message["sender"], message)
             if len(senders) > 1000:
                 senders = {(r, s) for r, s in senders if r in _MAILBOXES}
-    except (CommClosedError, OSError) as error:
+    except (_compat.CommClosedError, OSError) as error:
         reason = f"the connection from worker {origin} closed ({type(error).__name__})"
         for replica, sender in senders:
             box = _MAILBOXES.get(replica)
             if box is not None:
                 box.disconnect(sender, reason)
-    return Status.dont_reply
+    return _compat.no_reply()
 
 
 try:
@@ -412,14 +408,14 @@ class CollectivePlugin(WorkerPlugin):
     name = "taskdml-collective"
 
     def setup(self, worker):
-        worker.handlers[HANDLER] = receive
+        _compat.set_worker_handler(worker, HANDLER, receive)
 
 
 def handler_state(dask_worker):
     """Why this worker cannot receive collective messages, or ``None`` if it can."""
-    if HANDLER in dask_worker.blocked_handlers:
+    if _compat.handler_blocked(dask_worker, HANDLER):
         return f"its '{HANDLER}' handler is blocked (distributed.worker.blocked-handlers)"
-    if dask_worker.handlers.get(HANDLER) is not receive:
+    if _compat.worker_handler(dask_worker, HANDLER) is not receive:
         return f"the '{HANDLER}' handler is not installed"
     return None
 

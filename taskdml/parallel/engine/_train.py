@@ -60,7 +60,7 @@ import weakref
 
 from taskdml import _data, _events, _keys
 from taskdml._client import resolve_client
-from taskdml._compat import relink_birch_views
+from taskdml._compat import client_lock, held_keys, relink_birch_views
 from taskdml.cache import _checkpoints as _checkpoint
 from taskdml.parallel.chunkwise import _tabular
 from taskdml.parallel.collective import _direct
@@ -611,7 +611,7 @@ def _inspection_cache(client):
     if client is None:
         return _INSPECTED_LOCAL, _INSPECTED_MAX_LOCAL
     cache = _INSPECTED.setdefault(client, collections.OrderedDict())
-    held = client.futures
+    held = held_keys(client)
     for key in [key for key, (keys, _) in cache.items() if not all(k in held for k in keys)]:
         del cache[key]
     return cache, _INSPECTED_MAX
@@ -1381,14 +1381,10 @@ def _taking_turns(client, addresses):
 
 def _worker_lock(client, address):
     """The lock of one worker's replicas, one object per client (registered once)."""
-    from distributed import Lock
-
     with _PER_CLIENT_LOCK:
         locks = _TURNS.setdefault(client, {})
         if address not in locks:
-            locks[address] = Lock(
-                f"taskdml-replicas-{address}", scheduler_rpc=client.scheduler, loop=client.loop
-            )
+            locks[address] = client_lock(client, f"taskdml-replicas-{address}")
         return locks[address]
 
 
