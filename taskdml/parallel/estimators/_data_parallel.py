@@ -57,14 +57,15 @@ from taskdml._client import current_client
 from taskdml._data import as_dask, is_frame, outside_annotations, partition_lengths, unwrap
 from taskdml._keys import key_name
 from taskdml._meta import estimator_has, wrapped_tags
-from taskdml.exceptions import DataError, did_you_mean
+from taskdml.exceptions import DataError
 from taskdml.parallel.chunkwise import _tabular
-from taskdml.parallel.engine._period import check_sync_every
-from taskdml.parallel.engine._train import DEFAULT_STALENESS, STRATEGIES, train
+from taskdml.parallel.engine import _options
+from taskdml.parallel.engine._train import DEFAULT_STALENESS, train
 
 __all__ = ["DataParallel"]
 
 _PREFIX = "dataparallel"
+_OPTIONS = _options.names("DataParallel")
 # In-memory data is split into at most max(2, n_workers) chunks of at least this many rows.
 _MIN_CHUNK_ROWS = 32
 
@@ -360,47 +361,15 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         return self
 
     def _check_params(self):
-        """Raise ValueError naming the first invalid parameter."""
+        """Raise naming the first invalid parameter (the engine's options: from their table,
+        :mod:`taskdml.parallel.engine._options`)."""
         name = type(self).__name__
         if not hasattr(self.estimator, "fit"):
             raise TypeError(
                 f"{name}: estimator must be a scikit-learn estimator (with fit); got "
                 f"{self.estimator!r}."
             )
-        if self.strategy not in STRATEGIES:
-            raise ValueError(
-                f"{name}: strategy must be one of {', '.join(map(repr, STRATEGIES))}; "
-                f"got {self.strategy!r}.{did_you_mean(self.strategy, STRATEGIES)}"
-            )
-        check_sync_every(self.sync_every, name)
-        for parameter, low, optional in (
-            ("epochs", 1, False),
-            ("staleness", 0, True),
-            ("n_iter_no_change", 1, True),
-            ("chunk_size", 1, True),
-            ("n_replicas", 1, True),
-        ):
-            value = getattr(self, parameter)
-            if value is None and optional:
-                continue
-            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
-                allowed = f"an integer >= {low}" + (" or None" if optional else "")
-                raise ValueError(f"{name}: {parameter} must be {allowed}; got {value!r}.")
-        if not isinstance(self.tol, numbers.Real) or isinstance(self.tol, bool):
-            raise ValueError(f"{name}: tol must be a number; got {self.tol!r}.")
-        validation = self.validation
-        if validation is None or isinstance(validation, tuple | list) and len(validation) == 2:
-            return
-        if (
-            isinstance(validation, numbers.Real)
-            and not isinstance(validation, bool)
-            and 0 < validation < 1
-        ):
-            return
-        raise ValueError(
-            f"{name}: validation must be a fraction in (0, 1), a tuple (X_val, y_val) "
-            f"or None; got {validation!r}."
-        )
+        _options.check("DataParallel", {option: getattr(self, option) for option in _OPTIONS}, name)
 
     def _in_memory_training_data(self, X, y, sample_weight, first, client):
         """Validate like scikit-learn, then cut into row chunks: dask arrays for the engine."""
