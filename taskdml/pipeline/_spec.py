@@ -29,7 +29,7 @@ import yaml
 
 from taskdml.exceptions import PipelineError, did_you_mean, dotted
 from taskdml.pipeline import _schema
-from taskdml.pipeline._model import Pipeline, Step
+from taskdml.pipeline._model import Pipeline, Step, renamed_parallel
 from taskdml.pipeline._yaml import Location, load_with_locations, parse_scalar
 
 SECTIONS = tuple(_schema.SCHEMA["properties"])
@@ -146,7 +146,7 @@ def loads_pipeline(text, source="<string>", overrides=()):
     data = interpolator.resolve()
     pipeline, problems = None, interpolator.problems + _schema.check(data, _schema.SCHEMA)
     if not problems:
-        pipeline, problems = _build(data, PipelineSource(source, text, overrides))
+        pipeline, problems = _build(data, PipelineSource(source, text, overrides), locations)
     if problems:
         raise PipelineError(_located(problems, locations), problems=problems)
     return pipeline
@@ -167,11 +167,15 @@ def dump_pipeline(pipeline):
     return yaml.safe_dump(pipeline.to_dict(), sort_keys=False, default_flow_style=False)
 
 
-def _build(data, source):
+def _build(data, source, locations=None):
     """Build the Pipeline, or collect the problems of every step and of the whole."""
     steps, problems = [], []
     for name, spec in data["steps"].items():
         try:
+            parallel = spec.get("parallel")
+            if isinstance(parallel, dict) and any(key in parallel for key in _schema.RENAMED_KEYS):
+                parallel = renamed_parallel(parallel, name, locations, stacklevel=5)
+                spec = {**spec, "parallel": parallel}
             steps.append(Step.from_dict(name, spec))
         except PipelineError as error:
             problems += error.problems

@@ -249,7 +249,7 @@ def _task_workers(task_stream):
 
 @pytest.mark.timeout(120)
 def test_hybrid_shards_times_replicas_on_a_cluster(cluster, separated):
-    """replicas=2: the replicas of a shard train on distinct workers, the accuracy is within
+    """n_replicas=2: the replicas of a shard train on distinct workers, the accuracy is within
     0.02 of the unsharded model, and the cluster gives the in-process result bit for bit."""
     from distributed import Client, get_task_stream
 
@@ -262,7 +262,7 @@ def test_hybrid_shards_times_replicas_on_a_cluster(cluster, separated):
     for start in range(0, N_SAMPLES, HYBRID_CHUNK):
         rows = slice(start, start + HYBRID_CHUNK)
         reference.partial_fit(X[rows], y[rows], classes=np.unique(y))
-    hybrid = ClassSharded(SGDClassifier(random_state=0), n_shards=2, replicas=2)
+    hybrid = ClassSharded(SGDClassifier(random_state=0), n_shards=2, n_replicas=2)
     repeated = clone(hybrid).set_params(sync_every=2, epochs=2)
     in_process = clone(repeated).fit(X_d, y_d)
     assert in_process.placement_ == {0: [], 1: []}
@@ -274,8 +274,8 @@ def test_hybrid_shards_times_replicas_on_a_cluster(cluster, separated):
         holders = client.who_has(hybrid.shards_)
         on_cluster = clone(repeated).fit(X_d, y_d)
         shards = client.gather(on_cluster.shards_)
-        with pytest.raises(ValueError, match=re.escape("replicas=3 but the client has 2 worker")):
-            clone(hybrid).set_params(replicas=3).fit(X_d, y_d)
+        with pytest.raises(ValueError, match=re.escape("n_replicas=3 but the client has 2 worker")):
+            clone(hybrid).set_params(n_replicas=3).fit(X_d, y_d)
     assert accuracy == pytest.approx(reference.score(X, y), abs=0.02)
     assert accuracy > 0.9
     for k, workers in hybrid.placement_.items():
@@ -290,7 +290,7 @@ def test_hybrid_shards_times_replicas_on_a_cluster(cluster, separated):
 
 
 def test_one_replica_ignores_sync_every(data):
-    """replicas=1 trains as before whatever sync_every is; in-memory data with replicas=2 is
+    """n_replicas=1 trains as before whatever sync_every is; in-memory data with n_replicas=2 is
     one chunk for replica 0, so it equals one partial_fit too."""
     X, y = data
     reference = _unsharded(SGDClassifier(random_state=0), X, y)
@@ -298,22 +298,36 @@ def test_one_replica_ignores_sync_every(data):
     model.fit(*_chunked(X, y))
     assert np.array_equal(np.vstack([c for c, _ in _coefficients(model.shards_)]), reference.coef_)
     one_call = SGDClassifier(random_state=0).partial_fit(X[:CHUNK], y[:CHUNK], classes=np.unique(y))
-    model = ClassSharded(SGDClassifier(random_state=0), n_shards=3, replicas=2)
+    model = ClassSharded(SGDClassifier(random_state=0), n_shards=3, n_replicas=2)
     model.fit(X[:CHUNK], y[:CHUNK])
     assert np.array_equal(np.vstack([c for c, _ in _coefficients(model.shards_)]), one_call.coef_)
+
+
+def test_the_old_name_replicas_warns_and_still_trains(data):
+    """ClassSharded(replicas=2), the name before 0.2: a FutureWarning naming n_replicas, and
+    the same shards as n_replicas=2."""
+    X, y = data
+    new = ClassSharded(SGDClassifier(random_state=0), n_shards=3, n_replicas=2).fit(X, y)
+    old = ClassSharded(SGDClassifier(random_state=0), n_shards=3, replicas=2)
+    with pytest.warns(FutureWarning, match=r"replicas=\) was renamed n_replicas"):
+        old.fit(X, y)
+    assert old.get_params()["replicas"] == 2  # stored as given
+    for (coef, _), (coef_new, _) in zip(_coefficients(old.shards_), _coefficients(new.shards_)):
+        assert np.array_equal(coef, coef_new)
 
 
 @pytest.mark.parametrize(
     "estimator, params, message",
     [
-        (SGDClassifier(), {"replicas": 0}, "replicas must be a positive integer, got 0"),
-        (SGDClassifier(), {"replicas": 2.0}, "replicas must be a positive integer, got 2.0"),
+        (SGDClassifier(), {"n_replicas": 0}, "n_replicas must be a positive integer, got 0"),
+        (SGDClassifier(), {"n_replicas": 2.0}, "n_replicas must be a positive integer, got 2.0"),
         (SGDClassifier(), {"sync_every": 0}, "sync_every must be a positive integer, got 0"),
         (
             OneVsRestClassifier(MLPClassifier()),
-            {"replicas": 2},
-            "replicas=2 needs replicas of MLPClassifier that start from one shared "
-            "initialisation (merge rule 'mlp'), which ClassSharded does not draw. Use replicas=1",
+            {"n_replicas": 2},
+            "n_replicas=2 needs replicas of MLPClassifier that start from one shared "
+            "initialisation (merge rule 'mlp'), which ClassSharded does not draw. Use "
+            "n_replicas=1",
         ),
     ],
 )

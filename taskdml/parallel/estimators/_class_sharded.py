@@ -35,7 +35,7 @@ the argmax, or the normalisation of the probabilities. No task ever holds two sh
 Two classes make one binary problem, one row of ``coef_``: it cannot be split, so it is one
 shard holding a clone of the whole estimator.
 
-Hybrid parallelism (``replicas=R > 1``): every shard is also data-parallel inside. Shard ``k``
+Hybrid parallelism (``n_replicas=R > 1``): every shard is also data-parallel inside. Shard ``k``
 has ``R`` replicas, pinned round robin to workers ``k*R .. k*R+R-1`` (modulo the number of
 workers), so the replicas of a shard are on distinct workers and a worker holds replicas of
 different shards; which of them is replica 0 rotates with ``k``, so that the merges and the
@@ -63,6 +63,7 @@ until the round's first link ends.
 import copy
 import numbers
 import uuid
+import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
@@ -228,7 +229,7 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
     ``partial_fit`` on every chunk, in order, on one worker; prediction combines the shards'
     decision functions chunk by chunk. The result equals the unsharded estimator trained with
     ``partial_fit`` on the same chunks in the same order (same ``coef_`` and ``intercept_``
-    bit for bit; decision values to rounding). With ``replicas > 1`` each shard is also
+    bit for bit; decision values to rounding). With ``n_replicas > 1`` each shard is also
     trained data-parallel by replicas on several workers, merged every *sync_every* chunks
     (local SGD: close to the unsharded model, not equal). See
     :mod:`taskdml.parallel.estimators._class_sharded`.
@@ -244,16 +245,19 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
     epochs : int, default=1
         Passes over the chunks, in the same order each time (the unsharded model's
         ``partial_fit`` called on every chunk, *epochs* times).
-    replicas : int, default=1
+    n_replicas : int, default=1
         Data-parallel replicas per shard (hybrid parallelism: shards x replicas), each on a
-        different worker: chunk ``i`` of every epoch trains replica ``i % replicas``, and the
+        different worker: chunk ``i`` of every epoch trains replica ``i % n_replicas``, and the
         replicas of a shard are merged every *sync_every* chunks each (model averaging for
         SGD, so not bit-equal to the unsharded model). At most the number of workers of the
         client; without a client the replicas train in this process, in the same order.
         Needs a merge rule for the binary estimator (:func:`~taskdml.parallel.get_merge_rule`).
     sync_every : int, default=1
         Chunks each replica trains between two merges of its shard; ignored with
-        ``replicas=1``.
+        ``n_replicas=1``.
+    replicas : int, optional
+        Deprecated since 0.2 (removed in 0.3): the old name of ``n_replicas``, used when
+        given, with a ``FutureWarning``.
 
     Attributes
     ----------
@@ -286,12 +290,27 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
     True
     """
 
-    def __init__(self, estimator, n_shards=None, epochs=1, replicas=1, sync_every=1):
+    def __init__(
+        self, estimator, n_shards=None, epochs=1, n_replicas=1, sync_every=1, replicas="deprecated"
+    ):
         self.estimator = estimator
         self.n_shards = n_shards
         self.epochs = epochs
-        self.replicas = replicas
+        self.n_replicas = n_replicas
         self.sync_every = sync_every
+        self.replicas = replicas
+
+    def _n_replicas(self):
+        """``n_replicas``, or the deprecated ``replicas`` when it was given (with a warning)."""
+        if isinstance(self.replicas, str) and self.replicas == "deprecated":
+            return self.n_replicas
+        warnings.warn(
+            "ClassSharded(replicas=) was renamed n_replicas in taskdml 0.2 (the name "
+            "DataParallel and train use); replicas will be removed in 0.3.",
+            FutureWarning,
+            stacklevel=3,
+        )
+        return self.replicas
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -320,6 +339,7 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
         from taskdml._data import as_dask, is_chunked, unwrap
 
         kind = _kind(self.estimator)
+        n_replicas = self._n_replicas()
         X, y, sample_weight, _ = unwrap(X, y, sample_weight)
         chunked = is_chunked(X)
         if chunked:
@@ -349,16 +369,15 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
             raise ValueError(f"n_shards must be a positive integer, got {n_shards!r}.")
         if not isinstance(self.epochs, numbers.Integral) or self.epochs < 1:
             raise ValueError(f"epochs must be a positive integer, got {self.epochs!r}.")
-        for parameter in ("replicas", "sync_every"):
-            value = getattr(self, parameter)
+        for parameter, value in (("n_replicas", n_replicas), ("sync_every", self.sync_every)):
             if not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"{parameter} must be a positive integer, got {value!r}.")
-        if self.replicas > 1:
-            _check_mergeable(self.estimator, kind, self.replicas)
-            if client is not None and self.replicas > len(workers):
+        if n_replicas > 1:
+            _check_mergeable(self.estimator, kind, n_replicas)
+            if client is not None and n_replicas > len(workers):
                 raise ValueError(
-                    f"replicas={self.replicas} but the client has {len(workers)} worker(s): "
-                    "the replicas of a shard train on distinct workers. Use replicas <= "
+                    f"n_replicas={n_replicas} but the client has {len(workers)} worker(s): "
+                    "the replicas of a shard train on distinct workers. Use n_replicas <= "
                     f"{len(workers)}, or add workers."
                 )
         if n_shards > rows:
@@ -373,7 +392,7 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
             "train",
             *fresh, type(estimator).__name__, estimator.get_params(deep=False),
             classes, n_shards, self.epochs,
-            *([self.replicas, self.sync_every] if self.replicas > 1 else []),
+            *([n_replicas, self.sync_every] if n_replicas > 1 else []),
             *[getattr(a, "name", a) for a in (X, y, sample_weight)],
             phase="shard",
         )  # fmt: skip
@@ -384,19 +403,19 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
         seeds_of = self._seeder(estimator, kind, classes)
         # replicas of shard k on workers k*R .. k*R+R-1, replica 0 (which merges and keeps
         # the shard) rotating among them so that the shards end spread as with R = 1
-        R = self.replicas
+        R = n_replicas
         homes = [
             [workers[(k * R + (r + k) % R) % len(workers)] for r in range(R)] if workers else []
             for k in range(n_shards)
         ]
-        if self.replicas > 1:
+        if n_replicas > 1:
             if chunked:
                 blocks = [None if a is None else list(a.to_delayed().ravel())
                           for a in (X, y, sample_weight)]  # fmt: skip
                 chunk_rows = X.chunks[0]
             else:  # in-memory data is one chunk: replica 0 trains it
                 blocks, chunk_rows = [[X], [y], [sample_weight]], (X.shape[0],)
-            plan = _rounds(len(blocks[0]), self.epochs, self.replicas, self.sync_every)
+            plan = _rounds(len(blocks[0]), self.epochs, n_replicas, self.sync_every)
             shards = _train_hybrid(client, homes, shards, groups, blocks, chunk_rows, plan,
                                    seeds_of, classes, name)  # fmt: skip
         elif chunked:
@@ -744,14 +763,14 @@ def _check_mergeable(estimator, kind, replicas):
     rule = get_merge_rule(binary)
     if rule is None:
         raise ValueError(
-            f"replicas={replicas} merges the replicas of each shard, but "
-            f"{unmergeable_reason(binary)} Use replicas=1."
+            f"n_replicas={replicas} merges the replicas of each shard, but "
+            f"{unmergeable_reason(binary)} Use n_replicas=1."
         )
     if rule.prepare is not None:
         raise ValueError(
-            f"replicas={replicas} needs replicas of {type(binary).__name__} that start from "
+            f"n_replicas={replicas} needs replicas of {type(binary).__name__} that start from "
             f"one shared initialisation (merge rule {rule.family!r}), which ClassSharded does "
-            "not draw. Use replicas=1, or taskdml.DataParallel."
+            "not draw. Use n_replicas=1, or taskdml.DataParallel."
         )
 
 
