@@ -430,7 +430,7 @@ class Step:
                         f"{' or '.join(map(repr, owners))}.",
                     )
                 )
-        if self.kind == "search" and mode != "auto":
+        if self.kind == "search":
             problems += self._search_parallel_problems(read)
         if mode == "federated" and "rounds" not in self.parallel:
             problems.append(

@@ -23,7 +23,14 @@ from sklearn.naive_bayes import MultinomialNB
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils import check_random_state
 
-from taskdml.parallel import DataParallel, get_merge_rule, register_merge, train
+from taskdml.model_selection import (
+    ASHASearchCV,
+    GridSearchCV,
+    HyperbandSearchCV,
+    RandomizedSearchCV,
+    SuccessiveHalvingSearchCV,
+)
+from taskdml.parallel import ClassSharded, DataParallel, get_merge_rule, register_merge, train
 from taskdml.parallel.engine import _options
 
 CHUNK_ROWS = (200, 180, 220, 190, 210, 170)
@@ -291,14 +298,23 @@ def test_data_parallel_async_accuracy_is_close_to_sync_and_scikit_learn(client):
 
 # -- the table of options -----------------------------------------------------------------
 
-SIGNATURES = {"train": train, "DataParallel": DataParallel}
+SIGNATURES = [
+    ("train", train),
+    ("DataParallel", DataParallel),
+    ("ClassSharded", ClassSharded),
+    ("search", GridSearchCV),
+    ("search", RandomizedSearchCV),
+    ("adaptive", ASHASearchCV),
+    ("adaptive", SuccessiveHalvingSearchCV),
+    ("adaptive", HyperbandSearchCV),
+]
 
 
-@pytest.mark.parametrize("taker", sorted(SIGNATURES))
-def test_each_entry_point_takes_the_tables_options_with_its_defaults(taker):
+@pytest.mark.parametrize("taker, entry_point", SIGNATURES, ids=[e.__name__ for _, e in SIGNATURES])
+def test_each_entry_point_takes_the_tables_options_with_its_defaults(taker, entry_point):
     """The options table (engine/_options.py) and the signatures agree: every option an entry
-    point takes is a parameter of it, with the table's default."""
-    parameters = inspect.signature(SIGNATURES[taker]).parameters
+    point takes is a parameter of it, with the table's default for that entry point."""
+    parameters = inspect.signature(entry_point).parameters
     for name, default in _options.defaults(taker).items():
         assert name in parameters, name
         assert parameters[name].default == default, name

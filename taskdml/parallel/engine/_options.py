@@ -210,8 +210,9 @@ OPTIONS = {
             "random_state",
             _SEED,
             None,
-            "seeds the chunk order (the wrapped estimator's own random_state seeds it)",
-            takers=_ENGINE,
+            "seeds the chunk order (the wrapped estimator's own random_state seeds it; a "
+            "grid or random search's candidate i trains with random_state + i)",
+            takers=(*_ENGINE, "search"),
             modes=("data", "model", "task"),
         ),
         Option(
