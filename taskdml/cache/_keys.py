@@ -63,7 +63,7 @@ def step_keys(pipeline):
 
     Parameters
     ----------
-    pipeline : Pipeline
+    pipeline : PipelineSpec
 
     Returns
     -------

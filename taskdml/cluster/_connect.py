@@ -515,7 +515,7 @@ def pipeline_modules(pipeline):
 
     Parameters
     ----------
-    pipeline : Pipeline
+    pipeline : PipelineSpec
 
     Returns
     -------
@@ -525,8 +525,8 @@ def pipeline_modules(pipeline):
 
     Examples
     --------
-    >>> from taskdml import Pipeline, Step
-    >>> pipe = Pipeline("iris", [
+    >>> from taskdml import PipelineSpec, Step
+    >>> pipe = PipelineSpec("iris", [
     ...     Step("data", call="taskdml.datasets:load_sklearn", with_={"name": "iris"}),
     ...     Step("model", fit="sklearn.naive_bayes:GaussianNB", inputs={"data": "data"}),
     ... ])

@@ -1,8 +1,8 @@
-"""``Step`` and ``Pipeline``: the pipeline as immutable, validated Python objects.
+"""``Step`` and ``PipelineSpec``: the pipeline as immutable, validated Python objects.
 
 The pipeline file is a serialisation of these classes (see :mod:`taskdml.pipeline._spec`). A
 ``Step`` checks itself against the file format's schema and its kind's rules when it is built; a
-``Pipeline`` then checks what needs every step at once: names are unique, every input names
+``PipelineSpec`` then checks what needs every step at once: names are unique, every input names
 an existing step and output, the steps form a DAG (``graphlib``), every callable lies inside
 ``imports.allow`` and resolves, and keyword arguments match the callable's signature. All
 problems are collected and raised together as one :class:`~taskdml.exceptions.PipelineError`
@@ -456,7 +456,7 @@ class Step:
 
 
 @dataclasses.dataclass(frozen=True)
-class Pipeline:
+class PipelineSpec:
     """A DAG of steps with its parameters, cluster and import allowlist.
 
     Parameters
@@ -478,7 +478,7 @@ class Pipeline:
 
     Examples
     --------
-    >>> pipe = Pipeline("demo", [
+    >>> pipe = PipelineSpec("demo", [
     ...     Step("data", call="taskdml.datasets:load_sklearn", with_={"name": "iris"}),
     ...     Step("model", fit="sklearn.naive_bayes:GaussianNB", inputs={"data": "data"}),
     ... ])
@@ -540,7 +540,7 @@ class Pipeline:
 
         Examples
         --------
-        >>> pipe = Pipeline("demo", [Step("model", fit="sklearn.naive_bayes:GaussianNB")])
+        >>> pipe = PipelineSpec("demo", [Step("model", fit="sklearn.naive_bayes:GaussianNB")])
         >>> pipe.resolve(pipe.step("model")).__name__
         'GaussianNB'
         """

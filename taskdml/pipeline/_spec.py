@@ -1,4 +1,4 @@
-"""Pipeline files: YAML text -> overrides -> interpolation -> schema -> ``Pipeline``.
+"""Pipeline files: YAML text -> overrides -> interpolation -> schema -> ``PipelineSpec``.
 
 Loading goes through four stages, each reporting every problem it finds with the file, line
 and column of the offending key (see :mod:`taskdml.pipeline._yaml`):
@@ -17,7 +17,7 @@ and column of the offending key (see :mod:`taskdml.pipeline._yaml`):
    Environment values are parsed like command-line values (``SEED=3`` gives the integer 3),
    where OmegaConf would need ``oc.decode``;
 4. **validate** against the JSON Schema (:mod:`taskdml.pipeline._schema`) and build the
-   :class:`~taskdml.Pipeline`, which checks references, cycles and callables.
+   :class:`~taskdml.PipelineSpec`, which checks references, cycles and callables.
 """
 
 import dataclasses
@@ -29,7 +29,7 @@ import yaml
 
 from taskdml.exceptions import PipelineError, did_you_mean, dotted
 from taskdml.pipeline import _schema
-from taskdml.pipeline._model import Pipeline, Step, renamed_parallel
+from taskdml.pipeline._model import PipelineSpec, Step, renamed_parallel
 from taskdml.pipeline._yaml import Location, load_with_locations, parse_scalar
 
 SECTIONS = tuple(_schema.SCHEMA["properties"])
@@ -57,7 +57,7 @@ class PipelineSource:
 
 
 def load_pipeline(path, overrides=()):
-    """Read a pipeline file, apply *overrides*, and return a validated ``Pipeline``.
+    """Read a pipeline file, apply *overrides*, and return a validated ``PipelineSpec``.
 
     Parameters
     ----------
@@ -69,7 +69,7 @@ def load_pipeline(path, overrides=()):
 
     Returns
     -------
-    Pipeline
+    PipelineSpec
         Resolved (no interpolation left), with ``source`` set to the file, text and overrides.
 
     Notes
@@ -117,7 +117,7 @@ def loads_pipeline(text, source="<string>", overrides=()):
 
     Returns
     -------
-    Pipeline
+    PipelineSpec
 
     Raises
     ------
@@ -157,7 +157,7 @@ def dump_pipeline(pipeline):
 
     Parameters
     ----------
-    pipeline : Pipeline
+    pipeline : PipelineSpec
 
     Returns
     -------
@@ -168,7 +168,7 @@ def dump_pipeline(pipeline):
 
 
 def _build(data, source, locations=None):
-    """Build the Pipeline, or collect the problems of every step and of the whole."""
+    """Build the PipelineSpec, or collect the problems of every step and of the whole."""
     steps, problems = [], []
     for name, spec in data["steps"].items():
         try:
@@ -187,7 +187,7 @@ def _build(data, source, locations=None):
         if key in data
     }
     try:
-        return Pipeline(data["name"], steps, source=source, **fields), []
+        return PipelineSpec(data["name"], steps, source=source, **fields), []
     except PipelineError as error:
         return None, error.problems
 

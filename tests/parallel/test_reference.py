@@ -5,7 +5,7 @@ belongs to replica ``i mod R``; the replicas start from :func:`taskdml.parallel.
 on the first chunk; each round every replica copies the global estimator and runs
 ``partial_fit`` on its next ``sync_every`` chunks; the replicas that saw rows are merged in
 rank order with :func:`taskdml.parallel.merge_replicas`, weighted by their rows; the merge
-starts the next round. ``taskdml.train`` must equal it bit for bit where the arithmetic is
+starts the next round. ``taskdml.parallel.train`` must equal it bit for bit where the arithmetic is
 deterministic (SGD: Cython loops, no BLAS), and to rounding where BLAS sums in another order
 (MLP, k-means, LDA).
 """
@@ -181,7 +181,7 @@ def test_sync_on_two_workers_equals_the_reference_loop(client, case, sync_every)
     expected = reference_sync(
         estimator, X, y, classes, n_replicas=2, sync_every=sync_every, epochs=2
     )
-    result = taskdml.train(
+    result = taskdml.parallel.train(
         estimator,
         *_dask(X, y),
         classes=classes,
@@ -204,7 +204,7 @@ def test_sync_on_threads_equals_the_reference_loop(case):
     expected = reference_sync(
         estimator, X, y, classes, n_replicas=2, sync_every=1, epochs=2, shuffle=True, random_state=5
     )
-    result = taskdml.train(
+    result = taskdml.parallel.train(
         estimator,
         *_dask(X, y),
         classes=classes,

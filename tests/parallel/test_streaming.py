@@ -18,8 +18,8 @@ import zarr
 from distributed import Client, LocalCluster
 from sklearn.linear_model import SGDClassifier
 
-from taskdml import DataParallel, train
 from taskdml.model_selection import ASHASearchCV, SuccessiveHalvingSearchCV
+from taskdml.parallel import DataParallel, train
 from taskdml.parallel.engine import _stream
 from taskdml.parallel.engine._chunks import Chunk
 

@@ -3,7 +3,7 @@
 Data too big for one machine is never gathered: it is persisted once on the cluster and every
 fold is a set of chunks — ``cv=k`` is ``KFold(k)`` over the chunk indices, and a splitter
 object splits the chunk indices too. Each candidate × fold trains with the data-parallel
-engine (:func:`taskdml.train`) on the fold's training chunks and is scored
+engine (:func:`taskdml.parallel.train`) on the fold's training chunks and is scored
 with :mod:`taskdml.metrics` on its held-out chunks, chunk by chunk and exactly. The
 candidates run side by side: each training is a chain of tasks (``strategy="sequential"``,
 the default) or replicas (``"sync"``/``"async"``, which take turns on the cluster), started

@@ -180,7 +180,7 @@ class SequentialFallbackWarning(UserWarning):
     >>> import warnings
     >>> import dask.array as da
     >>> from sklearn.cluster import Birch
-    >>> from taskdml import SequentialFallbackWarning, train
+    >>> from taskdml.parallel import SequentialFallbackWarning, train
     >>> X = da.random.default_rng(0).random((60, 2), chunks=20)
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
@@ -282,7 +282,7 @@ def train(
     --------
     >>> import dask.array as da
     >>> from sklearn.linear_model import SGDRegressor
-    >>> from taskdml import train
+    >>> from taskdml.parallel import train
     >>> rng = da.random.default_rng(0)
     >>> X = rng.random((1_000, 3), chunks=(250, 3))
     >>> y = X @ da.from_array([1.0, 2.0, 3.0])

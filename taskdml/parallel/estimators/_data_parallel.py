@@ -1,7 +1,7 @@
 """``DataParallel``: the data-parallel engine as a scikit-learn meta-estimator.
 
 :class:`DataParallel` wraps any scikit-learn estimator and trains it with
-:func:`taskdml.train`, so that existing scikit-learn code (a script, a
+:func:`taskdml.parallel.train`, so that existing scikit-learn code (a script, a
 ``Pipeline``, ``GridSearchCV``) gets data-parallel ``partial_fit`` training by changing one
 line. The wrapper itself does four things and leaves the training to the engine:
 
@@ -100,7 +100,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
     staleness : int or None, default=0
         How many chunks a replica may run ahead of the slowest (``"async"``): ``0`` is
         lock-step (measured within half a point of sync's accuracy, where more slack cost 1-3
-        points; see :func:`taskdml.train`), ``None`` never waits.
+        points; see :func:`taskdml.parallel.train`), ``None`` never waits.
     shuffle : bool, default=True
         Visit each replica's chunks in a new seeded order every epoch.
     random_state : int, RandomState instance or None, default=None
@@ -130,7 +130,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         (each replica reads its chunks as it trains, ``prefetch`` ahead, and drops them), so
         that data larger than the workers' memory trains in bounded memory. ``"auto"``
         streams data over half the memory the workers have free; ``stats_["data"]`` says
-        what ran and why (see :func:`taskdml.train`).
+        what ran and why (see :func:`taskdml.parallel.train`).
     prefetch : int, default=2
         Chunks a streaming replica reads ahead.
 
@@ -150,7 +150,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         What ran last: ``"sync"``, ``"async"``, ``"sequential"`` (also after a fallback), or
         ``"fit"`` (one ``fit`` on all the data, for an estimator without ``partial_fit``).
     stats_ : dict
-        Facts of the last training (:attr:`taskdml.TrainResult.stats`): replicas, workers,
+        Facts of the last training (:attr:`taskdml.parallel.TrainResult.stats`): replicas, workers,
         timings, and ``data`` (persisted or streamed, and why).
     classes_ : ndarray of shape (n_classes,)
         Class labels (classifiers only).
@@ -161,7 +161,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
 
     See Also
     --------
-    taskdml.train : The engine, for dask arrays.
+    taskdml.parallel.train : The engine, for dask arrays.
     taskdml.metrics.evaluate : Chunk-wise metrics, used by ``score`` on dask input.
 
     Notes
