@@ -17,7 +17,8 @@ option, in the spirit of scikit-learn's ``_parameter_constraints``:
   pipeline step that read it (an empty tuple: not a pipeline key).
 
 From the table, :func:`check` validates an entry point's values with one message format
-(``DataParallel: epochs must be an integer >= 1; got 0.``), :func:`names` and
+(``DataParallel: epochs must be an integer >= 1; got 0.``; ``train``, ``DataParallel`` and the
+searches use it, ``ClassSharded`` still checks its own four), :func:`names` and
 :func:`defaults` list what an entry point takes (tests compare them with the signatures), and
 :func:`pipeline_properties` and :func:`mode_keys` write the pipeline file's ``parallel``
 block (:mod:`taskdml.pipeline._schema`). An entry point's own default always passes its check

@@ -119,7 +119,7 @@ class FeatureSharded(BaseEstimator):
         Each block's columns and its weights: on its worker (a future), or in this process
         without a client.
     n_features_in_ : int
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         When ``X`` was a DataFrame with string column names.
 
     Examples
