@@ -14,13 +14,13 @@ classes ``[0, 1]``, for every chunk size of ``--chunk-sizes`` and epoch count of
                     data-parallel engine can reach here;
 ``dask-ml Incremental``  one ``fit`` plus ``epochs - 1`` ``partial_fit`` calls on the
                     persisted dask arrays;
-``taskdml defaults``  :func:`taskdml.train` with only the data, ``classes``, ``epochs``,
+``taskdml defaults``  :func:`taskdml.parallel.train` with only the data, ``classes``, ``epochs``,
                     ``random_state`` and the client: no ``strategy``, ``sync_every``,
                     ``staleness`` or ``shuffle``, so this row follows the engine's defaults as
                     they change (the sync period it used is read from the result);
 ``taskdml sync`` (``sync_every`` 1, 4, 10) / ``taskdml async`` (default staleness)
-                    :func:`taskdml.train` on the same persisted arrays (``shuffle=False``, the
-                    serial loop's chunk order).
+                    :func:`taskdml.parallel.train` on the same persisted arrays
+                    (``shuffle=False``, the serial loop's chunk order).
 
 Design of the measurement (the methodology of ``research/baselines.md`` sections 1 and 7):
 
@@ -421,7 +421,7 @@ class Config:
         return self.kind in ("incremental", "default", "sync", "async")
 
     def train_kwargs(self, epochs):
-        """What :func:`taskdml.train` gets besides the data and the client.
+        """What :func:`taskdml.parallel.train` gets besides the data and the client.
 
         The default row passes nothing the engine has a default for (``classes`` is the
         estimator's need, not an engine option), so it shows whatever the defaults become.
@@ -485,7 +485,7 @@ def holdout_accuracy(model, X_test, y_test):
 
 def run_on_cluster(config, epochs, client, data):
     """Run one cluster configuration; return its measurements."""
-    from taskdml import train
+    from taskdml.parallel import train
 
     X_train, y_train = data["X_train"], data["y_train"]
     transfers = sum(client.run(worker_transfers).values())
@@ -520,7 +520,7 @@ def fixed_cost_timeline(client, data, runs=3):
     from dask.utils import key_split
     from distributed import get_task_stream
 
-    from taskdml import train
+    from taskdml.parallel import train
 
     timelines = []
     for _ in range(runs):

@@ -1,11 +1,11 @@
 """How sync data-parallel training scales with the workers, and what it holds in memory.
 
 One estimator, ``SGDClassifier(loss="hinge", alpha=1e-5, random_state=0)`` with classes
-``[0, 1]``, trained by ``taskdml.train(..., strategy="sync")`` (the engine's other defaults:
-``sync_every="auto"``, shuffled chunk order) on synthetic data (taskdml's chunk-independent
-``make_classification``: ``--features`` float64 columns, 20 informative and 10 redundant,
-in chunks of ``--chunk-rows``), written once, chunk by chunk, to a Zarr store in a temporary
-directory and read with ``da.from_zarr``. Four parts:
+``[0, 1]``, trained by ``taskdml.parallel.train(..., strategy="sync")`` (the engine's other
+defaults: ``sync_every="auto"``, shuffled chunk order) on synthetic data (taskdml's
+chunk-independent ``make_classification``: ``--features`` float64 columns, 20 informative and
+10 redundant, in chunks of ``--chunk-rows``), written once, chunk by chunk, to a Zarr store in
+a temporary directory and read with ``da.from_zarr``. Four parts:
 
 1. **Speed-up.** For every count ``w`` of ``--workers``, a fresh ``LocalCluster(n_workers=w,
    threads_per_worker=1, host="127.0.0.1")``; the ``--rows`` rows are persisted on it (timed
@@ -163,7 +163,7 @@ def train(client, X, y, epochs, **options):
     began = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        result = taskdml.train(
+        result = taskdml.parallel.train(
             make_model(),
             X,
             y,

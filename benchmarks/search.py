@@ -32,9 +32,9 @@ penalty in {l2, l1, elasticnet}, l1_ratio ~ uniform(0, 1):
                     ShuffleSplit(test_size=0.2); every fit is ``SGDClassifier.fit`` (stops at
                     its ``tol``);
 ``taskdml ASHASearchCV``  ``--n-trials`` trials, min_epochs=1, max_epochs=``--max-epochs``,
-                    reduction_factor 3, ``parallel={"strategy": "sync"}``, on the persisted
+                    reduction_factor 3, ``strategy="sync"``, on the persisted
                     dask arrays (validation = 20 % of the train chunks);
-``taskdml HyperbandSearchCV``  max_iter=``--max-epochs``, aggressiveness 3, same data;
+``taskdml HyperbandSearchCV``  max_epochs=``--max-epochs``, reduction_factor 3, same data;
 ``Optuna``          a ``RandomSampler(seed=0)`` study (``--optuna-sampler tpe`` for TPE) with
                     ``SuccessiveHalvingPruner(min_resource=1, reduction_factor=3)`` (as many
                     trials as ASHA) and with ``HyperbandPruner(1, max_epochs, 3)`` (as many
@@ -614,16 +614,16 @@ def run_taskdml(data, kind, args):
             max_epochs=args.max_epochs,
             min_epochs=1,
             reduction_factor=ETA,
-            parallel={"strategy": "sync"},
+            strategy="sync",
             random_state=0,
         )
     else:
         search = HyperbandSearchCV(
             est,
             search_space(),
-            max_iter=args.max_epochs,
-            aggressiveness=ETA,
-            parallel={"strategy": "sync"},
+            max_epochs=args.max_epochs,
+            reduction_factor=ETA,
+            strategy="sync",
             random_state=0,
         )
     search.fit(data["X"], data["y"], classes=CLASSES)

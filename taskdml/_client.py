@@ -28,7 +28,7 @@ def resolve_client(client=None, *, required=None):
     ----------
     client : distributed.Client, False or None
     required : str, optional
-        What needs a client (``"FeatureSharded.fit"``): with none found, a ``ValueError``
+        What needs a client (``"train_federated"``): with none found, a ``ValueError``
         says so and how to get one.
 
     Returns

@@ -15,7 +15,7 @@ class TaskdmlError(Exception):
 
 
 class PipelineError(TaskdmlError, ValueError):
-    """The pipeline file or ``Pipeline`` object is invalid; nothing has run.
+    """The pipeline file or ``PipelineSpec`` object is invalid; nothing has run.
 
     ``problems`` lists every ``(key_path, text)`` found, so a file loader can prefix each with
     the file, line and column the key path came from.

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from taskdml import Pipeline, Step
+from taskdml import PipelineSpec, Step
 from taskdml.cluster._connect import WARM_MODULES, connect, pipeline_modules, warm
 
 UNUSED = "sklearn.semi_supervised"  # imported by nothing a worker runs unless asked
@@ -48,7 +48,7 @@ def test_warm_returns_before_the_imports_finish(fresh_client):
 
 def test_pipeline_modules_lists_every_named_module_then_the_basics():
     """The modules of the call, fit and search targets in step order, then WARM_MODULES."""
-    pipeline = Pipeline(
+    pipeline = PipelineSpec(
         "named",
         [
             Step("data", call="taskdml.datasets:load_sklearn", with_={"name": "iris"}),

@@ -24,8 +24,8 @@ from distributed import Client, LocalCluster, get_task_stream
 from sklearn.datasets import make_classification
 from sklearn.linear_model import SGDClassifier
 
-from taskdml import train
 from taskdml.model_selection import ASHASearchCV
+from taskdml.parallel import train
 
 CHECKPOINT_S = 0.5
 """``taskdml.elastic.checkpoint-s`` of the trainings: the client holds the state of half a

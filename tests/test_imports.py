@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 import taskdml
 import taskdml.model_selection
 import taskdml.parallel
+import taskdml.pipeline
 
 ROOT = Path(taskdml.__file__).resolve().parents[1]
 PACKAGES = [taskdml, taskdml.model_selection, taskdml.parallel]
@@ -82,3 +84,54 @@ def test_top_level_names_are_the_subpackages_objects():
     assert DataParallel is taskdml.parallel.DataParallel
     assert load_pipeline is taskdml.pipeline._spec.load_pipeline
     assert isinstance(taskdml.__version__, str)
+
+
+DEPRECATED = [
+    (taskdml, "Pipeline", "taskdml.PipelineSpec", lambda: taskdml.PipelineSpec),
+    (taskdml.pipeline, "Pipeline", "taskdml.pipeline.PipelineSpec", lambda: taskdml.PipelineSpec),
+    *[
+        (
+            taskdml,
+            name,
+            f"taskdml.parallel.{name}",
+            lambda name=name: getattr(taskdml.parallel, name),
+        )
+        for name in (
+            "train",
+            "TrainResult",
+            "MergeRule",
+            "register_merge",
+            "register_unmergeable",
+            "get_merge_rule",
+            "unmergeable_reason",
+        )
+    ],
+]
+
+
+@pytest.mark.parametrize(
+    "package, name, instead, current",
+    DEPRECATED,
+    ids=[f"{package.__name__}.{name}" for package, name, _, _ in DEPRECATED],
+)
+def test_a_name_dropped_from_the_api_still_resolves_with_a_warning(package, name, instead, current):
+    """Names moved off the top level in 0.2 (extension points to taskdml.parallel, Pipeline
+    renamed PipelineSpec) resolve to the same object, with a FutureWarning naming the new
+    place; they are no longer in __all__ or dir()."""
+    with pytest.warns(FutureWarning, match=rf"{package.__name__}\.{name} is deprecated .* use "):
+        value = getattr(package, name)
+    assert value is current()
+    assert name not in package.__all__ and name not in dir(package)
+    with pytest.warns(FutureWarning, match=re.escape(instead)):
+        exec(f"from {package.__name__} import {name}", {})
+
+
+def test_the_top_level_is_for_pipeline_and_estimator_users():
+    """taskdml.__all__ holds what pipeline and estimator users need; the extension points are
+    in taskdml.parallel (and their checks in taskdml.testing)."""
+    for name in ("load_pipeline", "run_pipeline", "PipelineSpec", "DataParallel", "ClassSharded",
+                 "FeatureSharded", "ASHASearchCV", "train_federated", "PipelineError"):  # fmt: skip
+        assert name in taskdml.__all__
+    for name in ("train", "TrainResult", "MergeRule", "register_merge", "Pipeline"):
+        assert name not in taskdml.__all__
+    assert {"train", "MergeRule", "register_merge"} <= set(taskdml.parallel.__all__)

@@ -7,7 +7,7 @@ import dask
 import numpy as np
 import pytest
 
-from taskdml import Pipeline, Step, StepFailed, loads_pipeline, run_pipeline
+from taskdml import PipelineSpec, Step, StepFailed, loads_pipeline, run_pipeline
 
 ALLOW = {"allow": ["taskdml.*", "sklearn.*", "pipeline_functions"]}
 
@@ -152,7 +152,7 @@ def test_independent_steps_run_concurrently(client, tmp_path):
     import uuid
 
     a, b = f"slow_a-{uuid.uuid4().hex}", f"slow_b-{uuid.uuid4().hex}"
-    pipeline = Pipeline(
+    pipeline = PipelineSpec(
         "concurrent",
         [
             Step(
@@ -178,7 +178,7 @@ def test_independent_steps_run_concurrently(client, tmp_path):
 
 def test_foreach_fans_out_into_named_items(client, tmp_path):
     """foreach runs the product of values; outputs are keyed by item; keys carry indices."""
-    pipeline = Pipeline(
+    pipeline = PipelineSpec(
         "fan",
         [
             Step("sweep", call="pipeline_functions:add", foreach={"a": [1, 2], "b": [10, 20]}),
@@ -199,7 +199,7 @@ def test_foreach_fans_out_into_named_items(client, tmp_path):
 
 def test_plain_callables_receive_in_memory_data(client):
     """A lazy dataset input is computed on the workers and arrives in memory."""
-    pipeline = Pipeline(
+    pipeline = PipelineSpec(
         "memory",
         [
             Step(
@@ -216,7 +216,7 @@ def test_plain_callables_receive_in_memory_data(client):
 
 def test_failed_step_keeps_what_finished(client, tmp_path):
     """A failing step fails the run; upstream and independent work is kept, dependants skipped."""
-    pipeline = Pipeline(
+    pipeline = PipelineSpec(
         "failing",
         [
             Step("data", call="taskdml.datasets:load_sklearn", with_={"name": "iris"}),
@@ -253,7 +253,7 @@ def test_failed_step_keeps_what_finished(client, tmp_path):
 
 def test_wrong_output_count_is_explained(client):
     """A callable returning fewer values than declared outputs names the fix."""
-    pipeline = Pipeline(
+    pipeline = PipelineSpec(
         "outputs",
         [
             Step(
@@ -406,7 +406,7 @@ def test_graph_builders_run_in_the_client_and_plain_callables_on_workers(client)
     function unmarked runs as a task in a worker process."""
     from distributed import futures_of
 
-    pipeline = Pipeline(
+    pipeline = PipelineSpec(
         "builders",
         [
             Step(
@@ -439,7 +439,7 @@ def test_the_embedded_cluster_warms_what_the_pipeline_names(tmp_path):
     from taskdml.cluster._connect import pipeline_modules
 
     target = tmp_path / "warm.json"
-    pipeline = Pipeline(
+    pipeline = PipelineSpec(
         "warmed",
         [
             Step("probe", call="pipeline_functions:warm_imports", with_={"path": str(target)}),
@@ -458,10 +458,10 @@ def test_the_embedded_cluster_warms_what_the_pipeline_names(tmp_path):
 def test_a_failed_step_names_the_frames_of_the_users_code(tmp_path, client):
     """A step failing inside the user's function records (and publishes) where in the user's
     code, without Python's, Dask's or taskdml's frames."""
-    from taskdml import Pipeline, Step, run_pipeline
+    from taskdml import PipelineSpec, Step, run_pipeline
     from taskdml.exceptions import StepFailed
 
-    pipeline = Pipeline(
+    pipeline = PipelineSpec(
         "fails",
         [Step("bad", call="pipeline_functions:fail", with_={"message": "no luck"})],
         imports={"allow": ["pipeline_functions"]},
@@ -479,9 +479,9 @@ def test_a_long_step_reports_its_tasks_done_of_seen(tmp_path, client):
     """While a step runs longer than a second, the callback gets ``tasks`` events with the
     step's tasks done of those seen (the terminal's progress of steps that are not
     trainings)."""
-    from taskdml import Pipeline, Step, run_pipeline
+    from taskdml import PipelineSpec, Step, run_pipeline
 
-    pipeline = Pipeline(
+    pipeline = PipelineSpec(
         "slow",
         [Step("wait", call="pipeline_functions:wait_and_return",
               with_={"value": 1, "seconds": 2.5})],

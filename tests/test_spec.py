@@ -417,6 +417,24 @@ def test_published_schema_accepts_valid_files_and_is_a_json_schema():
         jsonschema.validate({"taskdml": 1, "name": "x", "steps": {"a": {"cal": "x:y"}}}, SCHEMA)
 
 
+def test_the_parallel_block_is_written_from_the_engines_options_table():
+    """Every pipeline option of the engine's table is a key of a step's ``parallel`` block,
+    with the table's doc line; the renamed keys are there, marked deprecated."""
+    from taskdml.parallel.engine import _options
+    from taskdml.pipeline._schema import MODE_KEYS
+
+    block = SCHEMA["properties"]["steps"]["additionalProperties"]["properties"]["parallel"]
+    for name, option in _options.OPTIONS.items():
+        if option.modes:
+            assert block["properties"][name]["description"] == option.doc
+            assert all(name in MODE_KEYS[mode] for mode in option.modes)
+        else:
+            assert name not in block["properties"]
+    for old, new in _options.RENAMED.items():
+        assert block["properties"][old]["deprecated"] is True
+        assert new in block["properties"][old]["description"]
+
+
 _values = st.one_of(
     st.integers(-(10**6), 10**6),
     st.floats(allow_nan=False, allow_infinity=False),

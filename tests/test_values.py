@@ -12,7 +12,7 @@ import xarray as xr
 from sklearn.linear_model import SGDClassifier
 from sklearn.naive_bayes import GaussianNB
 
-from taskdml import DataError, Pipeline, Step, StepFailed, run_pipeline
+from taskdml import DataError, PipelineSpec, Step, StepFailed, run_pipeline
 from taskdml.runner._values import describe
 
 ALLOW = {"allow": ["taskdml.*", "sklearn.*", "pipeline_functions"]}
@@ -37,7 +37,7 @@ def _prefixes(client):
 def test_a_value_feeds_split_fit_search_and_evaluate(client, kind):
     """callable -> train_test_split -> fit -> evaluate, and callable -> fit, search: each step
     reads the value chunked (about 4 chunks), and the fits equal scikit-learn's in memory."""
-    pipeline = Pipeline(
+    pipeline = PipelineSpec(
         f"values_{kind}",
         [
             _producer(kind),
@@ -84,7 +84,7 @@ def test_a_value_feeds_split_fit_search_and_evaluate(client, kind):
 
 def test_x_only_array_feeds_an_unsupervised_fit(client):
     """A callable returning one 2-D array gives X without y: a scaler fits it exactly."""
-    pipeline = Pipeline(
+    pipeline = PipelineSpec(
         "x_only",
         [
             _producer("numpy_X"),
@@ -102,7 +102,7 @@ def test_a_table_becomes_one_variable_per_column(client):
     """A DataFrame with a string column becomes the table form (one variable per column along
     sample, target y); a map step encodes it and a fit reads the result. Fitting the table
     directly fails with the engine's message naming the columns to encode."""
-    pipeline = Pipeline(
+    pipeline = PipelineSpec(
         "table",
         [
             _producer("table"),
@@ -119,7 +119,7 @@ def test_a_table_becomes_one_variable_per_column(client):
     frame = pipeline_functions.classification_values("table")
     plan = describe(frame)
     assert [v[0] for v in plan["variables"]] == ["f0", "f1", "f2", "f3", "city", "y"]
-    pipeline = Pipeline(
+    pipeline = PipelineSpec(
         "table_ok", [s for s in pipeline.steps if s.name != "direct"], imports=ALLOW
     )
     run = run_pipeline(pipeline, client, record=False)
@@ -148,7 +148,7 @@ def test_a_value_that_is_not_data_names_both_steps(client, kind):
     """A callable returning a str, read as data: every kind refuses it with one message that
     names the consumer and its kind, the producer, the value's type, the types accepted and
     the fix."""
-    pipeline = Pipeline(
+    pipeline = PipelineSpec(
         "mismatch",
         [Step("load", call="pipeline_functions:text"), CONSUMERS[kind]],
         imports=ALLOW,

@@ -165,10 +165,10 @@ def merge_rules_page():
         for (family, exact, notes), names in sorted(families.items())
     ]
     intro = (
-        "Generated from the merge registry (`taskdml.get_merge_rule`), for every estimator "
-        "of the installed scikit-learn that has `partial_fit`. *Exact* means the merged model "
-        "equals one `partial_fit` pass over all the data, up to floating-point rounding; "
-        "a sequential fallback trains one replica over every chunk and warns why.\n"
+        "Generated from the merge registry (`taskdml.parallel.get_merge_rule`), for every "
+        "estimator of the installed scikit-learn that has `partial_fit`. *Exact* means the "
+        "merged model equals one `partial_fit` pass over all the data, up to floating-point "
+        "rounding; a sequential fallback trains one replica over every chunk and warns why.\n"
     )
     return intro + "\n" + table(["estimators", "family", "exact", "notes"], rows)
 

@@ -2,7 +2,7 @@
 Data-parallel training against one serial pass
 ==============================================
 
-:func:`taskdml.train` trains one ``partial_fit`` model on many chunks at once: every worker
+:func:`taskdml.parallel.train` trains one ``partial_fit`` model on many chunks at once: every worker
 trains a replica on the chunks it holds, and the replicas are merged with the estimator
 family's merge rule. This example trains the same ``SGDClassifier`` four ways on a small
 cluster of two workers and draws the held-out accuracy after each epoch:
@@ -63,7 +63,7 @@ ways = {
 }
 results = {}
 for label, options in ways.items():
-    results[label] = taskdml.train(
+    results[label] = taskdml.parallel.train(
         SGDClassifier(loss="log_loss", random_state=0),
         X_train,
         y_train,

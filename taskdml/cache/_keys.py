@@ -64,7 +64,7 @@ def step_keys(pipeline):
 
     Parameters
     ----------
-    pipeline : Pipeline
+    pipeline : PipelineSpec
 
     Returns
     -------

@@ -693,7 +693,7 @@ def pipeline_modules(pipeline):
 
     Parameters
     ----------
-    pipeline : Pipeline
+    pipeline : PipelineSpec
 
     Returns
     -------
@@ -703,8 +703,8 @@ def pipeline_modules(pipeline):
 
     Examples
     --------
-    >>> from taskdml import Pipeline, Step
-    >>> pipe = Pipeline("iris", [
+    >>> from taskdml import PipelineSpec, Step
+    >>> pipe = PipelineSpec("iris", [
     ...     Step("data", call="taskdml.datasets:load_sklearn", with_={"name": "iris"}),
     ...     Step("model", fit="sklearn.naive_bayes:GaussianNB", inputs={"data": "data"}),
     ... ])

@@ -173,7 +173,7 @@ def ship(client, pipeline):
     Parameters
     ----------
     client : distributed.Client
-    pipeline : Pipeline
+    pipeline : PipelineSpec
 
     Returns
     -------
@@ -210,7 +210,7 @@ def check(client, pipeline, shipped=()):
     Parameters
     ----------
     client : distributed.Client
-    pipeline : Pipeline
+    pipeline : PipelineSpec
     shipped : sequence of str
         Top-level names :func:`ship` sent: these are imported, the rest only looked up.
 

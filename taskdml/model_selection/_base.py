@@ -25,27 +25,48 @@ from taskdml._meta import estimator_has
 
 __all__ = ["SearchBase"]
 
-PARALLEL_KEYS = (
-    "strategy",
-    "epochs",
-    "sync_every",
-    "staleness",
-    "shuffle",
-    "shuffle_rows",
-    "n_replicas",
-    "random_state",
-    "data",
-    "prefetch",
-)
-"""The keys of a search's ``parallel`` dict: keyword arguments of :func:`taskdml.train`."""
 
-ADAPTIVE_PARALLEL_KEYS = tuple(
-    key
-    for key in PARALLEL_KEYS
-    if key not in ("epochs", "shuffle_rows", "n_replicas", "random_state")
-)
-"""What the adaptive searches take of them: the budget sets the epochs, the driver the
-replicas, and the search's ``random_state`` every seed."""
+def engine_options(search, from_parallel):
+    """The engine's options of *search*: its parameters (the options table's, for
+    ``search._taker``), or what the deprecated ``parallel=`` dict says, checked by the table.
+
+    Parameters
+    ----------
+    search : SearchBase
+    from_parallel : callable
+        ``dict -> dict``: the options a ``parallel`` dict stood for (the adaptive searches
+        trained with ``"sync"`` when a dict was given).
+
+    Returns
+    -------
+    dict
+        ``{option: value}`` for every option the search takes.
+    """
+    import warnings
+
+    from taskdml.parallel.engine import _options
+
+    name, taker = type(search).__name__, search._taker
+    values = {option: getattr(search, option) for option in _options.names(taker)}
+    parallel = search.parallel
+    if not (isinstance(parallel, str) and parallel == "deprecated"):
+        warnings.warn(
+            f"{name}(parallel=...) is deprecated since taskdml 0.2 and will be removed in 0.3: "
+            f"pass its keys as parameters ({name}(strategy='sync', sync_every=2)), which "
+            "get_params, set_params and clone reach.",
+            FutureWarning,
+            stacklevel=4,
+        )
+        if parallel is not None:
+            if not isinstance(parallel, dict):
+                raise ValueError(
+                    f"{name}: parallel must be None or a dict such as "
+                    f"{{'strategy': 'sync', 'sync_every': 1}}, got {parallel!r}."
+                )
+            given = from_parallel(dict(parallel))
+            _options.check_keys(taker, given, name)
+            values.update(given)
+    return _options.check(taker, values, name)
 
 
 def _refit_precheck(search, attribute):
@@ -67,6 +88,8 @@ class SearchBase(MetaEstimatorMixin, BaseEstimator):
     """
 
     _refit_gates_methods = True
+    _taker = "search"
+    """The entry point of the engine's options table whose options the search takes."""
 
     def _no_refit_message(self, attribute):
         """Why *attribute* is missing from a search built with ``refit=False``."""

@@ -1,8 +1,8 @@
-"""``Step`` and ``Pipeline``: the pipeline as immutable, validated Python objects.
+"""``Step`` and ``PipelineSpec``: the pipeline as immutable, validated Python objects.
 
 The pipeline file is a serialisation of these classes (see :mod:`taskdml.pipeline._spec`). A
 ``Step`` checks itself against the file format's schema and its kind's rules when it is built; a
-``Pipeline`` then checks what needs every step at once: names are unique, every input names
+``PipelineSpec`` then checks what needs every step at once: names are unique, every input names
 an existing step and output, the steps form a DAG (``graphlib``), every callable lies inside
 ``imports.allow`` and resolves, and keyword arguments match the callable's signature. All
 problems are collected and raised together as one :class:`~taskdml.exceptions.PipelineError`
@@ -18,6 +18,7 @@ import types
 
 from taskdml import _compat
 from taskdml.exceptions import PipelineError, did_you_mean
+from taskdml.parallel.engine import _options
 from taskdml.pipeline import _schema
 from taskdml.pipeline._kinds import KINDS
 from taskdml.pipeline._trust import DEFAULT_ALLOW, refusal
@@ -61,6 +62,58 @@ def thaw(value):
     return value
 
 
+def renamed_parallel(parallel, step, locations=None, stacklevel=4):
+    """*parallel* with its renamed keys (``shards``, ``replicas``) under their new names
+    (``n_shards``, ``n_replicas``), and a ``FutureWarning`` for each that says where.
+
+    Parameters
+    ----------
+    parallel : mapping
+        A step's ``parallel`` block.
+    step : str
+        The step's name.
+    locations : mapping, optional
+        ``{key path: file:line:column}`` of the loaded file, to say where each old key is.
+    stacklevel : int, default=4
+        The warning's stack level.
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    PipelineError
+        When a key is given under both names.
+    """
+    import warnings
+
+    parallel = dict(parallel)
+    for old, new in _schema.RENAMED_KEYS.items():
+        if old not in parallel:
+            continue
+        if new in parallel:
+            raise PipelineError(
+                problems=[
+                    (
+                        ("steps", step, "parallel", old),
+                        f"{old!r} is the old name of {new!r}, and both are given; keep {new} only.",
+                    )
+                ]
+            )
+        path = ("steps", step, "parallel")
+        location = (locations or {}).get(path + (old,)) or (locations or {}).get(path)
+        where = f"{location}: " if location else ""
+        warnings.warn(
+            f"{where}steps.{step}.parallel.{old} is deprecated since taskdml 0.2 and will be "
+            f"an error in 0.3: rename it {new} (the name ClassSharded and DataParallel use).",
+            FutureWarning,
+            stacklevel=stacklevel,
+        )
+        parallel[new] = parallel.pop(old)
+    return parallel
+
+
 @dataclasses.dataclass(frozen=True)
 class Step:
     """One step of a pipeline: a callable, a chunk-wise map, a fit, a search, or an evaluation.
@@ -89,9 +142,10 @@ class Step:
     classes : sequence, optional
         All class labels of a classifier fit.
     parallel : mapping, optional
-        How a fit (or each search trial) trains: ``{strategy, sync_every, staleness, epochs,
-        shuffle, random_state}`` (``staleness``: async only, default 0, lock-step; ``null``
-        unbounded).
+        How a fit (or each search trial) trains: ``mode`` and the engine's options for it
+        (``strategy``, ``sync_every``, ``epochs``, ``n_replicas``, ``n_shards``, ...; the
+        table is :mod:`taskdml.parallel.engine._options`). The old ``shards`` and
+        ``replicas`` are renamed with a ``FutureWarning``.
     search : str, optional
         ``"module:Class"`` of an estimator whose hyperparameters are searched on
         ``inputs["data"]``; with ``method`` (grid, random, halving, hyperband, asha), ``space``,
@@ -142,6 +196,9 @@ class Step:
     description: str = ""
 
     def __post_init__(self):
+        if self.parallel and any(key in self.parallel for key in _schema.RENAMED_KEYS):
+            parallel = renamed_parallel(self.parallel, self.name)
+            object.__setattr__(self, "parallel", parallel)
         for field in dataclasses.fields(self):
             object.__setattr__(self, field.name, freeze(getattr(self, field.name)))
         if isinstance(self.evaluate, str):
@@ -374,6 +431,8 @@ class Step:
                         f"{' or '.join(map(repr, owners))}.",
                     )
                 )
+        if self.kind == "search":
+            problems += self._search_parallel_problems(read)
         if mode == "federated" and "rounds" not in self.parallel:
             problems.append(
                 (("parallel",), "a federated step needs rounds (e.g. parallel: {mode: federated, "
@@ -381,9 +440,24 @@ class Step:
             )  # fmt: skip
         return problems
 
+    def _search_parallel_problems(self, read):
+        """Keys of the mode that this method's search does not take (the options table)."""
+        method = self.method or "grid"
+        takes = set(_options.names("search" if method in ("grid", "random") else "adaptive"))
+        why = {"epochs": " (its budget sets each trial's epochs: budget.max_epochs)"}
+        return [
+            (
+                ("parallel", key),
+                f"{key!r} does not apply to method {method!r}{why.get(key, '')}; it takes "
+                f"{', '.join(sorted((takes | {'random_state'}) & read))}.",
+            )
+            for key in self.parallel
+            if key in read and key not in takes | {"mode", "random_state"}
+        ]
+
 
 @dataclasses.dataclass(frozen=True)
-class Pipeline:
+class PipelineSpec:
     """A DAG of steps with its parameters, cluster and import allowlist.
 
     Parameters
@@ -405,7 +479,7 @@ class Pipeline:
 
     Examples
     --------
-    >>> pipe = Pipeline("demo", [
+    >>> pipe = PipelineSpec("demo", [
     ...     Step("data", call="taskdml.datasets:load_sklearn", with_={"name": "iris"}),
     ...     Step("model", fit="sklearn.naive_bayes:GaussianNB", inputs={"data": "data"}),
     ... ])
@@ -467,7 +541,7 @@ class Pipeline:
 
         Examples
         --------
-        >>> pipe = Pipeline("demo", [Step("model", fit="sklearn.naive_bayes:GaussianNB")])
+        >>> pipe = PipelineSpec("demo", [Step("model", fit="sklearn.naive_bayes:GaussianNB")])
         >>> pipe.resolve(pipe.step("model")).__name__
         'GaussianNB'
         """

@@ -8,7 +8,7 @@ def render(pipeline, fmt="text"):
 
     Parameters
     ----------
-    pipeline : Pipeline
+    pipeline : PipelineSpec
     fmt : {"text", "mermaid", "dot", "json"}, default "text"
         Plain lines, a Mermaid flowchart, a Graphviz digraph, or the pipeline mapping with its
         topological order. Mermaid and dot draw one edge per input, labelled

@@ -10,6 +10,7 @@ references, cycles, which keys a step kind allows) live in :mod:`taskdml.pipelin
 import copy
 
 from taskdml.exceptions import did_you_mean
+from taskdml.parallel.engine import _options
 
 IDENTIFIER = r"^[a-z][a-z0-9_]*$"
 CALLABLE = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*$"
@@ -30,13 +31,14 @@ MODES = ("data", "model", "federated", "task", "auto")
 """The kinds of parallelism a ``fit:`` or ``search:`` step may ask for (``parallel.mode``)."""
 
 MODE_KEYS = {
-    "data": ("strategy", "sync_every", "staleness", "epochs", "shuffle", "random_state", "data",
-             "prefetch"),
-    "model": ("shards", "replicas", "sync_every", "epochs", "random_state"),
+    **_options.mode_keys(),
     "federated": ("silos", "rounds", "local_epochs", "secure_aggregation", "dp", "random_state"),
-    "task": ("epochs", "shuffle", "random_state"),
-}  # fmt: skip
-"""The ``parallel`` keys each mode reads (``auto`` reads those of data and model)."""
+}
+"""The ``parallel`` keys each mode reads (``auto`` reads those of data and model): the
+engine's from its options table (:mod:`taskdml.parallel.engine._options`), federated's here."""
+
+RENAMED_KEYS = dict(_options.RENAMED)
+"""Old ``parallel`` key -> new: accepted with a ``FutureWarning`` in 0.2, removed in 0.3."""
 
 PARALLEL = {
     "type": "object",
@@ -51,45 +53,8 @@ PARALLEL = {
             "only model state moves; task: one task per training (one worker); auto: chosen "
             "from the model's and the data's size against the workers' memory",
         },
-        "strategy": {"enum": ["sync", "async", "sequential"]},
-        "sync_every": {
-            "anyOf": [
-                {"type": "integer", "minimum": 1, "title": "an integer >= 1"},
-                {"const": "auto", "title": "'auto'"},
-            ],
-            "description": "blocks each replica trains between two merges, or 'auto' (the "
-            "default): chosen from measured timings",
-        },
-        "staleness": {
-            "type": ["integer", "null"],
-            "minimum": 0,
-            "description": "async: chunks a replica may run ahead (default 0, null: unbounded)",
-        },
-        "epochs": {"type": "integer", "minimum": 1},
-        "shuffle": {"type": "boolean"},
-        "random_state": {"type": ["integer", "null"]},
-        "data": {
-            "enum": ["auto", "persist", "stream"],
-            "description": "persist the data in the workers' memory, or stream it: replicas "
-            "read their chunks as they train (auto: stream when the data is over half the "
-            "memory the workers have free)",
-        },
-        "prefetch": {
-            "type": "integer",
-            "minimum": 0,
-            "description": "chunks a streaming replica reads ahead (default 2)",
-        },
-        "shards": {
-            "type": "integer",
-            "minimum": 1,
-            "description": "model: shards of the classes (default one per worker)",
-        },
-        "replicas": {
-            "type": "integer",
-            "minimum": 1,
-            "description": "model: data-parallel replicas of every shard, merged every "
-            "sync_every chunks (hybrid: shards x replicas; default 1)",
-        },
+        # the engine's options, generated from its table
+        **_options.pipeline_properties(),
         "silos": {
             "type": "array",
             "items": {"type": "string", "pattern": IDENTIFIER},

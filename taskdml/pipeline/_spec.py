@@ -1,4 +1,4 @@
-"""Pipeline files: YAML text -> overrides -> interpolation -> schema -> ``Pipeline``.
+"""Pipeline files: YAML text -> overrides -> interpolation -> schema -> ``PipelineSpec``.
 
 Loading goes through four stages, each reporting every problem it finds with the file, line
 and column of the offending key (see :mod:`taskdml.pipeline._yaml`):
@@ -22,7 +22,7 @@ and column of the offending key (see :mod:`taskdml.pipeline._yaml`):
    :data:`MAX_INTERPOLATED_CHARS` characters, so that references that repeat each other
    (``b: ${a}${a}``, ``c: ${b}${b}``, ...) are refused instead of growing exponentially;
 4. **validate** against the JSON Schema (:mod:`taskdml.pipeline._schema`) and build the
-   :class:`~taskdml.Pipeline`, which checks references, cycles and callables.
+   :class:`~taskdml.PipelineSpec`, which checks references, cycles and callables.
 """
 
 import dataclasses
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from taskdml.exceptions import PipelineError, did_you_mean, dotted
 from taskdml.pipeline import _schema
-from taskdml.pipeline._model import Pipeline, Step
+from taskdml.pipeline._model import PipelineSpec, Step, renamed_parallel
 from taskdml.pipeline._yaml import MAX_DEPTH, Location, dump, load_with_locations, parse_scalar
 
 SECTIONS = tuple(_schema.SCHEMA["properties"])
@@ -64,7 +64,7 @@ class PipelineSource:
 
 
 def load_pipeline(path, overrides=()):
-    """Read a pipeline file, apply *overrides*, and return a validated ``Pipeline``.
+    """Read a pipeline file, apply *overrides*, and return a validated ``PipelineSpec``.
 
     Parameters
     ----------
@@ -76,7 +76,7 @@ def load_pipeline(path, overrides=()):
 
     Returns
     -------
-    Pipeline
+    PipelineSpec
         Resolved (no interpolation left), with ``source`` set to the file, text and overrides.
 
     Notes
@@ -124,7 +124,7 @@ def loads_pipeline(text, source="<string>", overrides=()):
 
     Returns
     -------
-    Pipeline
+    PipelineSpec
 
     Raises
     ------
@@ -157,7 +157,7 @@ def loads_pipeline(text, source="<string>", overrides=()):
         )
     pipeline, problems = None, interpolator.problems + _schema.check(data, _schema.SCHEMA)
     if not problems:
-        pipeline, problems = _build(data, PipelineSource(source, text, overrides))
+        pipeline, problems = _build(data, PipelineSource(source, text, overrides), locations)
     if problems:
         raise PipelineError(_located(problems, locations), problems=problems)
     return pipeline
@@ -168,7 +168,7 @@ def dump_pipeline(pipeline):
 
     Parameters
     ----------
-    pipeline : Pipeline
+    pipeline : PipelineSpec
 
     Returns
     -------
@@ -178,11 +178,15 @@ def dump_pipeline(pipeline):
     return dump(pipeline.to_dict())
 
 
-def _build(data, source):
-    """Build the Pipeline, or collect the problems of every step and of the whole."""
+def _build(data, source, locations=None):
+    """Build the PipelineSpec, or collect the problems of every step and of the whole."""
     steps, problems = [], []
     for name, spec in data["steps"].items():
         try:
+            parallel = spec.get("parallel")
+            if isinstance(parallel, dict) and any(key in parallel for key in _schema.RENAMED_KEYS):
+                parallel = renamed_parallel(parallel, name, locations, stacklevel=5)
+                spec = {**spec, "parallel": parallel}
             steps.append(Step.from_dict(name, spec))
         except PipelineError as error:
             problems += error.problems
@@ -194,7 +198,7 @@ def _build(data, source):
         if key in data
     }
     try:
-        return Pipeline(data["name"], steps, source=source, **fields), []
+        return PipelineSpec(data["name"], steps, source=source, **fields), []
     except PipelineError as error:
         return None, error.problems
 

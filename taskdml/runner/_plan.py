@@ -63,7 +63,7 @@ class RunPlan:
 
     Attributes
     ----------
-    pipeline : Pipeline
+    pipeline : PipelineSpec
     steps : tuple of PlannedStep
         In an order where every step follows its inputs.
     cluster : taskdml.cluster._connect.Target
@@ -103,7 +103,7 @@ def plan_run(pipeline, *, cache=None, client=None, scheduler=None, n_workers=Non
 
     Parameters
     ----------
-    pipeline : Pipeline
+    pipeline : PipelineSpec
     cache : Cache, optional
         The step cache; ``None``: off.
     client, scheduler, n_workers
@@ -115,8 +115,8 @@ def plan_run(pipeline, *, cache=None, client=None, scheduler=None, n_workers=Non
 
     Examples
     --------
-    >>> from taskdml import Pipeline, Step
-    >>> pipe = Pipeline("iris", [
+    >>> from taskdml import PipelineSpec, Step
+    >>> pipe = PipelineSpec("iris", [
     ...     Step("data", call="taskdml.datasets:load_sklearn", with_={"name": "iris"}),
     ... ])
     >>> plan = plan_run(pipe, n_workers=1)

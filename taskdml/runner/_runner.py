@@ -1,4 +1,4 @@
-"""Run a ``Pipeline`` on a Dask cluster and record it.
+"""Run a ``PipelineSpec`` on a Dask cluster and record it.
 
 The runner walks the DAG with ``graphlib.TopologicalSorter``: every step whose inputs are
 ready starts at once in its own client-side thread, so independent steps (and the ``foreach``
@@ -103,7 +103,7 @@ class StepContext:
     ----------
     client : distributed.Client
         The run's client.
-    pipeline : Pipeline
+    pipeline : PipelineSpec
     step : Step
         The step being run.
     recorder : object
@@ -281,7 +281,7 @@ def run_pipeline(
 
     Parameters
     ----------
-    pipeline : Pipeline
+    pipeline : PipelineSpec
     client : distributed.Client, optional
         Run on this client's cluster. Otherwise the pipeline's ``cluster`` block (or
         *scheduler*, *n_workers*) decides, and a cluster started here is closed at the end.
@@ -328,8 +328,8 @@ def run_pipeline(
 
     Examples
     --------
-    >>> from taskdml import Pipeline, Step, run_pipeline
-    >>> pipe = Pipeline("iris", [
+    >>> from taskdml import PipelineSpec, Step, run_pipeline
+    >>> pipe = PipelineSpec("iris", [
     ...     Step("data", call="taskdml.datasets:load_sklearn", with_={"name": "iris"}),
     ...     Step("model", fit="sklearn.naive_bayes:GaussianNB", inputs={"data": "data"}),
     ...     Step("score", evaluate=["accuracy"], inputs={"model": "model", "data": "data"}),
@@ -481,7 +481,7 @@ def recorded_pipeline(run, run_root=None):
 
     Returns
     -------
-    pipeline : Pipeline
+    pipeline : PipelineSpec
     folder : pathlib.Path
     """
     from pathlib import Path

@@ -3,7 +3,8 @@
 ``fit:`` names an estimator class, or a factory that returns an estimator (a scikit-learn
 ``Pipeline`` whose ``ColumnTransformer`` encodes a table's columns, say); ``with`` and
 ``foreach`` are its arguments. ``parallel:`` carries the engine's options (``strategy``,
-``sync_every``, ``staleness``, ``epochs``, ``shuffle``, ``random_state``). The manifest
+``sync_every``, ``staleness``, ``epochs``, ``n_replicas``, ...: the keys each mode reads are
+:func:`taskdml.parallel.engine._options.mode_keys`). The manifest
 records each training's history and facts, the sync periods among them (with ``sync_every:
 auto``, what they were chosen from). With ``foreach``, every item is its own estimator (item
 values are estimator parameters), trained side by side: each item's training runs in its own
@@ -111,16 +112,16 @@ def _model_parallel(estimator, data, preprocess, step, context, options):
     X, y, weight, _ = unwrap(data)
     model = ClassSharded(
         estimator,
-        n_shards=options.get("shards"),
+        n_shards=options.get("n_shards"),
         epochs=options.get("epochs", 1),
-        replicas=options.get("replicas", 1),
+        n_replicas=options.get("n_replicas") or 1,
         sync_every=options.get("sync_every", 1),
     ).fit(transformed(X, preprocess), y, classes=step.classes, sample_weight=weight)
     holders = context.client.who_has(model.shards_) if context.client else {}
     stats = {
         "wall_s": time.perf_counter() - began,
         "shards": len(model.shards_),
-        "replicas": model.replicas,
+        "replicas": model.n_replicas,
         "placement": {str(shard): where for shard, where in model.placement_.items()},
         "classes": len(model.classes_),
         "coef_bytes": sharded_model_bytes(estimator, model.n_features_in_, len(model.classes_)),

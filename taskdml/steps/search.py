@@ -112,8 +112,8 @@ def make_search(step, estimator, parallel):
     estimator : estimator
         The estimator to search over.
     parallel : dict
-        How every trial trains: the step's ``parallel`` for its mode (``random_state`` in it
-        seeds the search).
+        How every trial trains: the step's ``parallel`` for its mode, the engine's options the
+        search takes (``random_state`` in it seeds the search).
 
     Returns
     -------
@@ -130,9 +130,8 @@ def make_search(step, estimator, parallel):
 
     budget = thaw(step.budget or {})
     space = from_spec(thaw(step.space))
-    parallel = dict(parallel)
-    seed = parallel.pop("random_state", None)
-    parallel = parallel or None
+    options = dict(parallel)
+    seed = options.pop("random_state", None)
     scoring = step.scoring
     validation = (
         {"cv": step.cv}
@@ -140,7 +139,9 @@ def make_search(step, estimator, parallel):
         else ({"validation_fraction": step.validation_fraction} if step.validation_fraction else {})
     )
     if step.method == "grid":
-        return GridSearchCV(estimator, space, scoring=scoring, cv=step.cv, parallel=parallel)
+        return GridSearchCV(
+            estimator, space, scoring=scoring, cv=step.cv, random_state=seed, **options
+        )
     if step.method == "random":
         return RandomizedSearchCV(
             estimator,
@@ -148,16 +149,16 @@ def make_search(step, estimator, parallel):
             n_iter=budget["trials"],
             scoring=scoring,
             cv=step.cv,
-            parallel=parallel,
             random_state=seed,
+            **options,
         )
-    incremental = {"scoring": scoring, "parallel": parallel, "random_state": seed, **validation}
+    incremental = {"scoring": scoring, "random_state": seed, **validation, **options}
     if step.method == "hyperband":
         return HyperbandSearchCV(
             estimator,
             space,
-            max_iter=budget["max_epochs"],
-            aggressiveness=budget.get("reduction_factor", 3),
+            max_epochs=budget["max_epochs"],
+            reduction_factor=budget.get("reduction_factor", 3),
             **incremental,
         )
     rungs = {

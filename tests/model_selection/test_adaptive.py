@@ -402,7 +402,8 @@ def test_data_parallel_trials(client, monkeypatch):
         ALPHAS,
         n_trials=3,
         max_epochs=3,
-        parallel={"strategy": "sync", "sync_every": 1},
+        strategy="sync",
+        sync_every=1,
         random_state=0,
     )
     search.fit(_data())
@@ -575,22 +576,13 @@ def _tiny():
             r"cv must be None .* or an integer >= 2 .*, got 1",
         ),
         (
-            ASHASearchCV(SGDClassifier(), _SMALL, parallel={"strategi": "sync"}),
-            r"unknown key 'strategi' in parallel. Did you mean 'strategy'\?",
-        ),
-        (
-            ASHASearchCV(SGDClassifier(), _SMALL, parallel={"strategy": "synk"}),
-            r"parallel\['strategy'\] must be one of sync, async, sequential, got 'synk'. "
+            ASHASearchCV(SGDClassifier(), _SMALL, strategy="synk"),
+            r"ASHASearchCV: strategy must be one of 'sync', 'async', 'sequential'; got 'synk'. "
             r"Did you mean 'sync'\?",
         ),
         (
-            ASHASearchCV(SGDClassifier(), _SMALL, parallel="sync"),
-            r"parallel must be None or a dict",
-        ),
-        (
-            HyperbandSearchCV(SGDClassifier(), _SMALL, parallel={"epochs": 3}),
-            r"parallel\['epochs'\] does not apply to a search: "
-            r"the budget sets .* \(max_iter\); remove it",
+            HyperbandSearchCV(SGDClassifier(), _SMALL, staleness=-1),
+            r"HyperbandSearchCV: staleness must be an integer >= 0 or None; got -1",
         ),
         (
             ASHASearchCV(SGDClassifier(), _SMALL, refit="again"),
@@ -628,6 +620,24 @@ def test_parameter_errors_name_the_parameter(search, message):
     """Bad parameters fail at fit with a message that names the parameter and the value."""
     with pytest.raises(ValueError, match=message):
         search.fit(*_tiny())
+
+
+@pytest.mark.parametrize(
+    "parallel, message",
+    [
+        ({"strategi": "sync"}, r"unknown key 'strategi' in parallel. Did you mean 'strategy'\?"),
+        ({"strategy": "synk"}, r"strategy must be one of 'sync', 'async', 'sequential'; got"),
+        ("sync", r"parallel must be None or a dict"),
+        ({"epochs": 3}, r"parallel\['epochs'\] does not apply to a search: the budget sets .* "
+         r"\(max_epochs\); remove it"),
+    ],
+)  # fmt: skip
+def test_the_deprecated_parallel_dict_is_still_checked(parallel, message):
+    """parallel= (deprecated since 0.2) warns, and its mistakes are named as before."""
+    search = HyperbandSearchCV(SGDClassifier(), _SMALL, parallel=parallel)
+    with pytest.warns(FutureWarning, match="parallel=...\\) is deprecated"):
+        with pytest.raises(ValueError, match=message):
+            search.fit(*_tiny())
 
 
 def test_refit_false_has_no_best_estimator():

@@ -423,9 +423,14 @@ def test_chunked_dataset_with_several_metrics_and_a_whole_fit(chunked):
             "callables need the predictions in one place",
         ),
         (dict(scoring="acuracy"), "chunked", "Did you mean 'accuracy'"),
-        (dict(parallel={"stratgy": "sync"}), "chunked", "Did you mean 'strategy'"),
+        (
+            dict(strategy="synk"),
+            "chunked",
+            "GridSearchCV: strategy must be one of 'sync', 'async', 'sequential'; got 'synk'. "
+            "Did you mean 'sync'?",
+        ),
     ],
-    ids=["few-chunks", "callable-scoring", "unknown-metric", "unknown-parallel-key"],
+    ids=["few-chunks", "callable-scoring", "unknown-metric", "bad-strategy"],
 )
 def test_chunked_search_errors(chunked, options, data, message):
     """Mistakes on chunked data are refused before anything trains, with the fix."""
@@ -476,8 +481,9 @@ def test_clone_and_params_round_trip():
     """The estimator contract: __init__ stores, clone copies, bad grid values raise as sklearn."""
     from sklearn.base import clone
 
-    search = GridSearchCV(SVC(), {"C": [1]}, parallel={"strategy": "sync"})
-    assert clone(search).get_params()["parallel"] == {"strategy": "sync"}
+    search = GridSearchCV(SVC(), {"C": [1]}, strategy="sync", sync_every=2)
+    assert clone(search).get_params()["strategy"] == "sync"
+    assert search.set_params(sync_every=4).get_params()["sync_every"] == 4
     message = "Parameter grid for parameter 'C' needs to be a list"
     with pytest.raises(TypeError, match=message) as ours:
         GridSearchCV(SVC(), {"C": 1}).fit(*load_iris(return_X_y=True))
@@ -485,6 +491,23 @@ def test_clone_and_params_round_trip():
         sk.GridSearchCV(SVC(), {"C": 1}).fit(*load_iris(return_X_y=True))
     assert str(ours.value) == str(theirs.value)
     assert dask.config.get("scheduler", None) is None
+
+
+def test_the_parallel_dict_is_deprecated_and_still_read(chunked):
+    """GridSearchCV(parallel={...}), the way before 0.2: a FutureWarning, the dict's options
+    used (a misspelt key still named), and the same search as with the parameters."""
+    X, y = chunked[:2]
+    old = GridSearchCV(SGDClassifier(random_state=0), {"alpha": [1e-4, 1e-2]}, cv=2,
+                       parallel={"strategy": "sync", "n_replicas": 2, "sync_every": 1})  # fmt: skip
+    with pytest.warns(FutureWarning, match=r"GridSearchCV\(parallel=...\) is deprecated"):
+        old.fit(X, y)
+    new = GridSearchCV(SGDClassifier(random_state=0), {"alpha": [1e-4, 1e-2]}, cv=2,
+                       strategy="sync", n_replicas=2, sync_every=1).fit(X, y)  # fmt: skip
+    np.testing.assert_array_equal(
+        old.cv_results_["mean_test_score"], new.cv_results_["mean_test_score"]
+    )
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="Did you mean 'strategy'"):
+        GridSearchCV(SGDClassifier(), {"alpha": [1e-4]}, parallel={"stratgy": "sync"}).fit(X, y)
 
 
 def test_searches_back_to_back_on_one_cluster(client):

@@ -1,9 +1,12 @@
-"""The adaptive searches' vocabulary: dask-ml's and scikit-learn's names run the same search.
+"""The adaptive searches' vocabulary: one order of parameters for the three, scikit-learn's
+names first; dask-ml's and scikit-learn's other names run the same search.
 
 Each alias is compared with the canonical name on the same data and seed: the same trials, the
 same scores, the same best parameters (in process, without a client, so the runs are
 deterministic).
 """
+
+import inspect
 
 import numpy as np
 import pytest
@@ -54,7 +57,6 @@ SAMPLED = {
     [
         {"parameters": SPACE},
         {"n_initial_parameters": 6},
-        {"n_iter": 6},
         {"n_candidates": 6},
         {"n_initial_iter": 1},
         {"max_iter": 9},
@@ -69,7 +71,6 @@ def test_an_alias_runs_the_canonical_search(search_class, aliases, data):
     canonical = {
         "parameters": "param_distributions",
         "n_initial_parameters": "n_trials",
-        "n_iter": "n_trials",
         "n_candidates": "n_trials",
         "n_initial_iter": "min_epochs",
         "max_iter": "max_epochs",
@@ -109,26 +110,83 @@ def test_a_dask_ml_successive_halving_call_runs_as_written(data):
 @pytest.mark.parametrize(
     "aliases, replaces",
     [
-        ({"param_distributions": DISTRIBUTIONS}, "parameters"),
-        ({"max_epochs": 9}, "max_iter"),
-        ({"reduction_factor": 3}, "aggressiveness"),
-        ({"factor": 3}, "aggressiveness"),
+        ({"parameters": DISTRIBUTIONS}, "param_distributions"),
+        ({"max_iter": 9}, "max_epochs"),
+        ({"aggressiveness": 3}, "reduction_factor"),
+        ({"factor": 3}, "reduction_factor"),
         ({"test_size": 0.25}, "validation_fraction"),
     ],
     ids=lambda value: value if isinstance(value, str) else next(iter(value)),
 )
-def test_hyperband_accepts_the_other_names(aliases, replaces, data):
-    """Hyperband (dask-ml's names) accepts scikit-learn's and taskdml's: the same run."""
+def test_hyperband_takes_the_same_names_and_dask_mls(aliases, replaces, data):
+    """Hyperband's names are the other searches' (param_distributions, max_epochs,
+    reduction_factor); dask-ml's (parameters, max_iter, aggressiveness) run the same search."""
     canonical = {
-        "parameters": DISTRIBUTIONS,
-        "max_iter": 9,
-        "aggressiveness": 3,
+        "param_distributions": DISTRIBUTIONS,
+        "max_epochs": 9,
+        "reduction_factor": 3,
         "validation_fraction": 0.25,
     }
     params = {key: value for key, value in canonical.items() if key != replaces}
     ours = _run(HyperbandSearchCV, data, **params, **aliases)
     _assert_same_search(ours, _run(HyperbandSearchCV, data, **canonical))
     assert ours.metadata_ == _run(HyperbandSearchCV, data, **canonical).metadata_
+
+
+def test_a_dask_ml_hyperband_call_runs_as_written(data):
+    """dask-ml's positional call HyperbandSearchCV(model, parameters, max_iter=, aggressiveness=)
+    is the same search as under the canonical names."""
+    dask_ml = HyperbandSearchCV(
+        SGDClassifier(random_state=0), DISTRIBUTIONS, max_iter=9, aggressiveness=3, random_state=0
+    )
+    assert dask_ml.metadata == HyperbandSearchCV(SGDClassifier(), max_epochs=9).metadata
+    _assert_same_search(
+        dask_ml.fit(*data),
+        _run(HyperbandSearchCV, data, param_distributions=DISTRIBUTIONS, max_epochs=9),
+    )
+
+
+SEARCHES = [ASHASearchCV, SuccessiveHalvingSearchCV, HyperbandSearchCV]
+
+
+def test_the_three_searches_take_their_parameters_in_one_order():
+    """The parameters the searches share come in the same order in each: the space, the
+    budget, validation, the engine's options (the options table's), refit and the seed, then
+    the other libraries' names; the engine's options have the table's defaults."""
+    from taskdml.parallel.engine import _options
+
+    orders = [list(inspect.signature(search).parameters) for search in SEARCHES]
+    shared = [name for name in orders[0] if all(name in order for order in orders)]
+    for order in orders:
+        assert [name for name in order if name in shared] == shared
+    assert shared[:2] == ["estimator", "param_distributions"]
+    engine = list(_options.names("adaptive"))
+    assert shared[shared.index("strategy") :][: len(engine)] == engine
+    for search in SEARCHES:
+        parameters = inspect.signature(search).parameters
+        for name, default in _options.defaults("adaptive").items():
+            assert parameters[name].default == default, (search.__name__, name)
+
+
+@pytest.mark.parametrize("search_class", SEARCHES)
+def test_the_engines_options_are_parameters_set_params_reaches(search_class):
+    """strategy, sync_every, ... are constructor parameters: get_params, set_params and clone
+    see them (they were a parallel dict before 0.2)."""
+    search = search_class(SGDClassifier(), SPACE).set_params(strategy="sync", sync_every=2)
+    assert clone(search).get_params()["strategy"] == "sync"
+    assert clone(search).get_params()["sync_every"] == 2
+
+
+def test_the_deprecated_names_warn_and_still_run(data):
+    """n_iter (RandomizedSearchCV's name, no halving search's) and the parallel dict work for
+    one more release, with a FutureWarning that names the replacement: the same search."""
+    params = {k: v for k, v in SAMPLED.items() if k != "n_trials"}
+    with pytest.warns(FutureWarning, match=r"ASHASearchCV\(n_iter=\) .* write n_trials="):
+        old = _run(ASHASearchCV, data, n_iter=6, **params)
+    _assert_same_search(old, _run(ASHASearchCV, data, **SAMPLED))
+    with pytest.warns(FutureWarning, match=r"SuccessiveHalvingSearchCV\(parallel=...\) is dep"):
+        old = _run(SuccessiveHalvingSearchCV, data, parallel={"shuffle": False}, **SAMPLED)
+    _assert_same_search(old, _run(SuccessiveHalvingSearchCV, data, shuffle=False, **SAMPLED))
 
 
 def test_aliases_are_stored_as_given():
@@ -147,8 +205,8 @@ def test_aliases_are_stored_as_given():
     "search, message",
     [
         (
-            SuccessiveHalvingSearchCV(SGDClassifier(), SPACE, n_trials=5, n_iter=6),
-            r"n_trials=5 and n_iter=6 \(scikit-learn's name\) set the same parameter, "
+            SuccessiveHalvingSearchCV(SGDClassifier(), SPACE, n_trials=5, n_candidates=6),
+            r"n_trials=5 and n_candidates=6 \(scikit-learn's name\) set the same parameter, "
             r"n_trials; give it once",
         ),
         (
@@ -157,8 +215,9 @@ def test_aliases_are_stored_as_given():
             r"set the same parameter, reduction_factor",
         ),
         (
-            HyperbandSearchCV(SGDClassifier(), SPACE, param_distributions=SPACE),
-            r"parameters=.* and param_distributions=.* set the same parameter, parameters",
+            HyperbandSearchCV(SGDClassifier(), SPACE, parameters=SPACE),
+            r"param_distributions=.* and parameters=.* \(dask-ml's name\) set the same "
+            r"parameter, param_distributions",
         ),
         (
             ASHASearchCV(SGDClassifier(), SPACE, n_initial_parameters=0),
@@ -182,7 +241,7 @@ def test_aliases_are_stored_as_given():
         ),
         (
             HyperbandSearchCV(SGDClassifier()),
-            r"no parameter space; pass parameters \(or param_distributions\)",
+            r"no parameter space; pass param_distributions \(or parameters\)",
         ),
     ],
     ids=lambda value: value if isinstance(value, str) else type(value).__name__,

@@ -12,8 +12,7 @@ from sklearn.multiclass import OneVsRestClassifier
 from sklearn.neural_network import MLPClassifier
 from test_merge import APPROXIMATE_CASES, EXACT_CASES, _assert_fitted_close, _ids, _serial
 
-from taskdml import DataParallel, train
-from taskdml.parallel import get_merge_rule
+from taskdml.parallel import DataParallel, get_merge_rule, train
 from taskdml.parallel.engine._blocks import TINY_ROWS, min_block_rows, plan_blocks, reblock
 from taskdml.parallel.engine._chunks import Chunk
 from taskdml.parallel.merge._registry import min_batch_rows

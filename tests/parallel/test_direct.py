@@ -13,7 +13,7 @@ from sklearn.cluster import MiniBatchKMeans
 from sklearn.linear_model import SGDClassifier
 from sklearn.preprocessing import StandardScaler
 
-from taskdml import train
+from taskdml.parallel import train
 from taskdml.parallel.collective._direct import steps
 
 

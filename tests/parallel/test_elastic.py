@@ -18,7 +18,7 @@ import pytest
 from distributed import Client, LocalCluster
 from sklearn.linear_model import SGDClassifier
 
-from taskdml import train
+from taskdml.parallel import train
 from taskdml.parallel.engine import _elastic
 from taskdml.parallel.engine._chunks import Chunk
 

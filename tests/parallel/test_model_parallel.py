@@ -267,7 +267,7 @@ def test_hybrid_shards_times_replicas_on_a_cluster(cluster, separated):
     for start in range(0, N_SAMPLES, HYBRID_CHUNK):
         rows = slice(start, start + HYBRID_CHUNK)
         reference.partial_fit(X[rows], y[rows], classes=np.unique(y))
-    hybrid = ClassSharded(SGDClassifier(random_state=0), n_shards=2, replicas=2)
+    hybrid = ClassSharded(SGDClassifier(random_state=0), n_shards=2, n_replicas=2)
     repeated = clone(hybrid).set_params(sync_every=2, epochs=2)
     in_process = clone(repeated).fit(X_d, y_d)
     assert in_process.placement_ == {0: [], 1: []}
@@ -279,8 +279,8 @@ def test_hybrid_shards_times_replicas_on_a_cluster(cluster, separated):
         holders = client.who_has(hybrid.shards_)
         on_cluster = clone(repeated).fit(X_d, y_d)
         shards = client.gather(on_cluster.shards_)
-        with pytest.raises(ValueError, match=re.escape("replicas=3 but the client has 2 worker")):
-            clone(hybrid).set_params(replicas=3).fit(X_d, y_d)
+        with pytest.raises(ValueError, match=re.escape("n_replicas=3 but the client has 2 worker")):
+            clone(hybrid).set_params(n_replicas=3).fit(X_d, y_d)
     assert accuracy == pytest.approx(reference.score(X, y), abs=0.02)
     assert accuracy > 0.9
     assert sorted(sorted(ranks.items()) for ranks in ran.values()) == sorted(
@@ -310,7 +310,7 @@ def test_hybrid_shards_train_side_by_side_on_workers_of_their_own(separated):
         ) as cluster,
         Client(cluster, set_as_default=True) as client,
     ):  # fmt: skip
-        model = ClassSharded(SGDClassifier(random_state=0), n_shards=2, replicas=2)
+        model = ClassSharded(SGDClassifier(random_state=0), n_shards=2, n_replicas=2)
         model.fit(*_hybrid_data(X, y))
         holders = client.who_has(model.shards_)
     pairs = [set(model.placement_[k]) for k in range(2)]
@@ -364,7 +364,7 @@ def test_hybrid_shards_equal_the_sync_reference(separated, sync_every, epochs):
     X, y = separated
     classes = np.unique(y)
     model = ClassSharded(
-        SGDClassifier(random_state=0), n_shards=2, replicas=2, sync_every=sync_every,
+        SGDClassifier(random_state=0), n_shards=2, n_replicas=2, sync_every=sync_every,
         epochs=epochs,
     ).fit(*_hybrid_data(X, y))  # fmt: skip
     groups = np.array_split(np.arange(len(classes)), 2)
@@ -383,7 +383,7 @@ def test_hybrid_sync_every_auto(client, separated):
     """sync_every="auto": the engine chooses each shard's period and records it per epoch."""
     X, y = separated
     X_d, y_d = _hybrid_data(X, y)
-    model = ClassSharded(SGDClassifier(random_state=0), n_shards=2, replicas=2, epochs=2)
+    model = ClassSharded(SGDClassifier(random_state=0), n_shards=2, n_replicas=2, epochs=2)
     model.set_params(sync_every="auto").fit(X_d, y_d)
     assert set(model.history_) == {0, 1}
     for history in model.history_.values():
@@ -404,7 +404,7 @@ def test_hybrid_checkpoints_per_shard_change_nothing(client, separated, tmp_path
 
     X, y = separated
     X_d, y_d = _hybrid_data(X, y)
-    hybrid = ClassSharded(SGDClassifier(random_state=0), n_shards=2, replicas=2, sync_every=2)
+    hybrid = ClassSharded(SGDClassifier(random_state=0), n_shards=2, n_replicas=2, sync_every=2)
     whole = client.gather(clone(hybrid).fit(X_d, y_d).shards_)
     store = Cache(tmp_path / "store")
     with dask.config.set({"taskdml.elastic.checkpoint-s": 0}), scope(store, "step"):
@@ -421,7 +421,7 @@ def test_hybrid_checkpoints_per_shard_change_nothing(client, separated, tmp_path
 
 
 def test_one_replica_ignores_sync_every(data):
-    """replicas=1 trains as before whatever sync_every is; in-memory data with replicas=2 is
+    """n_replicas=1 trains as before whatever sync_every is; in-memory data with n_replicas=2 is
     one chunk for replica 0, so it equals one partial_fit too."""
     X, y = data
     reference = _unsharded(SGDClassifier(random_state=0), X, y)
@@ -429,23 +429,37 @@ def test_one_replica_ignores_sync_every(data):
     model.fit(*_chunked(X, y))
     assert np.array_equal(np.vstack([c for c, _ in _coefficients(model.shards_)]), reference.coef_)
     one_call = SGDClassifier(random_state=0).partial_fit(X[:CHUNK], y[:CHUNK], classes=np.unique(y))
-    model = ClassSharded(SGDClassifier(random_state=0), n_shards=3, replicas=2)
+    model = ClassSharded(SGDClassifier(random_state=0), n_shards=3, n_replicas=2)
     model.fit(X[:CHUNK], y[:CHUNK])
     assert np.array_equal(np.vstack([c for c, _ in _coefficients(model.shards_)]), one_call.coef_)
+
+
+def test_the_old_name_replicas_warns_and_still_trains(data):
+    """ClassSharded(replicas=2), the name before 0.2: a FutureWarning naming n_replicas, and
+    the same shards as n_replicas=2."""
+    X, y = data
+    new = ClassSharded(SGDClassifier(random_state=0), n_shards=3, n_replicas=2).fit(X, y)
+    old = ClassSharded(SGDClassifier(random_state=0), n_shards=3, replicas=2)
+    with pytest.warns(FutureWarning, match=r"replicas=\) was renamed n_replicas"):
+        old.fit(X, y)
+    assert old.get_params()["replicas"] == 2  # stored as given
+    for (coef, _), (coef_new, _) in zip(_coefficients(old.shards_), _coefficients(new.shards_)):
+        assert np.array_equal(coef, coef_new)
 
 
 @pytest.mark.parametrize(
     "estimator, params, message",
     [
-        (SGDClassifier(), {"replicas": 0}, "replicas must be a positive integer, got 0"),
-        (SGDClassifier(), {"replicas": 2.0}, "replicas must be a positive integer, got 2.0"),
+        (SGDClassifier(), {"n_replicas": 0}, "n_replicas must be a positive integer, got 0"),
+        (SGDClassifier(), {"n_replicas": 2.0}, "n_replicas must be a positive integer, got 2.0"),
         (SGDClassifier(), {"sync_every": 0}, "ClassSharded: sync_every must be an integer >= 1"),
         (SGDClassifier(), {"sync_every": "often"}, "or 'auto' (chosen from measured timings)"),
         (
             OneVsRestClassifier(MLPClassifier()),
-            {"replicas": 2},
-            "replicas=2 needs replicas of MLPClassifier that start from one shared "
-            "initialisation (merge rule 'mlp'), which ClassSharded does not draw. Use replicas=1",
+            {"n_replicas": 2},
+            "n_replicas=2 needs replicas of MLPClassifier that start from one shared "
+            "initialisation (merge rule 'mlp'), which ClassSharded does not draw. Use "
+            "n_replicas=1",
         ),
     ],
 )

@@ -146,7 +146,7 @@ def test_sync_on_two_workers_equals_the_reference_loop(client, name, sync_every)
     the family's merge written in the test, for an explicit period (3: a short last round)."""
     case = CASES[name]
     expected = _reference(case, n_replicas=2, sync_every=sync_every, epochs=2)
-    result = taskdml.train(
+    result = taskdml.parallel.train(
         _start(case),
         *_dask(case["X"], case["y"]),
         classes=case["classes"],
@@ -167,7 +167,7 @@ def test_sync_on_threads_equals_the_reference_loop(name):
     """The thread path (client=False), chunks shuffled per epoch, equals the replica loop."""
     case = CASES[name]
     expected = _reference(case, n_replicas=2, sync_every=1, epochs=2, shuffle=True, random_state=5)
-    result = taskdml.train(
+    result = taskdml.parallel.train(
         _start(case),
         *_dask(case["X"], case["y"]),
         classes=case["classes"],
@@ -194,7 +194,7 @@ ASYNC_CASES = ["SGDClassifier", "SGDClassifier-asgd", "SGDRegressor"]
 
 
 def _async(case, staleness, **options):
-    return taskdml.train(
+    return taskdml.parallel.train(
         _start(case),
         *_dask(case["X"], case["y"]),
         classes=case["classes"],

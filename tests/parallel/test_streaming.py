@@ -18,8 +18,8 @@ import zarr
 from distributed import Client, LocalCluster
 from sklearn.linear_model import SGDClassifier
 
-from taskdml import DataParallel, train
 from taskdml.model_selection import ASHASearchCV, SuccessiveHalvingSearchCV
+from taskdml.parallel import DataParallel, train
 from taskdml.parallel.engine import _stream
 from taskdml.parallel.engine._chunks import Chunk
 
@@ -218,7 +218,8 @@ def test_a_streamed_search_equals_a_persisted_one(client, small_store):
             {"alpha": [1e-5, 1e-4, 1e-3, 1e-2]},
             max_epochs=3,
             random_state=0,
-            parallel={"data": data, "strategy": "sequential"},
+            data=data,
+            strategy="sequential",
         )
         searches[data] = search.fit(X, y)
     streamed, persisted = searches["stream"], searches["persist"]
@@ -328,7 +329,8 @@ def test_asha_search_on_a_store_four_times_the_workers_memory(small_workers, big
         space,
         max_epochs=2,
         random_state=0,
-        parallel={"data": "persist", "strategy": "sequential"},
+        data="persist",
+        strategy="sequential",
     ).fit(X[: 10 * BIG_CHUNK_ROWS], y[: 10 * BIG_CHUNK_ROWS])
     X_test, y_test = _holdout(BIG_FEATURES)
     assert abs(search.score(X_test, y_test) - fraction.score(X_test, y_test)) <= 0.005

@@ -12,6 +12,7 @@
 
 import copy
 import inspect
+import re
 
 import dask.array as da
 import numpy as np
@@ -22,7 +23,15 @@ from sklearn.naive_bayes import MultinomialNB
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils import check_random_state
 
-from taskdml.parallel import DataParallel, get_merge_rule, register_merge, train
+from taskdml.model_selection import (
+    ASHASearchCV,
+    GridSearchCV,
+    HyperbandSearchCV,
+    RandomizedSearchCV,
+    SuccessiveHalvingSearchCV,
+)
+from taskdml.parallel import ClassSharded, DataParallel, get_merge_rule, register_merge, train
+from taskdml.parallel.engine import _options
 
 CHUNK_ROWS = (200, 180, 220, 190, 210, 170)
 _rng = np.random.default_rng(1)
@@ -285,3 +294,56 @@ def test_data_parallel_async_accuracy_is_close_to_sync_and_scikit_learn(client):
     reference = in_memory.score(X_test, y_test)
     assert abs(scores["async"] - scores["sync"]) <= 0.02, scores
     assert abs(scores["async"] - reference) <= 0.03, (scores, reference)
+
+
+# -- the table of options -----------------------------------------------------------------
+
+SIGNATURES = [
+    ("train", train),
+    ("DataParallel", DataParallel),
+    ("ClassSharded", ClassSharded),
+    ("search", GridSearchCV),
+    ("search", RandomizedSearchCV),
+    ("adaptive", ASHASearchCV),
+    ("adaptive", SuccessiveHalvingSearchCV),
+    ("adaptive", HyperbandSearchCV),
+]
+
+
+@pytest.mark.parametrize("taker, entry_point", SIGNATURES, ids=[e.__name__ for _, e in SIGNATURES])
+def test_each_entry_point_takes_the_tables_options_with_its_defaults(taker, entry_point):
+    """The options table (engine/_options.py) and the signatures agree: every option an entry
+    point takes is a parameter of it, with the table's default for that entry point."""
+    parameters = inspect.signature(entry_point).parameters
+    for name, default in _options.defaults(taker).items():
+        assert name in parameters, name
+        assert parameters[name].default == default, name
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"strategy": "synk"}, "train: strategy must be one of 'sync', 'async', 'sequential'; "
+         "got 'synk'. Did you mean 'sync'?"),
+        ({"epochs": 0}, "train: epochs must be an integer >= 1; got 0."),
+        ({"staleness": -1}, "train: staleness must be an integer >= 0 or None; got -1."),
+        ({"shuffle": "yes"}, "train: shuffle must be True or False; got 'yes'."),
+        ({"n_replicas": 0}, "train: n_replicas must be an integer >= 1 or None; got 0."),
+        ({"data": "steam"}, "train: data must be one of 'auto', 'persist', 'stream'; got "
+         "'steam'. Did you mean 'stream'?"),
+        ({"prefetch": 1.5}, "train: prefetch must be an integer >= 0; got 1.5."),
+        ({"tol": "small"}, "train: tol must be a number; got 'small'."),
+    ],
+)  # fmt: skip
+def test_train_names_a_bad_option_before_it_trains(options, message):
+    """train refuses a bad option with the table's message, naming the option and the value."""
+    X, y = _dask(X_NP, Y_NP)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        train(SGDClassifier(), X, y, client=False, **options)
+
+
+def test_a_default_always_passes_its_entry_points_check():
+    """strategy=None is train's default ("choose"), so train takes it; DataParallel does not."""
+    assert _options.check("train", {"strategy": None}) == {"strategy": None}
+    with pytest.raises(ValueError, match="DataParallel: strategy must be one of"):
+        _options.check("DataParallel", {"strategy": None}, "DataParallel")

@@ -116,7 +116,8 @@ def test_a_search_runs_two_replicated_trials_side_by_side(four_workers, monkeypa
         {"alpha": [1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0]},
         n_trials=6,
         max_epochs=3,
-        parallel={"strategy": "sync", "sync_every": 2},
+        strategy="sync",
+        sync_every=2,
         random_state=0,
     )
     with Client(four_workers.cluster, set_as_default=True):

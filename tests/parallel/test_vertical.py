@@ -4,8 +4,13 @@ margins and gradients move; the steps equal plain gradient descent on all the co
 import dask.array as da
 import numpy as np
 import pytest
+from distributed import Client
+from sklearn.metrics import accuracy_score, r2_score
+from sklearn.utils import get_tags
+from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from taskdml.parallel.estimators._feature_sharded import FeatureSharded, margin_gradient
+from taskdml.parallel import FeatureSharded
+from taskdml.parallel.estimators._feature_sharded import margin_gradient
 
 
 def _data(n_samples=400, n_features=7, chunk=100, seed=0):
@@ -63,3 +68,65 @@ def test_a_bad_configuration_is_refused(client):
         FeatureSharded(n_blocks=5).fit(dX, dy)
     with pytest.raises(ValueError, match="loss must be one of"):
         FeatureSharded(loss="hinge").fit(dX, dy)
+
+
+# -- a scikit-learn estimator ---------------------------------------------------------------
+
+
+def test_without_a_client_the_blocks_train_here_with_the_same_weights(cluster):
+    """Without a client (in-memory data, or dask data on the local scheduler) the blocks train
+    in this process: the same steps as on the cluster, the same weights to rounding."""
+    X, y, dX, dy = _data()
+    params = dict(n_blocks=3, learning_rate=0.5, alpha=0.01, epochs=2, random_state=0)
+    with Client(cluster, set_as_default=True):
+        on_cluster = FeatureSharded(**params).fit(dX, dy)
+    here = FeatureSharded(**params).fit(dX, dy)
+    assert all(isinstance(weights, np.ndarray) for _, weights in here.blocks_)
+    np.testing.assert_allclose(here.coef_, on_cluster.coef_, rtol=0, atol=1e-12)
+    assert here.intercept_ == pytest.approx(on_cluster.intercept_, abs=1e-12)
+    in_memory = FeatureSharded(n_blocks=3, learning_rate=0.5, epochs=2).fit(X, y)
+    one_step = FeatureSharded(n_blocks=1, learning_rate=0.5, epochs=2).fit(X, y)
+    np.testing.assert_allclose(in_memory.coef_, one_step.coef_, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "loss, kind, metric",
+    [("log_loss", "classifier", accuracy_score), ("squared_error", "regressor", r2_score)],
+)
+def test_the_loss_makes_it_a_classifier_or_a_regressor_with_score(loss, kind, metric):
+    """log_loss: a binary classifier of any two labels (predict gives them back,
+    predict_proba, accuracy); squared_error: a regressor (R²). Dask input scores the same."""
+    X, y, dX, _ = _data()
+    target = np.where(y > 0, "spam", "ham") if kind == "classifier" else X @ np.arange(7.0)
+    model = FeatureSharded(loss=loss, learning_rate=0.05, epochs=200).fit(X, target)
+    assert get_tags(model).estimator_type == kind
+    predicted = model.predict(X)
+    assert model.score(X, target) == pytest.approx(metric(target, predicted))
+    assert model.score(X, target) > 0.8
+    dask_target = da.from_array(target, chunks=100)
+    assert model.score(dX, dask_target) == pytest.approx(model.score(X, target))
+    if kind == "classifier":
+        assert set(predicted) <= {"ham", "spam"} and model.classes_.tolist() == ["ham", "spam"]
+        np.testing.assert_allclose(model.predict_proba(X).sum(axis=1), 1.0)
+        assert model.predict_proba(dX).compute().shape == (len(X), 2)
+    else:
+        assert not hasattr(model, "predict_proba")
+
+
+def test_more_than_two_classes_are_refused_with_the_alternative():
+    """log_loss learns one margin: three labels are refused, naming ClassSharded."""
+    X, _, _, _ = _data()
+    with pytest.raises(ValueError, match="Only binary classification is supported.*ClassSharded"):
+        FeatureSharded().fit(X, np.arange(len(X)) % 3)
+
+
+@parametrize_with_checks(
+    [
+        FeatureSharded(n_blocks=1, learning_rate=0.5, epochs=100, random_state=0),
+        FeatureSharded(loss="squared_error", n_blocks=1, learning_rate=0.1, epochs=100),
+    ]
+)
+def test_check_estimator(estimator, check):
+    """FeatureSharded passes scikit-learn's estimator checks (in-memory data: the blocks train
+    in this process, no client needed)."""
+    check(estimator)

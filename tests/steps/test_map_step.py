@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from sklearn.naive_bayes import GaussianNB
 
-from taskdml import Pipeline, PipelineError, Step, StepFailed, loads_pipeline, run_pipeline
+from taskdml import PipelineError, PipelineSpec, Step, StepFailed, loads_pipeline, run_pipeline
 from taskdml.datasets import make_classification
 
 ALLOW = {"allow": ["taskdml.*", "sklearn.*", "pipeline_functions"]}
@@ -20,7 +20,7 @@ DATA = {
 
 def _pipeline(name, map_step):
     """make_classification (a graph builder) -> *map_step* -> fit -> evaluate."""
-    return Pipeline(
+    return PipelineSpec(
         name,
         [
             Step("data", call="taskdml.datasets:make_classification", with_=DATA),
@@ -81,7 +81,7 @@ def test_map_foreach_gives_one_dataset_per_item(client):
         foreach={"scale": [1.0, 2.0]},
         inputs={"data": "data"},
     )
-    pipeline = Pipeline("map_fan", [_pipeline("x", step).steps[0], step], imports=ALLOW)
+    pipeline = PipelineSpec("map_fan", [_pipeline("x", step).steps[0], step], imports=ALLOW)
     outputs = run_pipeline(pipeline, client, record=False).outputs["fan"]["data"]
     assert list(outputs) == ["scale=1.0", "scale=2.0"]
     for label, scale in (("scale=1.0", 1.0), ("scale=2.0", 2.0)):
@@ -124,7 +124,7 @@ def test_a_failing_chunk_names_its_index_and_rows(client, function, settings, me
     """A function that raises on one chunk, returns no Dataset, or returns a chunk unlike the
     declared features fails the step; the message names the chunk, its sample range and the
     original error."""
-    pipeline = Pipeline(
+    pipeline = PipelineSpec(
         "map_fails",
         [
             Step(
@@ -212,7 +212,7 @@ def test_map_steps_are_validated_with_the_file(old, new, fragment):
 def test_other_inputs_reach_every_chunk(client):
     """Inputs besides data are keyword arguments of every call: a fit step's model and a plain
     callable's Future (resolved on the workers)."""
-    pipeline = Pipeline(
+    pipeline = PipelineSpec(
         "map_inputs",
         [
             Step("data", call="taskdml.datasets:make_classification", with_=DATA),

@@ -1,6 +1,7 @@
 """``parallel: {mode: ...}``: model-parallel, federated, task-parallel and automatic steps."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +45,7 @@ steps:
 """
 
 
-def _wide(parallel="{mode: model, shards: 3, epochs: 2}", metrics="accuracy, f1_macro"):
+def _wide(parallel="{mode: model, n_shards: 3, epochs: 2}", metrics="accuracy, f1_macro"):
     return loads_pipeline(WIDE.format(parallel=parallel, metrics=metrics))
 
 
@@ -205,6 +206,52 @@ steps:
     assert message in str(caught.value)
 
 
+def test_the_old_names_shards_and_replicas_warn_where_they_are_and_still_load():
+    """parallel: {shards, replicas}, the keys before 0.2: one FutureWarning each, with the
+    file, line and column, and the same step as under n_shards and n_replicas."""
+    with pytest.warns(FutureWarning) as caught:
+        old = _wide("{mode: model, shards: 2, replicas: 2}")
+    messages = sorted(str(warning.message) for warning in caught)
+    assert len(messages) == 2
+    assert messages[0].startswith("<string>:20:")
+    assert "steps.model.parallel.shards is deprecated since taskdml 0.2" in messages[0]
+    assert "rename it n_shards" in messages[0]
+    assert "steps.model.parallel.replicas is deprecated" in messages[1]
+    new = _wide("{mode: model, n_shards: 2, n_replicas: 2}")
+    assert old.step("model").parallel == new.step("model").parallel
+    with pytest.raises(PipelineError, match="'shards' is the old name of 'n_shards', and both"):
+        _wide("{mode: model, shards: 2, n_shards: 2}")
+
+
+@pytest.mark.parametrize(
+    "method, budget, parallel, message",
+    [
+        ("asha", "{trials: 2, max_epochs: 3}", "{epochs: 2}",
+         "'epochs' does not apply to method 'asha' (its budget sets each trial's epochs: "
+         "budget.max_epochs)"),
+        ("hyperband", "{max_epochs: 3}", "{n_replicas: 2}",
+         "'n_replicas' does not apply to method 'hyperband'"),
+    ],
+)  # fmt: skip
+def test_a_search_step_takes_the_options_its_search_takes(method, budget, parallel, message):
+    """The options table says what each search takes: the rest is refused when the file loads."""
+    text = f"""
+taskdml: 1
+name: s
+steps:
+  data: {{call: taskdml.datasets:load_sklearn, with: {{name: iris}}}}
+  search:
+    search: sklearn.linear_model:SGDClassifier
+    method: {method}
+    space: {{alpha: [0.1, 0.01]}}
+    budget: {budget}
+    parallel: {parallel}
+    inputs: {{data: data}}
+"""
+    with pytest.raises(PipelineError, match=re.escape(message)):
+        loads_pipeline(text)
+
+
 def test_a_search_cannot_be_model_parallel_and_silos_need_one_place():
     """A search trains data- or task-parallel; a silo names workers or resources, not both;
     a federated step needs a silos block."""
@@ -258,7 +305,7 @@ def test_show_names_the_mode_and_the_silos():
 @pytest.mark.slow
 def test_model_mode_with_replicas_is_hybrid(client, tmp_path):
     """shards x replicas: every shard trained by two replicas on distinct workers, merged."""
-    pipeline = _wide("{mode: model, shards: 2, replicas: 2, sync_every: 1}")
+    pipeline = _wide("{mode: model, n_shards: 2, n_replicas: 2, sync_every: 1}")
     run = run_pipeline(pipeline, client, run_root=tmp_path / "runs")
     stats = json.loads((run.path / "manifest.json").read_text())["steps"]["model"]["training"]
     stats = stats["stats"]

@@ -15,7 +15,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 import taskdml
-from taskdml import DataParallel, Pipeline, Step, run_pipeline
+from taskdml import DataParallel, PipelineSpec, Step, run_pipeline
 
 
 def main():
@@ -55,7 +55,7 @@ def main():
         print(f"DataParallel: {model.stats_['replicas']} replicas, test accuracy={accuracy:.3f}")
 
         # 3. The same work as a pipeline: a foreach sweep of fits, each item evaluated.
-        pipeline = Pipeline(
+        pipeline = PipelineSpec(
             "digits",
             [
                 Step("data", call="taskdml.datasets:load_sklearn", with_={"name": "digits"}),

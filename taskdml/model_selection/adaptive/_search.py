@@ -46,8 +46,8 @@ score arrives the policy decides, and the freed slot is filled at once.
 - :class:`HyperbandSearchCV` runs dask-ml's brackets (successive halvings with different
   trade-offs between trials and epochs) all at once, taking jobs from the brackets in turn.
 
-**Hybrid parallelism.** With ``parallel={"strategy": "sync", "sync_every": k}`` (or
-``"async"``) a step may train data-parallel with the engine (:func:`taskdml.train`), one
+**Hybrid parallelism.** With ``strategy="sync", sync_every=k`` (or ``"async"``) a step may
+train data-parallel with the engine (:func:`taskdml.parallel.train`), one
 replica per worker of its share, each on the chunks its worker holds. The driver replicates a
 step when it is long and the cluster would otherwise idle: its estimated work (epochs times
 the seconds per epoch measured on the steps so far) is at least 0.25 s, at least two worker
@@ -64,10 +64,11 @@ would share a worker take turns; a step's task waits for its turn outside the wo
 thread pool, so waiting holds no thread, and other steps keep running meanwhile.
 ``history_`` records ``mode``, ``replicas`` and ``workers`` for every step.
 
-The refit uses every worker too when ``parallel`` is set. Replicated steps are deterministic
-for a seed and a number of workers with ``sync`` and an integer ``sync_every``; not with
-``"auto"`` (the engine's default, which chooses the period from timings) nor with ``async``;
-and which steps replicate depends on timings. Fused and chained steps give identical results.
+The refit uses every worker too when ``strategy`` is ``"sync"`` or ``"async"``. Replicated
+steps are deterministic for a seed and a number of workers with ``sync`` and an integer
+``sync_every``; not with ``"auto"`` (the engine's default, which chooses the period from
+timings) nor with ``async``; and which steps replicate depends on timings. Fused and chained
+steps give identical results.
 
 **Results.** ``cv_results_`` is scikit-learn's (one row per trial: ``params``, ``param_*``,
 ``mean_test_score`` at the budget reached, ``rank_test_score``, and ``budget``, ``rung``,
@@ -80,20 +81,19 @@ rung, state: ``"completed"``, ``"stopped at rung r"`` or ``"failed"`` with its e
 ``mode`` and ``replicas``). A failing trial is recorded and the search goes on; it fails only
 if every trial does (or at once with ``error_score="raise"``).
 
-**Vocabulary.** Each search's own parameters are those of the library it stands in for:
-:class:`ASHASearchCV` and :class:`SuccessiveHalvingSearchCV` speak scikit-learn's language
-(``param_distributions``, ``random_state``, ``scoring``, ``cv``, ``refit``, ``error_score``)
-with budgets in epochs (``n_trials``, ``min_epochs``, ``max_epochs``, ``reduction_factor``);
-:class:`HyperbandSearchCV` keeps dask-ml's signature (``parameters``, ``max_iter``,
-``aggressiveness``, ``patience``, ``tol``), since it runs dask-ml's brackets. Every search also
-accepts the other vocabularies' names where they mean the same thing, so code written for
-dask-ml or for scikit-learn's halving searches runs unchanged:
+**Vocabulary.** The three searches take the same parameters in the same order, scikit-learn's
+names first (``param_distributions``, ``random_state``, ``scoring``, ``cv``, ``refit``,
+``error_score``), budgets in epochs (``n_trials``, ``max_epochs``, ``min_epochs``,
+``reduction_factor``; Hyperband derives its trials and first rungs from ``max_epochs``), then
+the engine's options (``strategy``, ``sync_every``, ``staleness``, ``shuffle``, ``data``,
+``prefetch``: :mod:`taskdml.parallel.engine._options`), then the other libraries' names that
+code migrating to them needs, so that it runs unchanged:
 
 =====================  ===================================  =================================
 taskdml                dask-ml                              scikit-learn
 =====================  ===================================  =================================
 param_distributions    parameters                           param_distributions
-n_trials               n_initial_parameters                 n_iter, n_candidates (an int)
+n_trials               n_initial_parameters                 n_candidates (an int)
 min_epochs             n_initial_iter                       —
 max_epochs             max_iter                             —
 reduction_factor       aggressiveness                       factor
@@ -103,10 +103,12 @@ validation_fraction    test_size                            —
 An alias is an ``__init__`` parameter of its own that defaults to ``None`` and is stored as
 given (``get_params`` and ``clone`` see it as passed); ``fit`` resolves it, and a run under the
 aliases is the same run as under the canonical names. Giving one parameter twice (an alias
-and a non-default canonical value, or two aliases) is an error that names both. No alias is
-deprecated. Where dask-ml's meaning differs (``max_iter=None``: dask-ml's "until one model is
-left"), the alias is not given: the canonical default applies. dask-ml's ``verbose``,
-``prefix``, ``predict_meta`` and friends have no counterpart and are not accepted.
+and a non-default canonical value, or two aliases) is an error that names both. ``n_iter``
+(``RandomizedSearchCV``'s name for ``n_trials``, which no halving search uses) and the
+``parallel`` dict are deprecated: they work until 0.3, with a ``FutureWarning``. Where
+dask-ml's meaning differs (``max_iter=None``: dask-ml's "until one model is left"), the
+alias is not given: the canonical default applies. dask-ml's ``verbose``, ``prefix``,
+``predict_meta`` and friends have no counterpart and are not accepted.
 
 **From dask-ml.** Every public parameter and attribute of dask-ml's
 ``HyperbandSearchCV``, ``SuccessiveHalvingSearchCV`` and ``IncrementalSearchCV`` (the
@@ -117,17 +119,16 @@ dask-ml                        taskdml
 =============================  ===========================================================
 ``estimator``                  ``estimator`` (with ``partial_fit``; or only ``fit``: the
                                budget is then a growing subsample)
-``parameters``                 ``param_distributions`` (Hyperband: ``parameters``); both
-                               accepted
-``n_initial_parameters``       ``n_trials`` (Hyperband: derived from ``max_iter``, as in
+``parameters``                 ``param_distributions``; both accepted
+``n_initial_parameters``       ``n_trials`` (Hyperband: derived from ``max_epochs``, as in
                                dask-ml); ``"grid"``: not accepted, because the adaptive
                                searches sample; pass a list-valued space and ``n_trials`` =
                                its size, or use :class:`~taskdml.model_selection.GridSearchCV`
 ``n_initial_iter``             ``min_epochs``
-``max_iter``                   ``max_epochs`` (Hyperband: ``max_iter``), in epochs over the
-                               training chunks, not ``partial_fit`` calls on one block;
-                               ``None``: not accepted, the canonical default applies
-``aggressiveness``             ``reduction_factor`` (Hyperband: ``aggressiveness``)
+``max_iter``                   ``max_epochs``, in epochs over the training chunks, not
+                               ``partial_fit`` calls on one block; ``None``: not accepted,
+                               the canonical default applies
+``aggressiveness``             ``reduction_factor``
 ``test_size``                  ``validation_fraction`` (of chunks; ``cv=k`` for k folds)
 ``patience``, ``tol``          the same (halving and Hyperband; ASHA stops by rank)
 ``random_state``, ``scoring``  the same
@@ -170,7 +171,8 @@ ended at this score, scoring included: a step is one chain of tasks), ``score``,
 [best_index_]]`` is the best trial's curve, as in dask-ml.
 
 **Refit.** ``best_estimator_`` is trained on *all* the training data (training and
-validation chunks), data-parallel on every worker when ``parallel`` is set, in one of two ways;
+validation chunks), data-parallel on every worker with ``strategy="sync"`` or ``"async"``, in one
+of two ways;
 ``metadata_["refit"]`` says which ran and ``metadata_["refit_epochs"]`` how many epochs over
 every chunk it trained (``refit_time_``: its seconds).
 
@@ -215,7 +217,7 @@ from taskdml._keys import key_name
 from taskdml.cache import _checkpoints as _checkpoint
 from taskdml.exceptions import DataError
 from taskdml.metrics import score_chunked
-from taskdml.model_selection._base import ADAPTIVE_PARALLEL_KEYS, SearchBase, best_has
+from taskdml.model_selection._base import SearchBase, best_has, engine_options
 from taskdml.model_selection.adaptive import _policy as policies
 from taskdml.model_selection.adaptive._results import (
     all_failed_message,
@@ -237,7 +239,6 @@ from taskdml.model_selection.adaptive._run import (
     make_folds,
     prepare,
 )
-from taskdml.parallel.engine._train import STRATEGIES
 
 __all__ = ["ASHASearchCV", "HyperbandSearchCV", "SuccessiveHalvingSearchCV"]
 
@@ -256,8 +257,11 @@ class _AdaptiveSearchCV(SearchBase):
     """
 
     _prefix = "search"
+    _taker = "adaptive"
     _aliases = {}
     """``{canonical name: ((alias, vocabulary), ...)}``: the other libraries' names it accepts."""
+    _deprecated_aliases = frozenset({"n_iter"})
+    """Aliases nobody migrating needs, accepted with a ``FutureWarning`` until 0.3."""
 
     # -- the estimator contract ---------------------------------------------------------------
 
@@ -295,11 +299,12 @@ class _AdaptiveSearchCV(SearchBase):
         self._check_params()
         X, y = self._validate_data(X, y)
         scoring = _resolve_scoring(self.estimator, self.scoring)
-        parallel = self._parallel_options(hasattr(self.estimator, "partial_fit"))
+        options = engine_options(self, self._from_parallel)
+        parallel = self._replication(options, hasattr(self.estimator, "partial_fit"))
         rng = check_random_state(self.random_state)
         params = candidates(self._space(), self._n_candidates(), random_state=rng)
         backend = self._backend(
-            X, y, classes, params, int(rng.randint(2**31 - 1)), scoring, parallel
+            X, y, classes, params, int(rng.randint(2**31 - 1)), scoring, parallel, options
         )
         trials = [Trial(i, p, clone(self.estimator).set_params(**p)) for i, p in enumerate(params)]
         driver = Driver(
@@ -349,7 +354,7 @@ class _AdaptiveSearchCV(SearchBase):
             self.refit_time_ = refit_time
         return self
 
-    def _backend(self, X, y, classes, params, seed, scoring, parallel):
+    def _backend(self, X, y, classes, params, seed, scoring, parallel, options):
         """Lay the data out (chunks, folds, classes) and choose where steps run."""
         from sklearn.base import is_classifier
 
@@ -359,7 +364,7 @@ class _AdaptiveSearchCV(SearchBase):
         metric, scorer = scoring
         partial_fit = hasattr(self.estimator, "partial_fit")
         client = current_client()
-        data, prefetch = self._data_options()
+        data, prefetch = options["data"], options["prefetch"]
         chunks, rows, dtypes, data_facts = prepare(
             X, y, client=client, n_chunks_min=max(2, n_folds), data=data
         )
@@ -387,7 +392,7 @@ class _AdaptiveSearchCV(SearchBase):
             max_budget=self._max_budget(),
             dtypes=dtypes,
             parallel=parallel or {},
-            shuffle=self._shuffle(),
+            shuffle=options["shuffle"],
             fit_kwargs={"classes": classes} if classes is not None and classifier else {},
             prefetch=prefetch,
             data=data_facts,
@@ -554,6 +559,17 @@ class _AdaptiveSearchCV(SearchBase):
 
     def _check_common_params(self):
         name = type(self).__name__
+        for canonical, aliases in self._aliases.items():
+            for alias, vocabulary in aliases:
+                if alias in self._deprecated_aliases and getattr(self, alias) is not None:
+                    warnings.warn(
+                        f"{name}({alias}=) ({vocabulary}'s name) is deprecated since taskdml "
+                        f"0.2 and will be removed in 0.3: write {canonical}= (scikit-learn's "
+                        "halving searches call it n_candidates, dask-ml n_initial_parameters; "
+                        "both stay).",
+                        FutureWarning,
+                        stacklevel=3,
+                    )
         if not (hasattr(self.estimator, "fit") or hasattr(self.estimator, "partial_fit")):
             raise TypeError(
                 f"{name}: estimator must be a scikit-learn estimator with partial_fit or fit, "
@@ -587,62 +603,35 @@ class _AdaptiveSearchCV(SearchBase):
                 f"(retrain from scratch) or False, got {self.refit!r}."
             )
 
-    def _parallel_options(self, partial_fit):
-        """The engine's options for replicated steps, or ``None`` for sequential chains."""
-        from taskdml.exceptions import did_you_mean
-        from taskdml.parallel import SequentialFallbackWarning, unmergeable_reason
-
-        name, parallel = type(self).__name__, self.parallel
-        if parallel is None:
-            return None
-        if not isinstance(parallel, dict):
-            raise ValueError(
-                f"{name}: parallel must be None or a dict such as "
-                f"{{'strategy': 'sync', 'sync_every': 1}}, got {parallel!r}."
-            )
+    def _from_parallel(self, parallel):
+        """The options the deprecated ``parallel`` dict stood for: ``"sync"`` unless it said."""
         if "epochs" in parallel:
             raise ValueError(
-                f"{name}: parallel['epochs'] does not apply to a search: the budget sets how "
-                f"many epochs each trial trains ({self._budget_names}); remove it."
+                f"{type(self).__name__}: parallel['epochs'] does not apply to a search: the "
+                f"budget sets how many epochs each trial trains ({self._budget_names}); remove "
+                "it."
             )
-        for key in parallel:
-            if key not in ADAPTIVE_PARALLEL_KEYS:
-                hint = did_you_mean(key, ADAPTIVE_PARALLEL_KEYS)
-                raise ValueError(
-                    f"{name}: unknown key {key!r} in parallel.{hint} "
-                    f"Valid keys: {', '.join(ADAPTIVE_PARALLEL_KEYS)}."
-                )
-        strategy = parallel.get("strategy", "sync")
-        if strategy not in STRATEGIES:
-            raise ValueError(
-                f"{name}: parallel['strategy'] must be one of {', '.join(STRATEGIES)}, "
-                f"got {strategy!r}.{did_you_mean(strategy, STRATEGIES)}"
-            )
+        return {"strategy": "sync", **parallel}
+
+    def _replication(self, options, partial_fit):
+        """The engine's options for replicated steps, or ``None`` for sequential chains."""
+        from taskdml.parallel import SequentialFallbackWarning, unmergeable_reason
+
+        strategy = options["strategy"]
         if strategy == "sequential":
             return None
-        parallel = {key: value for key, value in parallel.items() if key != "shuffle"}
         reason = unmergeable_reason(self.estimator) if partial_fit else "it has no partial_fit"
         if reason is not None:
             warnings.warn(
-                f"{name}: trials of {type(self.estimator).__name__} train as sequential chains "
-                f"instead of {strategy!r}: {reason}",
+                f"{type(self).__name__}: trials of {type(self.estimator).__name__} train as "
+                f"sequential chains instead of {strategy!r}: {reason}",
                 SequentialFallbackWarning,
                 stacklevel=3,
             )
             return None
-        return dict(parallel, strategy=strategy)
-
-    def _data_options(self):
-        """``(data, prefetch)``: how the training data reaches the steps (``parallel['data']``,
-        ``parallel['prefetch']``; see :func:`taskdml.train`), whatever the strategy."""
-        from taskdml.parallel.engine._stream import DEFAULT_PREFETCH
-
-        parallel = self.parallel if isinstance(self.parallel, dict) else {}
-        return parallel.get("data", "auto"), int(parallel.get("prefetch", DEFAULT_PREFETCH))
-
-    def _shuffle(self):
-        """Whether each epoch visits the chunks in a new seeded order (``parallel['shuffle']``)."""
-        return bool(self.parallel.get("shuffle", True)) if isinstance(self.parallel, dict) else True
+        return {
+            key: options[key] for key in ("strategy", "sync_every", "staleness", "data", "prefetch")
+        }
 
     def _validate_data(self, X, y):
         """Chunked data through :func:`taskdml._data.as_dask`, the rest through scikit-learn."""
@@ -703,8 +692,8 @@ class _SampledTrials:
         "param_distributions": (("parameters", "dask-ml"),),
         "n_trials": (
             ("n_initial_parameters", "dask-ml"),
-            ("n_iter", "scikit-learn"),
             ("n_candidates", "scikit-learn"),
+            ("n_iter", "scikit-learn"),
         ),
         "min_epochs": (("n_initial_iter", "dask-ml"),),
         "max_epochs": (("max_iter", "dask-ml"),),
@@ -762,12 +751,21 @@ class ASHASearchCV(_SampledTrials, _AdaptiveSearchCV):
         k folds of chunks (each its own trial state); ``None`` holds out ``validation_fraction``.
     validation_fraction : float, default=0.2
         Fraction of the training chunks held out for validation when ``cv`` is None.
-    parallel : dict, optional
-        ``{"strategy": "sync" | "async", "sync_every": k | "auto", "staleness": s}``: steps
-        may train data-parallel with the engine when fewer trials are runnable than workers
-        (``staleness`` as in :func:`taskdml.train`: default 0, lock-step; ``None`` unbounded).
-        ``"shuffle": False`` keeps the chunks in one order every epoch (default: a new seeded
-        order per trial and epoch).
+    strategy : {"sequential", "sync", "async"}, default="sequential"
+        ``"sync"`` or ``"async"``: steps may train data-parallel with the engine when fewer
+        trials are runnable than workers (see "Hybrid parallelism" in the module docstring);
+        ``"sequential"``: every step is one trial's chain of tasks.
+    sync_every : int or "auto", default="auto"
+        Blocks each replica of a replicated step trains between two merges (``"sync"``).
+    staleness : int or None, default=0
+        Chunks an ``"async"`` replica may run ahead of the slowest (``None``: unbounded).
+    shuffle : bool, default=True
+        A new seeded chunk order per trial and epoch; ``False`` keeps one order.
+    data : {"auto", "persist", "stream"}, default="auto"
+        Whether the training chunks are persisted on the workers or streamed to the steps
+        (see :func:`taskdml.parallel.train`); ``metadata_["data"]`` says what ran.
+    prefetch : int, default=2
+        Chunks a streamed step reads ahead.
     refit : bool, 'continue' or 'full', default=True
         Train the best candidate on all the data into ``best_estimator_``: ``True`` (or
         ``'continue'``) continues the best trial's state for one epoch over every chunk,
@@ -781,18 +779,24 @@ class ASHASearchCV(_SampledTrials, _AdaptiveSearchCV):
         dask-ml's name for *param_distributions*.
     n_initial_parameters : int, optional
         dask-ml's name for *n_trials*.
-    n_iter, n_candidates : int, optional
-        scikit-learn's names for *n_trials* (``RandomizedSearchCV``, ``HalvingRandomSearchCV``).
     n_initial_iter : int, optional
         dask-ml's name for *min_epochs*.
     max_iter : int, optional
         dask-ml's name for *max_epochs*.
     aggressiveness : int, optional
         dask-ml's name for *reduction_factor*.
-    factor : int, optional
-        scikit-learn's name for *reduction_factor* (``HalvingRandomSearchCV``).
     test_size : float, optional
         dask-ml's name for *validation_fraction*.
+    n_candidates : int, optional
+        scikit-learn's name for *n_trials* (``HalvingRandomSearchCV``).
+    factor : int, optional
+        scikit-learn's name for *reduction_factor* (``HalvingRandomSearchCV``).
+    n_iter : int, optional
+        Deprecated since 0.2 (removed in 0.3): ``RandomizedSearchCV``'s name for *n_trials*.
+    parallel : dict, optional
+        Deprecated since 0.2 (removed in 0.3): ``strategy``, ``sync_every``, ``staleness``,
+        ``shuffle``, ``data`` and ``prefetch`` as one dict (``strategy`` then defaults to
+        ``"sync"``); pass them as parameters, which ``set_params`` and ``clone`` reach.
 
     Attributes
     ----------
@@ -841,19 +845,25 @@ class ASHASearchCV(_SampledTrials, _AdaptiveSearchCV):
         scoring=None,
         cv=None,
         validation_fraction=0.2,
-        parallel=None,
+        strategy="sequential",
+        sync_every="auto",
+        staleness=0,
+        shuffle=True,
+        data="auto",
+        prefetch=2,
         refit=True,
         error_score=np.nan,
         random_state=None,
         parameters=None,
         n_initial_parameters=None,
-        n_iter=None,
-        n_candidates=None,
         n_initial_iter=None,
         max_iter=None,
         aggressiveness=None,
-        factor=None,
         test_size=None,
+        n_candidates=None,
+        factor=None,
+        n_iter=None,
+        parallel="deprecated",
     ):
         self.estimator = estimator
         self.param_distributions = param_distributions
@@ -864,19 +874,25 @@ class ASHASearchCV(_SampledTrials, _AdaptiveSearchCV):
         self.scoring = scoring
         self.cv = cv
         self.validation_fraction = validation_fraction
-        self.parallel = parallel
+        self.strategy = strategy
+        self.sync_every = sync_every
+        self.staleness = staleness
+        self.shuffle = shuffle
+        self.data = data
+        self.prefetch = prefetch
         self.refit = refit
         self.error_score = error_score
         self.random_state = random_state
         self.parameters = parameters
         self.n_initial_parameters = n_initial_parameters
-        self.n_iter = n_iter
-        self.n_candidates = n_candidates
         self.n_initial_iter = n_initial_iter
         self.max_iter = max_iter
         self.aggressiveness = aggressiveness
-        self.factor = factor
         self.test_size = test_size
+        self.n_candidates = n_candidates
+        self.factor = factor
+        self.n_iter = n_iter
+        self.parallel = parallel
 
     def _check_params(self):
         _check_rungs(self)
@@ -906,13 +922,16 @@ class SuccessiveHalvingSearchCV(_SampledTrials, _AdaptiveSearchCV):
         epochs (steps are cut into segments of at most *patience* epochs, each scored);
         ``True`` means ``max(max_epochs // reduction_factor, 1)``.
     tol : float, default=1e-3
-    scoring, cv, validation_fraction, parallel, refit, error_score, random_state
+    scoring, cv, validation_fraction, strategy, sync_every, staleness, shuffle, data, \
+prefetch, refit, error_score, random_state
         As for :class:`ASHASearchCV`.
-    parameters, n_initial_parameters, n_iter, n_candidates, n_initial_iter, max_iter, \
-aggressiveness, factor, test_size : optional
+    parameters, n_initial_parameters, n_initial_iter, max_iter, aggressiveness, test_size, \
+n_candidates, factor : optional
         dask-ml's and scikit-learn's names, as for :class:`ASHASearchCV`. A dask-ml user's
         ``SuccessiveHalvingSearchCV(model, parameters, n_initial_parameters=10, max_iter=27,
         aggressiveness=3, patience=..., tol=..., test_size=...)`` runs as written.
+    n_iter, parallel : optional
+        Deprecated since 0.2 (removed in 0.3), as for :class:`ASHASearchCV`.
 
     Attributes
     ----------
@@ -951,19 +970,25 @@ aggressiveness, factor, test_size : optional
         scoring=None,
         cv=None,
         validation_fraction=0.2,
-        parallel=None,
+        strategy="sequential",
+        sync_every="auto",
+        staleness=0,
+        shuffle=True,
+        data="auto",
+        prefetch=2,
         refit=True,
         error_score=np.nan,
         random_state=None,
         parameters=None,
         n_initial_parameters=None,
-        n_iter=None,
-        n_candidates=None,
         n_initial_iter=None,
         max_iter=None,
         aggressiveness=None,
-        factor=None,
         test_size=None,
+        n_candidates=None,
+        factor=None,
+        n_iter=None,
+        parallel="deprecated",
     ):
         self.estimator = estimator
         self.param_distributions = param_distributions
@@ -976,19 +1001,25 @@ aggressiveness, factor, test_size : optional
         self.scoring = scoring
         self.cv = cv
         self.validation_fraction = validation_fraction
-        self.parallel = parallel
+        self.strategy = strategy
+        self.sync_every = sync_every
+        self.staleness = staleness
+        self.shuffle = shuffle
+        self.data = data
+        self.prefetch = prefetch
         self.refit = refit
         self.error_score = error_score
         self.random_state = random_state
         self.parameters = parameters
         self.n_initial_parameters = n_initial_parameters
-        self.n_iter = n_iter
-        self.n_candidates = n_candidates
         self.n_initial_iter = n_initial_iter
         self.max_iter = max_iter
         self.aggressiveness = aggressiveness
-        self.factor = factor
         self.test_size = test_size
+        self.n_candidates = n_candidates
+        self.factor = factor
+        self.n_iter = n_iter
+        self.parallel = parallel
 
     def _check_params(self):
         _check_rungs(self)
@@ -1034,40 +1065,47 @@ class HyperbandSearchCV(_AdaptiveSearchCV):
     """Hyperband over trials trained with ``partial_fit``: a working stand-in for dask-ml's.
 
     The same brackets as ``dask_ml.model_selection.HyperbandSearchCV`` (bracket ``s`` starts
-    ``n`` trials at ``r`` epochs and halves them ``s`` times up to *max_iter*; for
-    ``max_iter=81``: ``{4: (81, 1), 3: (34, 3), 2: (15, 9), 1: (8, 27), 0: (5, 81)}``), with
+    ``n`` trials at ``r`` epochs and halves them ``s`` times up to *max_epochs*; for
+    ``max_epochs=81``: ``{4: (81, 1), 3: (34, 3), 2: (15, 9), 1: (8, 27), 0: (5, 81)}``), with
     ``s_max`` found by an integer loop (dask-ml's ``math.log`` gives 5 brackets for 243
     instead of 6). Every bracket is a synchronous successive halving, and all of them run at
     once: the driver takes jobs from the brackets in turn, so no bracket waits for another.
 
-    Differences from dask-ml: *max_iter* counts epochs over the training chunks (dask-ml
-    counts ``partial_fit`` calls on one block each), and each bracket's last rung is exactly
-    *max_iter*. ``metadata``'s ``partial_fit_calls`` is in epochs, under dask-ml's name.
+    Differences from dask-ml: *max_epochs* (dask-ml's ``max_iter``) counts epochs over the
+    training chunks (dask-ml counts ``partial_fit`` calls on one block each), and each
+    bracket's last rung is exactly *max_epochs*. ``metadata``'s ``partial_fit_calls`` is in
+    epochs, under dask-ml's name. The parameters are the other adaptive searches', in the same
+    order; dask-ml's names are accepted, so dask-ml's call ``HyperbandSearchCV(model,
+    parameters, max_iter=81, aggressiveness=3)`` runs as written.
 
     Parameters
     ----------
     estimator : scikit-learn estimator
-    parameters : dict or list of dicts
+    param_distributions : dict or list of dicts
         Lists of values and ``scipy.stats`` distributions.
-    max_iter : int, default=81
+    max_epochs : int, default=81
         Epochs of the most trained trials (Hyperband's R).
-    aggressiveness : int, default=3
+    reduction_factor : int, default=3
         Hyperband's η.
     patience : bool or int, default=False
         As dask-ml: stop a trial without a gain above *tol* over *patience* epochs; ``True``
-        means ``max(max_iter // aggressiveness, 1)``.
+        means ``max(max_epochs // reduction_factor, 1)``.
     tol : float, default=1e-3
-    scoring, cv, validation_fraction, parallel, refit, error_score, random_state
-        As for :class:`ASHASearchCV`; ``validation_fraction`` is also accepted as dask-ml's
-        ``test_size``.
-    param_distributions : dict or list of dicts, optional
-        scikit-learn's name for *parameters*.
-    max_epochs : int, optional
-        taskdml's name for *max_iter* (as in the other adaptive searches).
-    reduction_factor, factor : int, optional
-        taskdml's and scikit-learn's names for *aggressiveness*.
+    scoring, cv, validation_fraction, strategy, sync_every, staleness, shuffle, data, \
+prefetch, refit, error_score, random_state
+        As for :class:`ASHASearchCV`.
+    parameters : dict or list of dicts, optional
+        dask-ml's name for *param_distributions*.
+    max_iter : int, optional
+        dask-ml's name for *max_epochs*.
+    aggressiveness : int, optional
+        dask-ml's name for *reduction_factor*.
     test_size : float, optional
         dask-ml's name for *validation_fraction*.
+    factor : int, optional
+        scikit-learn's name for *reduction_factor*.
+    parallel : dict, optional
+        Deprecated since 0.2 (removed in 0.3), as for :class:`ASHASearchCV`.
 
     Attributes
     ----------
@@ -1084,7 +1122,7 @@ class HyperbandSearchCV(_AdaptiveSearchCV):
     --------
     >>> from sklearn.linear_model import SGDClassifier
     >>> from taskdml.model_selection import HyperbandSearchCV
-    >>> search = HyperbandSearchCV(SGDClassifier(), {"alpha": [1e-4, 1e-3]}, max_iter=81)
+    >>> search = HyperbandSearchCV(SGDClassifier(), {"alpha": [1e-4, 1e-3]}, max_epochs=81)
     >>> search.metadata["n_models"], search.metadata["partial_fit_calls"]
     (143, 1581)
     >>> {b["bracket"]: (b["n_models"], b["decisions"][0]) for b in search.metadata["brackets"]}
@@ -1093,78 +1131,90 @@ class HyperbandSearchCV(_AdaptiveSearchCV):
 
     _prefix = "hyperband"
     _has_brackets = True
-    _budget_names = "max_iter"
 
     def __init__(
         self,
         estimator,
-        parameters=None,
+        param_distributions=None,
         *,
-        max_iter=81,
-        aggressiveness=3,
+        max_epochs=81,
+        reduction_factor=3,
         patience=False,
         tol=1e-3,
         scoring=None,
         cv=None,
         validation_fraction=0.2,
-        parallel=None,
+        strategy="sequential",
+        sync_every="auto",
+        staleness=0,
+        shuffle=True,
+        data="auto",
+        prefetch=2,
         refit=True,
         error_score=np.nan,
         random_state=None,
-        param_distributions=None,
-        max_epochs=None,
-        reduction_factor=None,
-        factor=None,
+        parameters=None,
+        max_iter=None,
+        aggressiveness=None,
         test_size=None,
+        factor=None,
+        parallel="deprecated",
     ):
         self.estimator = estimator
-        self.parameters = parameters
-        self.max_iter = max_iter
-        self.aggressiveness = aggressiveness
+        self.param_distributions = param_distributions
+        self.max_epochs = max_epochs
+        self.reduction_factor = reduction_factor
         self.patience = patience
         self.tol = tol
         self.scoring = scoring
         self.cv = cv
         self.validation_fraction = validation_fraction
-        self.parallel = parallel
+        self.strategy = strategy
+        self.sync_every = sync_every
+        self.staleness = staleness
+        self.shuffle = shuffle
+        self.data = data
+        self.prefetch = prefetch
         self.refit = refit
         self.error_score = error_score
         self.random_state = random_state
-        self.param_distributions = param_distributions
-        self.max_epochs = max_epochs
-        self.reduction_factor = reduction_factor
-        self.factor = factor
+        self.parameters = parameters
+        self.max_iter = max_iter
+        self.aggressiveness = aggressiveness
         self.test_size = test_size
+        self.factor = factor
+        self.parallel = parallel
 
     def _check_params(self):
-        _check_integer(self, "max_iter", 1)
-        _check_integer(self, "aggressiveness", 2)
+        _check_integer(self, "max_epochs", 1)
+        _check_integer(self, "reduction_factor", 2)
         _check_patience(self)
 
     _aliases = {
-        "parameters": (("param_distributions", "scikit-learn"),),
-        "max_iter": (("max_epochs", "taskdml"),),
-        "aggressiveness": (("reduction_factor", "taskdml"), ("factor", "scikit-learn")),
+        "param_distributions": (("parameters", "dask-ml"),),
+        "max_epochs": (("max_iter", "dask-ml"),),
+        "reduction_factor": (("aggressiveness", "dask-ml"), ("factor", "scikit-learn")),
         "validation_fraction": (("test_size", "dask-ml"),),
     }
 
     def _space_name(self):
-        return "parameters"
+        return "param_distributions"
 
     def _space(self):
-        return self._value("parameters")
+        return self._value("param_distributions")
 
     def _max_budget(self):
-        return self._value("max_iter")
+        return self._value("max_epochs")
 
     def _patience(self):
         return _patience_epochs(
-            self.patience, self._value("max_iter"), self._value("aggressiveness")
+            self.patience, self._value("max_epochs"), self._value("reduction_factor")
         )
 
     def _brackets(self):
-        """``{s: schedule}`` with each schedule's last budget exactly *max_iter*."""
-        eta, max_iter, brackets = self._value("aggressiveness"), self._value("max_iter"), {}
+        """``{s: schedule}`` with each schedule's last budget exactly *max_epochs*."""
+        eta, max_iter = self._value("reduction_factor"), self._value("max_epochs")
+        brackets = {}
         for s, (n, r) in policies.hyperband_brackets(max_iter, eta).items():
             schedule = policies.halving_schedule(n, r, eta, s + 1)
             n_last, _ = schedule[-1]

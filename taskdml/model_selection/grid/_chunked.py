@@ -3,7 +3,7 @@
 Data too big for one machine is never gathered: it is persisted once on the cluster and every
 fold is a set of chunks — ``cv=k`` is ``KFold(k)`` over the chunk indices, and a splitter
 object splits the chunk indices too. Each candidate × fold trains with the data-parallel
-engine (:func:`taskdml.train`) on the fold's training chunks and is scored
+engine (:func:`taskdml.parallel.train`) on the fold's training chunks and is scored
 with :mod:`taskdml.metrics` on its held-out chunks, chunk by chunk and exactly. The
 candidates run side by side: each training is a chain of tasks (``strategy="sequential"``,
 the default) or replicas (``"sync"``/``"async"``, which take turns on the cluster), started
@@ -27,17 +27,8 @@ import numpy as np
 
 from taskdml._keys import current_step, key_name, step_scope
 from taskdml.exceptions import DataError, did_you_mean
-from taskdml.model_selection._base import PARALLEL_KEYS
 from taskdml.model_selection.grid._graph import PREFIX, estimator_spec
 from taskdml.parallel.engine._tasks import chunk_labels, fit_concatenated
-
-DEFAULT_PARALLEL = {
-    "strategy": "sequential",
-    "epochs": 1,
-    "sync_every": "auto",
-    "shuffle": False,
-    "random_state": 0,
-}
 
 
 def chunk_folds(cv, chunks):
@@ -64,19 +55,6 @@ def chunk_folds(cv, chunks):
     if not folds:
         raise ValueError("No fits were performed. Was the CV iterator empty?")
     return folds
-
-
-def check_parallel(parallel):
-    """The ``parallel`` parameter with the search's defaults filled in."""
-    parallel = {} if parallel is None else dict(parallel)
-    unknown = [key for key in parallel if key not in PARALLEL_KEYS]
-    if unknown:
-        raise ValueError(
-            f"parallel has an unknown key {unknown[0]!r}."
-            f"{did_you_mean(unknown[0], PARALLEL_KEYS)} "
-            f"Valid keys: {', '.join(PARALLEL_KEYS)}."
-        )
-    return {**DEFAULT_PARALLEL, **parallel}
 
 
 def metric_names(estimator, scoring):
@@ -229,7 +207,7 @@ def _train(estimator, index, X, y, parallel, classes, client):
     options = {key: value for key, value in parallel.items() if key != "random_state"}
     # The engine names its keys after the data and the seed, not the estimator's parameters:
     # a seed per candidate keeps two candidates training on one fold from sharing keys.
-    seed = int(parallel["random_state"] or 0) + index
+    seed = _seed(parallel["random_state"]) + index
     return train(
         copy.deepcopy(estimator),
         X,
@@ -239,6 +217,18 @@ def _train(estimator, index, X, y, parallel, classes, client):
         client=client if client is not None else False,
         **options,
     ).estimator
+
+
+def _seed(random_state):
+    """The first candidate's training seed: *random_state* itself when an integer (0 for
+    None), else drawn from it."""
+    import numbers
+
+    from sklearn.utils import check_random_state
+
+    if random_state is None or isinstance(random_state, numbers.Integral):
+        return int(random_state or 0)
+    return int(check_random_state(random_state).randint(2**31 - 1 - 10**6))
 
 
 def _evaluate(fitted, X, y, metrics, client):

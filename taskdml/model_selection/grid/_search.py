@@ -42,7 +42,7 @@ from sklearn.utils.metadata_routing import MetadataRouter, MethodMapping, proces
 from taskdml import _compat
 from taskdml._compat import CallbackSupportMixin, with_callbacks
 from taskdml._data import as_dask, gathered_table, is_chunked
-from taskdml.model_selection._base import SearchBase
+from taskdml.model_selection._base import SearchBase, engine_options
 from taskdml.model_selection.grid import _chunked as _grid_chunked
 from taskdml.model_selection.grid import _graph as _grid_graph
 from taskdml.model_selection.grid import _tasks as _grid_tasks
@@ -80,7 +80,17 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
         pre_dispatch="2*n_jobs",
         error_score=np.nan,
         return_train_score=False,
-        parallel=None,
+        strategy="sequential",
+        epochs=1,
+        sync_every="auto",
+        staleness=0,
+        shuffle=False,
+        shuffle_rows=False,
+        n_replicas=None,
+        data="auto",
+        prefetch=2,
+        random_state=None,
+        parallel="deprecated",
     ):
         self.estimator = estimator
         self.scoring = scoring
@@ -91,6 +101,16 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
         self.pre_dispatch = pre_dispatch
         self.error_score = error_score
         self.return_train_score = return_train_score
+        self.strategy = strategy
+        self.epochs = epochs
+        self.sync_every = sync_every
+        self.staleness = staleness
+        self.shuffle = shuffle
+        self.shuffle_rows = shuffle_rows
+        self.n_replicas = n_replicas
+        self.data = data
+        self.prefetch = prefetch
+        self.random_state = random_state
         self.parallel = parallel
 
     def __sklearn_tags__(self):
@@ -138,7 +158,7 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
         self : object
             The fitted search.
         """
-        self._check_parameters()
+        options = self._check_parameters()
         candidates = list(self._candidates())
         if not candidates:
             raise ValueError(
@@ -147,7 +167,7 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
         # A table (mixed columns for a Pipeline) is gathered: see gathered_table.
         X, y = gathered_table(X, y)
         if is_chunked(X) or is_chunked(y):
-            return self._fit_chunked(X, y, candidates, params)
+            return self._fit_chunked(X, y, candidates, params, options)
         return self._fit_in_memory(X, y, candidates, params)
 
     def _check_parameters(self):
@@ -159,6 +179,12 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
             )
         if not hasattr(self.estimator, "fit"):
             raise TypeError(f"estimator must have a fit method, got {self.estimator!r}.")
+        return self._engine_options()
+
+    def _engine_options(self):
+        """The engine's options of the candidates' trainings on chunked data (the options
+        table's, from the parameters or the deprecated ``parallel`` dict)."""
+        return engine_options(self, lambda parallel: parallel)
 
     def _fit_in_memory(self, X, y, candidates, params):
         from sklearn.base import is_classifier
@@ -278,7 +304,7 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
             )
         return accepting
 
-    def _fit_chunked(self, X, y, candidates, params):
+    def _fit_chunked(self, X, y, candidates, params, parallel):
         from taskdml._client import current_client
 
         params = dict(params)
@@ -291,7 +317,6 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
         metrics = _grid_chunked.metric_names(self.estimator, self.scoring)
         multimetric = not (self.scoring is None or isinstance(self.scoring, str))
         _check_refit_for_multimetric(self.refit, metrics, multimetric)
-        parallel = _grid_chunked.check_parallel(self.parallel)
         X, y, _ = as_dask(X, y)
         folds = _grid_chunked.chunk_folds(self.cv, X.chunks[0])
         client = current_client()
@@ -542,14 +567,33 @@ class GridSearchCV(BaseSearchCV):
         stops the search with the error instead.
     return_train_score : bool, default=False
         Also score each fit on its training rows.
-    parallel : dict, default=None
-        Chunked data only: how each candidate trains, passed to
-        :func:`taskdml.train` — ``strategy`` (default ``"sequential"``, a
-        chain of tasks per candidate, so that candidates run side by side), ``epochs``
-        (default 1), ``sync_every`` (default ``"auto"``), ``staleness`` (default 0,
-        lock-step; ``None`` unbounded), ``shuffle`` (default ``False``: every candidate sees
-        the chunks in the same order), ``shuffle_rows``, ``n_replicas`` and ``random_state``
-        (default 0; candidate ``i`` uses ``random_state + i``).
+    strategy : {"sequential", "sync", "async"}, default="sequential"
+        Chunked data only, as every engine option below: how each candidate trains with
+        :func:`taskdml.parallel.train`. ``"sequential"`` is a chain of tasks per candidate, so
+        that candidates run side by side; ``"sync"`` and ``"async"`` train replicas, which
+        take turns on the cluster.
+    epochs : int, default=1
+        Passes over the training chunks.
+    sync_every : int or "auto", default="auto"
+        Blocks each replica trains between two merges (``"sync"``).
+    staleness : int or None, default=0
+        Chunks an ``"async"`` replica may run ahead of the slowest (``None``: unbounded).
+    shuffle : bool, default=False
+        ``False``: every candidate sees the chunks in the same order.
+    shuffle_rows : bool, default=False
+        Also shuffle the rows inside each chunk.
+    n_replicas : int or None, default=None
+        Replicas of ``"sync"`` and ``"async"`` (default one per worker).
+    data : {"auto", "persist", "stream"}, default="auto"
+        How the chunks reach the replicas (see :func:`taskdml.parallel.train`).
+    prefetch : int, default=2
+        Chunks a streaming replica reads ahead.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the chunk orders: candidate ``i`` trains with ``random_state + i`` (``None``:
+        0).
+    parallel : dict, optional
+        Deprecated since 0.2 (removed in 0.3): the engine options above as one dict; pass
+        them as parameters, which ``set_params`` and ``clone`` reach.
 
     Attributes
     ----------
@@ -616,7 +660,17 @@ class GridSearchCV(BaseSearchCV):
         pre_dispatch="2*n_jobs",
         error_score=np.nan,
         return_train_score=False,
-        parallel=None,
+        strategy="sequential",
+        epochs=1,
+        sync_every="auto",
+        staleness=0,
+        shuffle=False,
+        shuffle_rows=False,
+        n_replicas=None,
+        data="auto",
+        prefetch=2,
+        random_state=None,
+        parallel="deprecated",
     ):
         super().__init__(
             estimator,
@@ -628,6 +682,16 @@ class GridSearchCV(BaseSearchCV):
             pre_dispatch=pre_dispatch,
             error_score=error_score,
             return_train_score=return_train_score,
+            strategy=strategy,
+            epochs=epochs,
+            sync_every=sync_every,
+            staleness=staleness,
+            shuffle=shuffle,
+            shuffle_rows=shuffle_rows,
+            n_replicas=n_replicas,
+            data=data,
+            prefetch=prefetch,
+            random_state=random_state,
             parallel=parallel,
         )
         self.param_grid = param_grid
@@ -654,10 +718,14 @@ class RandomizedSearchCV(BaseSearchCV):
         Parameter names to lists (sampled uniformly) or ``scipy.stats`` distributions.
     n_iter : int, default=10
         Number of candidates sampled.
-    scoring, n_jobs, refit, cv, verbose, pre_dispatch, error_score, return_train_score, parallel
+    scoring, n_jobs, refit, cv, verbose, pre_dispatch, error_score, return_train_score
         As in :class:`GridSearchCV`.
     random_state : int, RandomState instance or None, default=None
-        Seeds the sampling of the candidates.
+        Seeds the sampling of the candidates, and on chunked data the chunk orders as in
+        :class:`GridSearchCV`.
+    strategy, epochs, sync_every, staleness, shuffle, shuffle_rows, n_replicas, data, \
+prefetch, parallel
+        As in :class:`GridSearchCV`.
 
     Attributes
     ----------
@@ -699,7 +767,16 @@ refit_time_, multimetric_, classes_, n_features_in_
         random_state=None,
         error_score=np.nan,
         return_train_score=False,
-        parallel=None,
+        strategy="sequential",
+        epochs=1,
+        sync_every="auto",
+        staleness=0,
+        shuffle=False,
+        shuffle_rows=False,
+        n_replicas=None,
+        data="auto",
+        prefetch=2,
+        parallel="deprecated",
     ):
         super().__init__(
             estimator,
@@ -711,11 +788,20 @@ refit_time_, multimetric_, classes_, n_features_in_
             pre_dispatch=pre_dispatch,
             error_score=error_score,
             return_train_score=return_train_score,
+            strategy=strategy,
+            epochs=epochs,
+            sync_every=sync_every,
+            staleness=staleness,
+            shuffle=shuffle,
+            shuffle_rows=shuffle_rows,
+            n_replicas=n_replicas,
+            data=data,
+            prefetch=prefetch,
+            random_state=random_state,
             parallel=parallel,
         )
         self.param_distributions = param_distributions
         self.n_iter = n_iter
-        self.random_state = random_state
 
     def _candidates(self):
         from taskdml.model_selection._space import candidates

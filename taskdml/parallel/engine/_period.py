@@ -63,7 +63,6 @@ its recorded periods (``history[i]["sync_every"]``) passed as an explicit intege
 """
 
 import math
-import numbers
 import statistics
 
 AUTO = "auto"
@@ -105,15 +104,10 @@ def check_sync_every(value, owner=None):
     >>> check_sync_every("auto"), check_sync_every(4)
     ('auto', 4)
     """
-    if value == AUTO and isinstance(value, str):
-        return value
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1:
-        return int(value)
-    prefix = f"{owner}: " if owner else ""
-    raise ValueError(
-        f"{prefix}sync_every must be an integer >= 1 (blocks a replica trains between two "
-        f"merges) or {AUTO!r} (chosen from measured timings); got {value!r}."
-    )
+    from taskdml.parallel.engine._options import check
+
+    check("train", {"sync_every": value}, owner)
+    return value if isinstance(value, str) else int(value)
 
 
 def choose_period(block_s, round_s, most_blocks, *, target=TARGET, min_rounds=MIN_ROUNDS):

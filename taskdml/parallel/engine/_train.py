@@ -65,7 +65,16 @@ from taskdml.cache import _checkpoints as _checkpoint
 from taskdml.parallel.chunkwise import _tabular
 from taskdml.parallel.collective import _direct
 from taskdml.parallel.collective import _server as _collective
-from taskdml.parallel.engine import _blocks, _chunks, _elastic, _period, _replica, _stream, _tasks
+from taskdml.parallel.engine import (
+    _blocks,
+    _chunks,
+    _elastic,
+    _options,
+    _period,
+    _replica,
+    _stream,
+    _tasks,
+)
 from taskdml.parallel.engine._chunks import Chunk
 from taskdml.parallel.merge._registry import (
     get_merge_rule,
@@ -75,7 +84,7 @@ from taskdml.parallel.merge._registry import (
     without_round_start,
 )
 
-STRATEGIES = ("sync", "async", "sequential")
+STRATEGIES = _options.STRATEGIES
 """The training strategies, for every entry point (the engine, DataParallel, the searches)."""
 
 DEFAULT_STALENESS = 0
@@ -174,7 +183,7 @@ class SequentialFallbackWarning(UserWarning):
     >>> import warnings
     >>> import dask.array as da
     >>> from sklearn.cluster import Birch
-    >>> from taskdml import SequentialFallbackWarning, train
+    >>> from taskdml.parallel import SequentialFallbackWarning, train
     >>> X = da.random.default_rng(0).random((60, 2), chunks=20)
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
@@ -276,7 +285,7 @@ def train(
     --------
     >>> import dask.array as da
     >>> from sklearn.linear_model import SGDRegressor
-    >>> from taskdml import train
+    >>> from taskdml.parallel import train
     >>> rng = da.random.default_rng(0)
     >>> X = rng.random((1_000, 3), chunks=(250, 3))
     >>> y = X @ da.from_array([1.0, 2.0, 3.0])
@@ -289,9 +298,27 @@ def train(
     from sklearn.utils import check_random_state
 
     clock = _Clock()
-    if strategy is not None and strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}.")
-    sync_every = _period.check_sync_every(sync_every)
+    _options.check(
+        "train",
+        dict(
+            strategy=strategy,
+            epochs=epochs,
+            sync_every=sync_every,
+            staleness=staleness,
+            shuffle=shuffle,
+            shuffle_rows=shuffle_rows,
+            random_state=random_state,
+            scoring=scoring,
+            tol=tol,
+            n_iter_no_change=n_iter_no_change,
+            n_replicas=n_replicas,
+            workers=workers,
+            data=data,
+            prefetch=prefetch,
+        ),
+        "train",
+    )
+    sync_every = sync_every if isinstance(sync_every, str) else int(sync_every)
     client = resolve_client(client)
     X, y, sample_weight = _data.as_dask(
         X if _data.is_chunked(X) else _as_array(X), y, sample_weight

@@ -35,7 +35,7 @@ the argmax, or the normalisation of the probabilities. No task ever holds two sh
 Two classes make one binary problem, one row of ``coef_``: it cannot be split, so it is one
 shard holding a clone of the whole estimator.
 
-Hybrid parallelism (``replicas=R > 1``): every shard is also data-parallel inside. A shard is
+Hybrid parallelism (``n_replicas=R > 1``): every shard is also data-parallel inside. A shard is
 an estimator of its own (:class:`_ClassShard`: ``partial_fit`` trains its binary estimators on
 a chunk, with its classes' seeds) with a merge rule (:func:`merge_shards`: the binary
 estimator's rule class by class, weighted by the rows each replica saw; for SGD the rows-seen
@@ -60,6 +60,7 @@ training at a time).
 import copy
 import numbers
 import uuid
+import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
@@ -80,7 +81,7 @@ class _ClassShard:
     classes) the whole estimator in ``estimators[0]`` with ``whole`` set.
 
     A shard trains with :meth:`partial_fit` like any estimator, so the engine can train its
-    replicas (``replicas > 1``); its merge rule is the binary estimator's, class by class
+    replicas (``n_replicas > 1``); its merge rule is the binary estimator's, class by class
     (:func:`merge_shards`). *seeds* gives each ``partial_fit`` its classes' seeds: the
     shard's slice of the draw of an integer ``random_state`` (the same on every call, as
     the unsharded SGD draws them), or ``(generator, columns)`` to draw from; ``None`` for
@@ -283,7 +284,7 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
     ``partial_fit`` on every chunk, in order, on one worker; prediction combines the shards'
     decision functions chunk by chunk. The result equals the unsharded estimator trained with
     ``partial_fit`` on the same chunks in the same order (same ``coef_`` and ``intercept_``
-    bit for bit; decision values to rounding). With ``replicas > 1`` each shard is also
+    bit for bit; decision values to rounding). With ``n_replicas > 1`` each shard is also
     trained data-parallel by the engine's replicas on several workers, merged every
     *sync_every* blocks (local SGD: close to the unsharded model, not equal). See
     :mod:`taskdml.parallel.estimators._class_sharded`.
@@ -299,18 +300,21 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
     epochs : int, default=1
         Passes over the chunks, in the same order each time (the unsharded model's
         ``partial_fit`` called on every chunk, *epochs* times).
-    replicas : int, default=1
+    n_replicas : int, default=1
         Data-parallel replicas per shard (hybrid parallelism: shards x replicas), each on a
         different worker: every shard is trained by the engine
-        (:func:`~taskdml.parallel.train`, ``n_replicas=replicas``), chunk ``i`` of every epoch
-        to replica ``i % replicas``, the replicas of a shard merged every *sync_every* blocks
+        (:func:`~taskdml.parallel.train`, ``n_replicas``), chunk ``i`` of every epoch
+        to replica ``i % n_replicas``, the replicas of a shard merged every *sync_every* blocks
         each (model averaging for SGD, so not bit-equal to the unsharded model). At most the
         number of workers of the client; without a client the replicas are threads of this
         process. Needs a merge rule for the binary estimator
         (:func:`~taskdml.parallel.get_merge_rule`).
     sync_every : int or "auto", default=1
         Blocks each replica trains between two merges of its shard (``"auto"``: chosen by the
-        engine from measured timings); ignored with ``replicas=1``.
+        engine from measured timings); ignored with ``n_replicas=1``.
+    replicas : int, optional
+        Deprecated since 0.2 (removed in 0.3): the old name of ``n_replicas``, used when
+        given, with a ``FutureWarning``.
 
     Attributes
     ----------
@@ -324,10 +328,10 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
         Number of features seen in ``fit``.
     placement_ : dict
         ``{shard index: [worker address of each replica]}`` where the shards trained (with
-        ``replicas > 1``, replica by rank, as the engine placed them); empty lists without a
+        ``n_replicas > 1``, replica by rank, as the engine placed them); empty lists without a
         client.
     history_ : dict
-        ``{shard index: the engine's history}`` with ``replicas > 1`` (per epoch the period
+        ``{shard index: the engine's history}`` with ``n_replicas > 1`` (per epoch the period
         and rounds, see :class:`~taskdml.parallel.TrainResult`); empty otherwise.
 
     Examples
@@ -346,12 +350,27 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
     True
     """
 
-    def __init__(self, estimator, n_shards=None, epochs=1, replicas=1, sync_every=1):
+    def __init__(
+        self, estimator, n_shards=None, epochs=1, n_replicas=1, sync_every=1, replicas="deprecated"
+    ):
         self.estimator = estimator
         self.n_shards = n_shards
         self.epochs = epochs
-        self.replicas = replicas
+        self.n_replicas = n_replicas
         self.sync_every = sync_every
+        self.replicas = replicas
+
+    def _n_replicas(self):
+        """``n_replicas``, or the deprecated ``replicas`` when it was given (with a warning)."""
+        if isinstance(self.replicas, str) and self.replicas == "deprecated":
+            return self.n_replicas
+        warnings.warn(
+            "ClassSharded(replicas=) was renamed n_replicas in taskdml 0.2 (the name "
+            "DataParallel and train use); replicas will be removed in 0.3.",
+            FutureWarning,
+            stacklevel=3,
+        )
+        return self.replicas
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -380,6 +399,7 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
         from taskdml._data import as_dask, is_chunked, unwrap
 
         kind = _kind(self.estimator)
+        n_replicas = self._n_replicas()
         X, y, sample_weight, _ = unwrap(X, y, sample_weight)
         chunked = is_chunked(X)
         if chunked:
@@ -409,15 +429,15 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
             raise ValueError(f"n_shards must be a positive integer, got {n_shards!r}.")
         if not isinstance(self.epochs, numbers.Integral) or self.epochs < 1:
             raise ValueError(f"epochs must be a positive integer, got {self.epochs!r}.")
-        if not isinstance(self.replicas, numbers.Integral) or self.replicas < 1:
-            raise ValueError(f"replicas must be a positive integer, got {self.replicas!r}.")
+        if not isinstance(n_replicas, numbers.Integral) or n_replicas < 1:
+            raise ValueError(f"n_replicas must be a positive integer, got {n_replicas!r}.")
         check_sync_every(self.sync_every, "ClassSharded")
-        if self.replicas > 1:
-            _check_mergeable(self.estimator, kind, self.replicas)
-            if client is not None and self.replicas > len(workers):
+        if n_replicas > 1:
+            _check_mergeable(self.estimator, kind, n_replicas)
+            if client is not None and n_replicas > len(workers):
                 raise ValueError(
-                    f"replicas={self.replicas} but the client has {len(workers)} worker(s): "
-                    "the replicas of a shard train on distinct workers. Use replicas <= "
+                    f"n_replicas={n_replicas} but the client has {len(workers)} worker(s): "
+                    "the replicas of a shard train on distinct workers. Use n_replicas <= "
                     f"{len(workers)}, or add workers."
                 )
         if n_shards > rows:
@@ -432,7 +452,7 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
             "train",
             *fresh, type(estimator).__name__, estimator.get_params(deep=False),
             classes, n_shards, self.epochs,
-            *([self.replicas, self.sync_every] if self.replicas > 1 else []),
+            *([n_replicas, self.sync_every] if n_replicas > 1 else []),
             *[getattr(a, "name", a) for a in (X, y, sample_weight)],
             phase="shard",
         )  # fmt: skip
@@ -443,11 +463,11 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
         seeds_of = self._seeder(estimator, kind, classes)
         homes = {k: [workers[k % len(workers)]] if workers else [] for k in range(n_shards)}
         history = {}
-        if self.replicas > 1 and chunked:  # in memory, one chunk: replicas=1 is the same
+        if n_replicas > 1 and chunked:  # in memory, one chunk: n_replicas=1 is the same
             for shard, g in zip(shards, groups):
                 shard.seeds = _seed_source(estimator, kind, classes, g)
             shards, homes, history = _train_replicas(client, shards, X, y, sample_weight,
-                                                     self.epochs, self.replicas,
+                                                     self.epochs, n_replicas,
                                                      self.sync_every)  # fmt: skip
         elif chunked:
             shards = _train_chunked(client, workers, shards, groups, X, y, sample_weight,
@@ -793,14 +813,14 @@ def _check_mergeable(estimator, kind, replicas):
     rule = get_merge_rule(binary)
     if rule is None:
         raise ValueError(
-            f"replicas={replicas} merges the replicas of each shard, but "
-            f"{unmergeable_reason(binary)} Use replicas=1."
+            f"n_replicas={replicas} merges the replicas of each shard, but "
+            f"{unmergeable_reason(binary)} Use n_replicas=1."
         )
     if rule.prepare is not None:
         raise ValueError(
-            f"replicas={replicas} needs replicas of {type(binary).__name__} that start from "
+            f"n_replicas={replicas} needs replicas of {type(binary).__name__} that start from "
             f"one shared initialisation (merge rule {rule.family!r}), which ClassSharded does "
-            "not draw. Use replicas=1, or taskdml.DataParallel."
+            "not draw. Use n_replicas=1, or taskdml.DataParallel."
         )
 
 

@@ -1,7 +1,7 @@
 """``DataParallel``: the data-parallel engine as a scikit-learn meta-estimator.
 
 :class:`DataParallel` wraps any scikit-learn estimator and trains it with
-:func:`taskdml.train`, so that existing scikit-learn code (a script, a
+:func:`taskdml.parallel.train`, so that existing scikit-learn code (a script, a
 ``Pipeline``, ``GridSearchCV``) gets data-parallel ``partial_fit`` training by changing one
 line. The wrapper itself does four things and leaves the training to the engine:
 
@@ -57,14 +57,15 @@ from taskdml._client import current_client
 from taskdml._data import as_dask, is_frame, outside_annotations, partition_lengths, unwrap
 from taskdml._keys import key_name
 from taskdml._meta import estimator_has, wrapped_tags
-from taskdml.exceptions import DataError, did_you_mean
+from taskdml.exceptions import DataError
 from taskdml.parallel.chunkwise import _tabular
-from taskdml.parallel.engine._period import check_sync_every
-from taskdml.parallel.engine._train import DEFAULT_STALENESS, STRATEGIES, train
+from taskdml.parallel.engine import _options
+from taskdml.parallel.engine._train import DEFAULT_STALENESS, train
 
 __all__ = ["DataParallel"]
 
 _PREFIX = "dataparallel"
+_OPTIONS = _options.names("DataParallel")
 # In-memory data is split into at most max(2, n_workers) chunks of at least this many rows.
 _MIN_CHUNK_ROWS = 32
 
@@ -99,7 +100,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
     staleness : int or None, default=0
         How many chunks a replica may run ahead of the slowest (``"async"``): ``0`` is
         lock-step (measured within half a point of sync's accuracy, where more slack cost 1-3
-        points; see :func:`taskdml.train`), ``None`` never waits.
+        points; see :func:`taskdml.parallel.train`), ``None`` never waits.
     shuffle : bool, default=True
         Visit each replica's chunks in a new seeded order every epoch.
     random_state : int, RandomState instance or None, default=None
@@ -129,7 +130,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         (each replica reads its chunks as it trains, ``prefetch`` ahead, and drops them), so
         that data larger than the workers' memory trains in bounded memory. ``"auto"``
         streams data over half the memory the workers have free; ``stats_["data"]`` says
-        what ran and why (see :func:`taskdml.train`).
+        what ran and why (see :func:`taskdml.parallel.train`).
     prefetch : int, default=2
         Chunks a streaming replica reads ahead.
 
@@ -149,7 +150,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         What ran last: ``"sync"``, ``"async"``, ``"sequential"`` (also after a fallback), or
         ``"fit"`` (one ``fit`` on all the data, for an estimator without ``partial_fit``).
     stats_ : dict
-        Facts of the last training (:attr:`taskdml.TrainResult.stats`): replicas, workers,
+        Facts of the last training (:attr:`taskdml.parallel.TrainResult.stats`): replicas, workers,
         timings, and ``data`` (persisted or streamed, and why).
     classes_ : ndarray of shape (n_classes,)
         Class labels (classifiers only).
@@ -160,7 +161,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
 
     See Also
     --------
-    taskdml.train : The engine, for dask arrays.
+    taskdml.parallel.train : The engine, for dask arrays.
     taskdml.metrics.evaluate : Chunk-wise metrics, used by ``score`` on dask input.
 
     Notes
@@ -360,47 +361,15 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         return self
 
     def _check_params(self):
-        """Raise ValueError naming the first invalid parameter."""
+        """Raise naming the first invalid parameter (the engine's options: from their table,
+        :mod:`taskdml.parallel.engine._options`)."""
         name = type(self).__name__
         if not hasattr(self.estimator, "fit"):
             raise TypeError(
                 f"{name}: estimator must be a scikit-learn estimator (with fit); got "
                 f"{self.estimator!r}."
             )
-        if self.strategy not in STRATEGIES:
-            raise ValueError(
-                f"{name}: strategy must be one of {', '.join(map(repr, STRATEGIES))}; "
-                f"got {self.strategy!r}.{did_you_mean(self.strategy, STRATEGIES)}"
-            )
-        check_sync_every(self.sync_every, name)
-        for parameter, low, optional in (
-            ("epochs", 1, False),
-            ("staleness", 0, True),
-            ("n_iter_no_change", 1, True),
-            ("chunk_size", 1, True),
-            ("n_replicas", 1, True),
-        ):
-            value = getattr(self, parameter)
-            if value is None and optional:
-                continue
-            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
-                allowed = f"an integer >= {low}" + (" or None" if optional else "")
-                raise ValueError(f"{name}: {parameter} must be {allowed}; got {value!r}.")
-        if not isinstance(self.tol, numbers.Real) or isinstance(self.tol, bool):
-            raise ValueError(f"{name}: tol must be a number; got {self.tol!r}.")
-        validation = self.validation
-        if validation is None or isinstance(validation, tuple | list) and len(validation) == 2:
-            return
-        if (
-            isinstance(validation, numbers.Real)
-            and not isinstance(validation, bool)
-            and 0 < validation < 1
-        ):
-            return
-        raise ValueError(
-            f"{name}: validation must be a fraction in (0, 1), a tuple (X_val, y_val) "
-            f"or None; got {validation!r}."
-        )
+        _options.check("DataParallel", {option: getattr(self, option) for option in _OPTIONS}, name)
 
     def _in_memory_training_data(self, X, y, sample_weight, first, client):
         """Validate like scikit-learn, then cut into row chunks: dask arrays for the engine."""

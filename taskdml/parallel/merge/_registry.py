@@ -316,7 +316,7 @@ def unmergeable_reason(estimator):
     if rule is None:
         return (
             f"no merge rule is registered for {name}; register one with "
-            f"taskdml.register_merge({name}, merge_fn) to train it "
+            f"taskdml.parallel.register_merge({name}, merge_fn) to train it "
             f"data-parallel."
         )
     inner = _inner_estimator(estimator) if rule.family == "meta" else None
