@@ -154,7 +154,7 @@ def accuracy(result, test):
 # Async data-parallel training.
 
 
-EPOCHS = 6
+EPOCHS = 12
 N_SAMPLES = 60_000
 
 
