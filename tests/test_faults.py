@@ -8,7 +8,7 @@ stream, where a completed trial step would show twice. (A sync training that los
 is ``tests/parallel/test_elastic.py``'s: a pipeline run, with a worker that joins too.)
 
 No clock decides when to kill or what had happened before: the estimator is
-``pipeline_functions.HeldSGD``, which stops at a given number of rows seen until the test
+``holds.HeldSGD``, which stops at a given number of rows seen until the test
 lets it go on. The test kills while the training is held there (so it cannot have ended),
 and reads what came before from the events recorded on the scheduler: the copies of the
 parameter server's state the client kept (``server_copy``), the steps whose results reached
@@ -30,7 +30,7 @@ import dask.array as da
 import numpy as np
 import pytest
 from distributed import Client, Event, LocalCluster, get_task_stream
-from pipeline_functions import HeldSGD
+from holds import HeldSGD
 from sklearn.datasets import make_classification
 
 from taskdml import _events, train

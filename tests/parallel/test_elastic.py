@@ -20,7 +20,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from distributed import Client, Event, LocalCluster
-from pipeline_functions import stop_requested
+from holds import stop_requested
 from sklearn.linear_model import SGDClassifier
 
 from cli.main import cli
@@ -92,7 +92,7 @@ def test_the_chunks_left_are_dealt_by_index():
 QUICKSTART = Path(__file__).resolve().parents[2] / "pipelines" / "quickstart.yaml"
 TESTS = Path(__file__).resolve().parents[1]
 ENV = {"PYTHONPATH": os.pathsep.join([str(TESTS), *filter(None, [os.environ.get("PYTHONPATH")])])}
-"""The run and the workers import ``pipeline_functions`` (the held estimator) from tests/."""
+"""The run and the workers import ``holds`` (the held estimator) from tests/."""
 
 N_SAMPLES, TEST_SIZE, EPOCHS = 60_000, 0.2, 4
 TRAIN_ROWS = int(N_SAMPLES * (1 - TEST_SIZE))
@@ -101,14 +101,14 @@ WAIT_S = 120
 
 
 def _pipeline(tmp_path, holds):
-    """quickstart.yaml, smaller, its model a ``pipeline_functions:HeldSGD`` with *holds*, and
-    sync rounds of one block."""
+    """quickstart.yaml, smaller, its model a ``holds:HeldSGD`` with *holds*, and sync rounds
+    of one block."""
     spec = yaml.safe_load(QUICKSTART.read_text())
-    spec["imports"] = {"allow": ["sklearn.*", "taskdml.*", "pipeline_functions"]}
+    spec["imports"] = {"allow": ["sklearn.*", "taskdml.*", "holds"]}
     spec["params"].update(n_samples=N_SAMPLES, chunk_size=2_000, epochs=EPOCHS)
     spec["steps"]["split"]["with"]["test_size"] = TEST_SIZE
     model = spec["steps"]["model"]
-    model["fit"] = "pipeline_functions:HeldSGD"
+    model["fit"] = "holds:HeldSGD"
     model["with"]["holds"] = holds
     model["parallel"]["sync_every"] = 1
     path = tmp_path / f"pipeline-{len(holds)}.yaml"
