@@ -9,7 +9,9 @@ event log: ``Client.log_event`` / ``Worker.log_event``), so that they work on an
   the epoch, at most every :data:`ROUND_EVERY_S` seconds) from its rank-0 replica, on
   whichever worker it runs;
 - a search publishes ``trial`` (each step's result, each trial's final state) from the client
-  thread that drives it; an evaluation publishes ``metric``.
+  thread that drives it; an evaluation publishes ``metric``; an async training publishes
+  ``server_copy`` (each copy of its parameter server's state the client keeps: ``pushed``,
+  the chunks it had absorbed) from the client.
 
 The scheduler's taskdml plugin (:mod:`taskdml.runs._dashboard`) keeps the state of the run from
 them for the dashboard page, and the runner subscribes to the topic, so the terminal's progress

@@ -3,21 +3,27 @@
 The fast tests check that cutting a training into segments changes nothing (a checkpoint
 every round gives the estimator of one segment, bit for bit) and how the chunks left of an
 epoch are dealt. The slow one runs against ``dask scheduler`` and ``dask worker`` processes
-started here: `taskdml run` while a worker joins and another leaves during its sync training.
+started here: `taskdml run` while a worker joins and another is killed during its sync
+training (the test of a sync training that loses a worker).
 """
 
 import json
 import os
 import signal
+import uuid
 from pathlib import Path
 
 import dask
 import dask.array as da
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
+import yaml
+from click.testing import CliRunner
+from distributed import Client, Event, LocalCluster
+from holds import stop_requested
 from sklearn.linear_model import SGDClassifier
 
+from cli.main import cli
 from taskdml.parallel import train
 from taskdml.parallel.engine import _elastic
 from taskdml.parallel.engine._chunks import Chunk
@@ -84,13 +90,30 @@ def test_the_chunks_left_are_dealt_by_index():
 
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "pipelines" / "quickstart.yaml"
-LONG_TRAINING = [
-    "n_samples=240000",
-    "chunk_size=4000",
-    "epochs=40",
-    "++steps.model.parallel.sync_every=1",
-]
-"""quickstart.yaml with a model step of 960 sync rounds: long enough to change the workers."""
+TESTS = Path(__file__).resolve().parents[1]
+ENV = {"PYTHONPATH": os.pathsep.join([str(TESTS), *filter(None, [os.environ.get("PYTHONPATH")])])}
+"""The run and the workers import ``holds`` (the held estimator) from tests/."""
+
+N_SAMPLES, TEST_SIZE, EPOCHS = 60_000, 0.2, 4
+TRAIN_ROWS = int(N_SAMPLES * (1 - TEST_SIZE))
+WAIT_S = 120
+"""How long the test waits for an event it needs (only turns a hang into an error)."""
+
+
+def _pipeline(tmp_path, holds):
+    """quickstart.yaml, smaller, its model a ``holds:HeldSGD`` with *holds*, and sync rounds
+    of one block."""
+    spec = yaml.safe_load(QUICKSTART.read_text())
+    spec["imports"] = {"allow": ["sklearn.*", "taskdml.*", "holds"]}
+    spec["params"].update(n_samples=N_SAMPLES, chunk_size=2_000, epochs=EPOCHS)
+    spec["steps"]["split"]["with"]["test_size"] = TEST_SIZE
+    model = spec["steps"]["model"]
+    model["fit"] = "holds:HeldSGD"
+    model["with"]["holds"] = holds
+    model["parallel"]["sync_every"] = 1
+    path = tmp_path / f"pipeline-{len(holds)}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
 
 
 def _replicas_on(client, step):
@@ -102,17 +125,18 @@ def _replicas_on(client, step):
     }
 
 
-def _run(processes, address, run_dir):
+def _run(processes, address, pipeline, run_dir):
+    """`taskdml run` of *pipeline* on the cluster at *address*, as a process."""
     return processes(
         "taskdml",
         "run",
-        str(QUICKSTART),
-        *LONG_TRAINING,
+        str(pipeline),
         "--scheduler",
         address,
         "--run-dir",
         str(run_dir),
-        "--no-cache",  # both runs train: the second must not reuse the first's model
+        "--no-cache",
+        env=ENV,
         name="taskdml",
     )
 
@@ -124,30 +148,55 @@ def _outcome(run_dir):
     return training, json.loads(metrics.read_text())["report"]["accuracy"]
 
 
+def _held(client, name):
+    """Wait until the training stops at its hold *name* (see ``HeldSGD``)."""
+    if not Event(f"{name}-reached", client=client).wait(WAIT_S):
+        raise TimeoutError(f"the training never reached its hold {name!r}")
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_worker_joins_and_another_leaves_during_a_pipelines_training(
+def test_a_worker_joins_and_another_is_killed_during_a_pipelines_training(
     dask_cluster, processes, wait_for, tmp_path
 ):
     """`taskdml run` on separate scheduler and worker processes: a worker that joins during
-    the sync training gets a replica, one that leaves has its chunks dealt out again, and
-    the run completes within 0.5 pp of the same run on the fixed cluster."""
-    address = dask_cluster.start(workers=(None, None))
-    assert _run(processes, address, tmp_path / "fixed").wait(timeout=200) == 0
+    the sync training gets a replica, one SIGKILLed later has its chunks dealt out again,
+    and the run completes every epoch within 0.5 pp of the same run on the fixed cluster.
+
+    The training is held (``HeldSGD``) at one epoch until the engine has asked its replicas
+    to stop for the new worker, and at two epochs while a replica runs on the new worker and
+    an old worker is killed: each happens while the training runs, whatever its speed.
+    """
+    address = dask_cluster.start(workers=(ENV, ENV), scheduler=ENV)
+    fixed = [str(_pipeline(tmp_path, [])), "--scheduler", address, "--no-cache"]
+    result = CliRunner().invoke(cli, ["run", *fixed, "--run-dir", str(tmp_path / "fixed")])
+    assert result.exit_code == 0, result.output
+    joins, kill = (f"{what}-{uuid.uuid4().hex}" for what in ("join", "kill"))
+    pipeline = _pipeline(tmp_path, [[TRAIN_ROWS, joins], [2 * TRAIN_ROWS, kill]])
     with Client(address, set_as_default=False) as client:
         first = set(client.nthreads())
-        run = _run(processes, address, tmp_path / "elastic")
-        wait_for(lambda: _replicas_on(client, "model"), 120, "the model's replicas")
-        dask_cluster.add_worker(address)
-        wait_for(lambda: _replicas_on(client, "model") - first, 60, "a replica on the new worker")
+        run = _run(processes, address, pipeline, tmp_path / "elastic")
+        _held(client, joins)
+        dask_cluster.add_worker(address, ENV)
+        client.wait_for_workers(3, timeout=WAIT_S)
+        wait_for(
+            lambda: all(client.run(stop_requested, workers=sorted(first)).values()),
+            WAIT_S,
+            "the engine to ask the replicas to stop for the new worker",
+        )
+        Event(joins, client=client).set()
+        _held(client, kill)
+        assert _replicas_on(client, "model") - first  # a replica on the new worker
         leaving = sorted(first)[1]
-        os.kill(client.run(os.getpid, workers=[leaving])[leaving], signal.SIGTERM)
+        os.kill(client.run(os.getpid, workers=[leaving])[leaving], signal.SIGKILL)
+        wait_for(lambda: leaving not in client.nthreads(), WAIT_S, f"{leaving} to be gone")
+        Event(kill, client=client).set()
         assert run.wait(timeout=200) == 0
     training, accuracy = _outcome(tmp_path / "elastic")
     fixed_training, fixed_accuracy = _outcome(tmp_path / "fixed")
     replans = training["stats"]["replans"]
     assert [(r["reason"], r["replicas"]) for r in replans] == [("joined", 3), ("left", 2)]
-    assert [entry["epoch"] for entry in training["history"]] == list(range(1, 41))
+    assert [entry["epoch"] for entry in training["history"]] == list(range(1, EPOCHS + 1))
     assert any("replans" in entry for entry in training["history"])
     assert fixed_training["stats"]["replans"] == []
     assert abs(accuracy - fixed_accuracy) <= 0.005

@@ -379,13 +379,20 @@ def test_files_stream_as_they_persist(client, file_sources, source):
 def test_readers_of_one_chunk_at_the_same_time_share_its_read():
     """Two steps on one worker reading the same chunk at once read it once."""
     import threading
+    import time
 
     reads = []
     started = threading.Barrier(2)
 
     def slow_block():
+        """The read, held until the second reader has joined it (the registry of reads in
+        flight counts its readers)."""
         reads.append(1)
-        threading.Event().wait(0.3)  # long enough for the second reader to arrive
+        deadline = time.monotonic() + 30
+        while not any(readers == 2 for _, readers in list(_stream._READS.values())):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the second reader never joined the read in flight")
+            threading.Event().wait(0.001)
         return np.ones((10, 2))
 
     (source,) = _stream.sources(

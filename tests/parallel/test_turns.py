@@ -1,7 +1,13 @@
-"""Replicated trainings hold their workers: disjoint ones run side by side, others take turns."""
+"""Replicated trainings hold their workers: disjoint ones run side by side, others take turns.
+
+Which ran when is read from what the trainings record, never from clocks: each
+``partial_fit`` logs its training's tag to the scheduler's event log (whose order is the order
+the scheduler received them in), and two trainings that must run at once meet through
+``distributed.Event`` objects, which they can only do if both run at the same time.
+"""
 
 import concurrent.futures
-import time
+import uuid
 
 import dask.array as da
 import numpy as np
@@ -10,17 +16,32 @@ from sklearn.linear_model import SGDClassifier
 
 from taskdml.parallel import train
 
+TOPIC = "test-turns"
+"""The scheduler's event log topic the trainings here log their ``partial_fit`` calls to."""
 
-class SlowSGD(SGDClassifier):
-    """An SGDClassifier whose partial_fit takes at least *pause* seconds: trainings long
-    enough to see whether two of them overlap."""
+MEET_TIMEOUT_S = 60
+"""How long a training waits for the other to start (only turns a hang into an error)."""
 
-    def __init__(self, *, pause=0.02, alpha=1e-4, random_state=None):
+
+class Marked(SGDClassifier):
+    """An SGDClassifier whose partial_fit logs *tag* to :data:`TOPIC`; with *meet*, it also
+    sets the ``distributed.Event`` *tag* and waits for the Event *meet* (the other
+    training's tag): two trainings that meet so ran at the same time."""
+
+    def __init__(self, *, tag=None, meet=None, alpha=1e-4, random_state=None):
         super().__init__(alpha=alpha, random_state=random_state)
-        self.pause = pause
+        self.tag = tag
+        self.meet = meet
 
     def partial_fit(self, X, y, classes=None, sample_weight=None):
-        time.sleep(self.pause)
+        from distributed import Event, get_worker
+
+        if self.tag is not None:
+            get_worker().log_event(TOPIC, {"training": self.tag})
+        if self.meet is not None:
+            Event(self.tag).set()
+            if not Event(self.meet).wait(MEET_TIMEOUT_S):
+                raise TimeoutError(f"training {self.meet!r} never ran while {self.tag!r} did")
         return super().partial_fit(X, y, classes=classes, sample_weight=sample_weight)
 
 
@@ -50,14 +71,17 @@ def _data():
     return da.from_array(X, chunks=(250, 4)), da.from_array(y, chunks=250)
 
 
-def _two_at_once(client, groups):
-    """Start two 2-replica trainings together, on *groups* of workers; their results."""
+def _two_at_once(client, groups, meet=False):
+    """Start two 2-replica trainings together, on *groups* of workers; their results and
+    their tags, new ones (with *meet*, each waits for the other)."""
     X, y = _data()
     X, y = client.persist([X, y])
+    a, b = (f"{uuid.uuid4().hex}-{name}" for name in "ab")
+    tags = {a: b, b: a}
 
-    def one(workers):
+    def one(tag, workers):
         return train(
-            SlowSGD(random_state=0),
+            Marked(tag=tag, meet=tags[tag] if meet else None, random_state=0),
             X,
             y,
             n_replicas=2,
@@ -68,33 +92,38 @@ def _two_at_once(client, groups):
         )
 
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        return list(pool.map(one, groups))
+        return list(pool.map(one, tags, groups)), [a, b]
 
 
-def _overlap(first, second):
-    (a, b), (c, d) = first.stats["ran"], second.stats["ran"]
-    return min(b, d) - max(a, c)
+def _logged(client, tags):
+    """Which of *tags* each ``partial_fit`` logged, in the scheduler's order."""
+    return [e["training"] for _, e in client.get_events(TOPIC) if e["training"] in tags]
 
 
 def test_trainings_on_disjoint_workers_run_side_by_side(four_workers):
-    """Two trainings given disjoint halves of the cluster run on them, at the same time."""
+    """Two trainings given disjoint halves of the cluster run on them at the same time: each
+    one's partial_fit waits until the other's has been called, and both finish."""
     names = sorted(four_workers.nthreads())
     groups = [names[:2], names[2:]]
-    first, second = _two_at_once(four_workers, groups)
+    (first, second), tags = _two_at_once(four_workers, groups, meet=True)
     assert [first.stats["workers"], second.stats["workers"]] == groups
-    assert _overlap(first, second) > 0.1, (first.stats["ran"], second.stats["ran"])
+    assert set(_logged(four_workers, tags)) == set(tags)
 
 
 def test_trainings_that_share_workers_take_turns(four_workers):
-    """Two trainings on the same two workers take turns: one waits for the other, and both
-    finish (no deadlock)."""
+    """Two trainings on the same two workers take turns: in the scheduler's log, every
+    partial_fit of one comes before every partial_fit of the other, and both finish (no
+    deadlock)."""
     group = sorted(four_workers.nthreads())[1:3]
-    first, second = _two_at_once(four_workers, [group, group])
+    (first, second), tags = _two_at_once(four_workers, [group, group])
     assert first.stats["workers"] == second.stats["workers"] == group
-    assert _overlap(first, second) <= 0
+    logged = _logged(four_workers, tags)
+    turns = [logged[0]] * logged.count(logged[0]) + [t for t in logged if t != logged[0]]
+    assert set(logged) == set(tags) and logged == turns, logged
 
 
 def test_unknown_workers_are_refused(four_workers):
+    """A training given a worker the cluster does not have is refused, naming it."""
     X, y = _data()
     with pytest.raises(ValueError, match="are not in the cluster"):
         train(SGDClassifier(), X, y, workers=["tcp://127.0.0.1:1"], client=four_workers)
@@ -102,8 +131,8 @@ def test_unknown_workers_are_refused(four_workers):
 
 def test_a_search_runs_two_replicated_trials_side_by_side(four_workers, monkeypatch):
     """On four workers, the two trials of a halving search's last rung each train with two
-    replicas on workers of their own, so they run side by side (the engine holds only a
-    training's workers; the floor on a step's length is lowered for this small data)."""
+    replicas, on disjoint pairs of workers (the engine holds only a training's workers; the
+    floor on a step's length is lowered for this small data)."""
     from distributed import Client
 
     from taskdml.model_selection import SuccessiveHalvingSearchCV
@@ -112,7 +141,7 @@ def test_a_search_runs_two_replicated_trials_side_by_side(four_workers, monkeypa
     monkeypatch.setattr(_adaptive_run, "REPLICATED_MIN_SECONDS", 0.0)
     X, y = _data()
     search = SuccessiveHalvingSearchCV(
-        SlowSGD(random_state=0),
+        SGDClassifier(random_state=0),
         {"alpha": [1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0]},
         n_trials=6,
         max_epochs=3,

@@ -1027,6 +1027,7 @@ class _ServerCopy:
         except Exception:  # the server's worker is gone: the last copy stands
             return
         self.state, self.taken = state, time.perf_counter()
+        _events.publish("server_copy", pushed=sum(state[1].values()), version=state[2])
         if self.on_copy is not None:
             self.on_copy(state)
 

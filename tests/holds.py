@@ -1,0 +1,54 @@
+"""A training that a test holds where it wants to act on it (a module that pipelines run by
+the tests import too: the run and its workers find it on ``PYTHONPATH``).
+
+A test that kills or adds a worker "while the training runs" must know that the training has
+not ended yet, whatever the machine's speed: :class:`HeldSGD` stops at given numbers of rows
+seen and waits for the test to let it go on.
+"""
+
+from sklearn.linear_model import SGDClassifier
+
+HOLD_TIMEOUT_S = 120
+"""How long a held training waits for its test (only turns a hang into an error)."""
+
+_PASSED = set()  # the holds this process has seen released
+
+
+class HeldSGD(SGDClassifier):
+    """An SGDClassifier that a test holds at given points of its training.
+
+    *holds* lists ``[rows, name]`` pairs: a ``partial_fit`` that starts with at least *rows*
+    rows seen (``t_``; in a data-parallel training or a search's trial, since the training
+    began) sets the ``distributed.Event`` ``name + "-reached"`` and waits for the Event
+    *name*. Until the test sets it, the training can neither pass that point nor end: the
+    test acts on the cluster (adds a worker, kills one) while the training is held there,
+    and no guess of how long it runs decides whether it acted in time.
+    """
+
+    def __init__(self, *, holds=(), loss="hinge", alpha=1e-4, random_state=None):
+        super().__init__(loss=loss, alpha=alpha, random_state=random_state)
+        self.holds = holds
+
+    def partial_fit(self, X, y=None, classes=None, sample_weight=None):
+        seen = getattr(self, "t_", 0.0)
+        for rows, name in self.holds:
+            if seen >= rows and name not in _PASSED:
+                _hold(name)
+        return super().partial_fit(X, y, classes=classes, sample_weight=sample_weight)
+
+
+def _hold(name):
+    from distributed import Event
+
+    Event(f"{name}-reached").set()
+    if not Event(name).wait(HOLD_TIMEOUT_S):
+        raise TimeoutError(f"held at {name!r} for {HOLD_TIMEOUT_S} s: the test never let go")
+    _PASSED.add(name)
+
+
+def stop_requested():
+    """The sync trainings this worker process was asked to stop for a re-plan (run on the
+    workers by ``Client.run``)."""
+    from taskdml.parallel.engine import _elastic
+
+    return sorted(_elastic._REQUESTED)
