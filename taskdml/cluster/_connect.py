@@ -59,7 +59,12 @@ import time
 import warnings
 
 from taskdml import _compat
-from taskdml.exceptions import ClusterLimitWarning, ClusterUnavailable, InsecureConnectionWarning
+from taskdml.exceptions import (
+    ClusterLimitWarning,
+    ClusterUnavailable,
+    InsecureConnectionWarning,
+    PipelineError,
+)
 from taskdml.pipeline._model import resolve_callable, thaw
 from taskdml.pipeline._schema import SECURITY_FILES
 
@@ -321,7 +326,10 @@ def within_machine(cluster, n_workers=None, silos=None):
     if spec:
         from distributed import LocalCluster
 
-        cls = resolve_callable(spec["class"], CLUSTER_CLASSES)
+        try:
+            cls = resolve_callable(spec["class"], CLUSTER_CLASSES)
+        except PipelineError:  # not importable here: starting it says so, a plan need not
+            return cluster
         if not (isinstance(cls, type) and issubclass(cls, LocalCluster)):
             return cluster  # its workers run where the cluster manager puts them
         at, block = "cluster.spec.kwargs", spec.setdefault("kwargs", {})

@@ -89,9 +89,9 @@ def test_exact_rules_equal_one_serial_pass_on_the_cluster(client, estimator):
 
 def test_sync_is_deterministic_and_equals_the_thread_path(client):
     """Two sync runs with one seed and an explicit period agree exactly, and so do 2 replicas as
-    threads: all equal the independent loop of replicas (test_reference.py) with the same
+    threads: all equal the independent loop of replicas (reference_loops.py) with the same
     shuffled chunk order. ("auto" chooses its period from timings: not deterministic.)"""
-    from test_reference import reference_sync
+    from reference_loops import chunks_of, merge_linear_sgd, reference_sync
 
     X, y = _data()
     options = dict(epochs=2, sync_every=1, random_state=3)
@@ -103,15 +103,14 @@ def test_sync_is_deterministic_and_equals_the_thread_path(client):
     np.testing.assert_array_equal(runs[0].coef_, threads.coef_)
     expected = reference_sync(
         SGDClassifier(random_state=0),
-        X.compute(),
-        y.compute(),
+        chunks_of(X.compute(), y.compute(), X.chunks[0]),
         [0, 1],
+        merge_linear_sgd,
         n_replicas=2,
         sync_every=1,
         epochs=2,
         shuffle=True,
         random_state=3,
-        chunk_rows=X.chunks[0],
     )
     np.testing.assert_array_equal(runs[0].coef_, expected.coef_)
     np.testing.assert_array_equal(runs[0].intercept_, expected.intercept_)
