@@ -25,8 +25,8 @@ class HeldSGD(SGDClassifier):
     and no guess of how long it runs decides whether it acted in time.
     """
 
-    def __init__(self, *, holds=(), loss="hinge", alpha=1e-4, random_state=None):
-        super().__init__(loss=loss, alpha=alpha, random_state=random_state)
+    def __init__(self, *, holds=(), loss="hinge", penalty="l2", alpha=1e-4, random_state=None):
+        super().__init__(loss=loss, penalty=penalty, alpha=alpha, random_state=random_state)
         self.holds = holds
 
     def partial_fit(self, X, y=None, classes=None, sample_weight=None):

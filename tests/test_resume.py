@@ -7,10 +7,12 @@ replica; a synchronous successive halving; an ASHA search trial by trial)."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +91,7 @@ def _run(args, folder, **env):
 SEARCH = """\
 taskdml: 1
 name: search
+imports: {allow: ["taskdml.*", "sklearn.*", holds]}
 cluster: {n_workers: 2, threads_per_worker: 1}
 steps:
   data:
@@ -96,9 +99,9 @@ steps:
     with: {n_samples: 60_000, n_features: 20, n_informative: 10, chunk_size: 5_000,
            random_state: 0}
   tune:
-    search: sklearn.linear_model:SGDClassifier
+    search: holds:HeldSGD   # an SGDClassifier that holds where the test says
     method: METHOD
-    with: {loss: log_loss, random_state: 0}   # the estimator's own shuffling, seeded
+    with: {loss: log_loss, random_state: 0, holds: [[45_000, HOLD]]}   # a promoted trial
     space:
       alpha: {loguniform: [1.0e-6, 1.0e-1]}
       penalty: [l2, l1, elasticnet]
@@ -202,14 +205,27 @@ def test_a_search_killed_mid_way_goes_on_from_its_checkpoint(tmp_path):
     assert (steps == trials["rung"] + 1).all()
 
 
-def _killed_and_resumed(killed, args, where=(), **env):
-    """Run *args* in *killed* (with its embedded cluster), SIGKILL it once a checkpoint file
-    appears, resume it (on the cluster *where* says, or an embedded one); the manifest of the
-    resumed run."""
-    process = _start(args, killed, **env)
+def _held_search(folder, method, hold):
+    """A search pipeline in *folder* whose trials hold at their second epoch until the
+    distributed Event *hold* is set (``holds.HeldSGD``, shipped with the file)."""
+    folder.mkdir()
+    (folder / "search.yaml").write_text(SEARCH.replace("METHOD", method).replace("HOLD", hold))
+    shutil.copy(Path(__file__).with_name("holds.py"), folder / "holds.py")
+
+
+def _killed_and_resumed(killed, args, where, hold, client):
+    """Run *args* in *killed* on the cluster *where* names with a checkpoint after every
+    result; SIGKILL it once a trial holds at its second epoch (all of the first rung's results
+    are in, and checkpointed, before any trial is promoted) and the checkpoint is on disk; let
+    the held trial go, resume on the same cluster; the manifest of the resumed run."""
+    from distributed import Event
+
+    process = _start([*args, *where], killed, DASK_TASKDML__SEARCH__CHECKPOINT_S="0")
+    reached = Event(f"{hold}-reached", client=client)
     checkpoints = killed / "cache" / "checkpoints"
-    _kill_when(process, lambda: any(checkpoints.glob("*/*.checkpoint")))
-    _run(["resume", "latest", "--run-dir", "runs", *where], killed, **env)
+    _kill_when(process, lambda: reached.is_set() and any(checkpoints.glob("*/*.checkpoint")))
+    Event(hold, client=client).set()  # the held trial's client is gone: let its task end
+    _run(["resume", "latest", "--run-dir", "runs", *where], killed)
     return _manifest(killed)
 
 
@@ -221,17 +237,17 @@ def _trials(folder, manifest):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_halving_search_killed_mid_way_equals_an_uninterrupted_one(tmp_path, cluster):
-    """Synchronous successive halving, SIGKILLed once its first checkpoint is written and
-    resumed from it, gives an uninterrupted run's trials (rungs, every rung's score, states),
-    best parameters and best model, bit for bit."""
+def test_a_halving_search_killed_mid_way_equals_an_uninterrupted_one(tmp_path, cluster, client):
+    """Synchronous successive halving, SIGKILLed while a promoted trial holds (its first
+    rung checkpointed) and resumed from it, gives an uninterrupted run's trials (rungs, every
+    rung's score, states), best parameters and best model, bit for bit."""
     killed, clean = tmp_path / "killed", tmp_path / "clean"
+    hold = f"resume-halving-{uuid.uuid4().hex}"
     for folder in (killed, clean):
-        folder.mkdir()
-        (folder / "search.yaml").write_text(SEARCH.replace("METHOD", "halving"))
+        _held_search(folder, "halving", hold)
     args = ["run", "search.yaml", "--run-dir", "runs"]
     where = ["--scheduler", cluster.scheduler_address]  # the session's cluster: 2 x 1 thread
-    resumed = _killed_and_resumed(killed, args, where)
+    resumed = _killed_and_resumed(killed, args, where, hold, client)
     assert resumed["steps"]["tune"]["resumed_from"]["results"] > 0
     _run([*args, "--no-cache", *where], clean)
     uninterrupted = _manifest(clean)
@@ -250,19 +266,21 @@ def test_a_halving_search_killed_mid_way_equals_an_uninterrupted_one(tmp_path, c
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_an_asha_search_killed_mid_way_scores_each_trial_as_an_uninterrupted_one(tmp_path, cluster):
+def test_an_asha_search_killed_mid_way_scores_each_trial_as_an_uninterrupted_one(
+    tmp_path, cluster, client
+):
     """ASHA, SIGKILLed once its first checkpoint is written and resumed from it: every trial
     started, ran one step per rung it reached, and every score a trial has at a rung equals
     the uninterrupted run's for that trial and rung. (Which trials ASHA promotes depends on
     the order results arrive in, in any run; a trial's training and score up to a rung do
     not.)"""
     killed, clean = tmp_path / "killed", tmp_path / "clean"
+    hold = f"resume-asha-{uuid.uuid4().hex}"
     for folder in (killed, clean):
-        folder.mkdir()
-        (folder / "search.yaml").write_text(SEARCH.replace("METHOD", "asha"))
+        _held_search(folder, "asha", hold)
     args = ["run", "search.yaml", "--run-dir", "runs"]
     where = ["--scheduler", cluster.scheduler_address]  # the session's cluster: 2 x 1 thread
-    resumed = _killed_and_resumed(killed, args, where)
+    resumed = _killed_and_resumed(killed, args, where, hold, client)
     assert resumed["steps"]["tune"]["resumed_from"]["results"] > 0
     _run([*args, "--no-cache", *where], clean)
     got = _trials(killed, resumed).set_index("trial")
@@ -296,7 +314,11 @@ def test_a_one_replica_async_training_killed_mid_way_equals_an_uninterrupted_one
         (folder / "long.yaml").write_text(ONE_REPLICA_ASYNC)
     often = {"DASK_TASKDML__ELASTIC__CHECKPOINT_S": "0.5"}
     args = ["run", "long.yaml", "--run-dir", "runs"]
-    resumed = _killed_and_resumed(killed, args, **often)
+    process = _start(args, killed, **often)
+    checkpoints = killed / "cache" / "checkpoints"
+    _kill_when(process, lambda: any(checkpoints.glob("*/*.checkpoint")))
+    _run(["resume", "latest", "--run-dir", "runs"], killed, **often)
+    resumed = _manifest(killed)
     training = resumed["steps"]["model"]["training"]
     assert training["strategy"] == "async" and training["stats"]["replicas"] == 1
     assert 0 < training["stats"]["resumed_from"]["updates"] < 20 * 20

@@ -846,7 +846,8 @@ one chain on two workers, 6 for two, 5 for four)."""
 
 CHECKPOINT_S = 1.0
 """Inside a pipeline step, the search's state is written to the step's checkpoint when
-results arrived, at most this often (see :meth:`Driver.restore`)."""
+results arrived, at most this often (see :meth:`Driver.restore`); the dask config
+``taskdml.search.checkpoint-s`` overrides it (0: after every result)."""
 
 _SAVED_FIELDS = (
     "budget", "rung", "scores", "fold_scores", "curve", "steps", "status", "error",
@@ -919,7 +920,10 @@ class Driver:
         """Checkpoint the search (at most every :data:`CHECKPOINT_S`) when results arrived."""
         if self.checkpoints is None or not self.unsaved:
             return
-        if time.monotonic() - self.saved_at < CHECKPOINT_S:
+        import dask
+
+        every = float(dask.config.get("taskdml.search.checkpoint-s", CHECKPOINT_S))
+        if time.monotonic() - self.saved_at < every:
             return
         self.checkpoints.save(self._snapshot())
         self.saved_at, self.unsaved = time.monotonic(), False
