@@ -94,19 +94,26 @@ def processes(tmp_path):
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        started.append(process)
+        started.append((name, process))
         return process
 
-    try:
-        yield start
-    finally:
-        for process in reversed(started):
+    def stop(processes):
+        for process in processes:  # SIGTERM to all, then wait: they close side by side
             process.terminate()
+        for process in processes:
             try:
                 process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=20)
+
+    try:
+        yield start
+    finally:
+        # Everything else before the schedulers: a worker whose scheduler went first may hang
+        # in its close until it is killed.
+        stop([process for name, process in reversed(started) if name != "scheduler"])
+        stop([process for name, process in reversed(started) if name == "scheduler"])
         logs.close()
 
 
