@@ -111,9 +111,9 @@ def _free_port():
 
 
 @pytest.mark.slow
-def test_same_file_runs_on_a_separate_scheduler(dask_cluster, tmp_path):
+def test_same_file_runs_on_a_separate_scheduler(separate_scheduler, tmp_path):
     """quickstart.yaml runs unchanged against `dask scheduler` + `dask worker` via --scheduler."""
-    scheduler_and_worker = dask_cluster.start(workers=(ENV, ENV))
+    scheduler_and_worker = separate_scheduler
     done = subprocess.run(
         [
             TASKDML,
