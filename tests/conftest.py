@@ -1,4 +1,11 @@
-"""Shared fixtures: one real two-worker LocalCluster on 127.0.0.1 for the whole session."""
+"""Shared fixtures: one real two-worker LocalCluster on 127.0.0.1 for the whole session, and
+one `dask scheduler` with two `dask worker` processes for the tests that only run on one."""
+
+import contextlib
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -72,42 +79,51 @@ def _free_port():
         return probe.getsockname()[1]
 
 
-@pytest.fixture
-def processes(tmp_path):
-    """Start commands from this environment's bin; every one is stopped by PID at teardown
-    (their logs stay in tmp_path, to read when a test fails)."""
-    import contextlib
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
+@contextlib.contextmanager
+def _started_processes(folder):
+    """``start(*args, env=None, name=...)`` for commands from this environment's bin, run in
+    *folder* (their logs too); every one is stopped by PID on exit."""
     started, logs = [], contextlib.ExitStack()
     bin_dir = Path(sys.executable).parent
 
     def start(*args, env=None, name="process"):
-        log = logs.enter_context(open(tmp_path / f"{name}-{len(started)}.log", "w"))  # noqa: SIM115
+        log = logs.enter_context(open(folder / f"{name}-{len(started)}.log", "w"))  # noqa: SIM115
         process = subprocess.Popen(
             [str(bin_dir / args[0]), *args[1:]],
-            cwd=tmp_path,
+            cwd=folder,
             env={**os.environ, **(env or {})},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        started.append(process)
+        started.append((name, process))
         return process
 
-    try:
-        yield start
-    finally:
-        for process in reversed(started):
+    def stop(processes):
+        for process in processes:  # SIGTERM to all, then wait: they close side by side
             process.terminate()
+        for process in processes:
             try:
                 process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=20)
+
+    try:
+        yield start
+    finally:
+        # Everything else before the schedulers: a worker whose scheduler went first may hang
+        # in its close until it is killed.
+        stop([process for name, process in reversed(started) if name != "scheduler"])
+        stop([process for name, process in reversed(started) if name == "scheduler"])
         logs.close()
+
+
+@pytest.fixture
+def processes(tmp_path):
+    """Start commands from this environment's bin; every one is stopped by PID at teardown
+    (their logs stay in tmp_path, to read when a test fails)."""
+    with _started_processes(tmp_path) as start:
+        yield start
 
 
 class DaskProcesses:
@@ -195,3 +211,11 @@ class DaskProcesses:
 def dask_cluster(processes):
     """:class:`DaskProcesses`, stopped by PID at teardown."""
     return DaskProcesses(processes)
+
+
+@pytest.fixture(scope="session")
+def separate_scheduler(tmp_path_factory):
+    """The address of a `dask scheduler` and two `dask worker` processes shared by the tests
+    that only run a pipeline on them (a test that changes its cluster uses dask_cluster)."""
+    with _started_processes(tmp_path_factory.mktemp("separate-scheduler")) as start:
+        yield DaskProcesses(start).start(workers=(None, None))

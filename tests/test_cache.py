@@ -249,18 +249,18 @@ FULL_DISK = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_a_full_disk_fails_the_step_clearly_and_keeps_what_was_stored(tmp_path):
+def test_a_full_disk_fails_the_step_clearly_and_keeps_what_was_stored(tmp_path, cluster):
     """With a file-size limit below one chunk (the disk 'fills' while the data step's outputs
     are written), the run fails at that step with exit 1, what to do, no traceback; the earlier
     entries stay whole and are reused, and no half entry is left."""
     cache, runs = tmp_path / "cache", tmp_path / "runs"
-    common = [QUICKSTART, *SMALL, "--run-dir", str(runs), "--cache-dir", str(cache)]
-    assert subprocess.run([sys.executable, "-c", FULL_DISK, str(2**40), "run", *common],
-                          capture_output=True, timeout=300).returncode == 0  # fmt: skip
+    where = ("--scheduler", cluster.scheduler_address)  # the runs without a limit
+    _run(*where, cache=cache, runs=runs)
     stored = Cache(cache).entries()
-    bigger = [*common, "n_samples=400000", "chunk_size=200000"]  # chunks of 30 MiB
-    full = subprocess.run(
-        [sys.executable, "-c", FULL_DISK, str(8 * 2**20), "run", *bigger],
+    common = [QUICKSTART, *SMALL, "--run-dir", str(runs), "--cache-dir", str(cache)]
+    bigger = [*common, "n_samples=40000", "chunk_size=20000"]  # chunks of 3 MiB
+    full = subprocess.run(  # on its embedded cluster: its workers inherit the limit
+        [sys.executable, "-c", FULL_DISK, str(2**20), "run", *bigger],
         capture_output=True,
         text=True,
         timeout=300,
@@ -271,7 +271,7 @@ def test_a_full_disk_fails_the_step_clearly_and_keeps_what_was_stored(tmp_path):
     assert "point --cache-dir at a larger disk" in error
     assert Cache(cache).entries() == stored
     assert list((cache / "tmp").iterdir()) == []
-    again = _run("--explain", cache=cache, runs=runs)
+    again = _run("--explain", *where, cache=cache, runs=runs)
     assert again.count("reused  reused the outputs of run") == 5
 
 

@@ -111,9 +111,9 @@ def _free_port():
 
 
 @pytest.mark.slow
-def test_same_file_runs_on_a_separate_scheduler(dask_cluster, tmp_path):
+def test_same_file_runs_on_a_separate_scheduler(separate_scheduler, tmp_path):
     """quickstart.yaml runs unchanged against `dask scheduler` + `dask worker` via --scheduler."""
-    scheduler_and_worker = dask_cluster.start(workers=(ENV, ENV))
+    scheduler_and_worker = separate_scheduler
     done = subprocess.run(
         [
             TASKDML,
@@ -198,6 +198,7 @@ def test_runs_list_and_show(cluster, tmp_path):
         [
             "run",
             str(ROOT / "pipelines" / "digits_sweep.yaml"),
+            "alphas=[0.001]",  # a sweep of two fits, not eight
             "--scheduler",
             cluster.scheduler_address,
             "--run-dir",
@@ -551,15 +552,15 @@ def test_retries_on_a_name_that_is_no_exception_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_events_file_and_performance_report(tmp_path):
+def test_events_file_and_performance_report(cluster, tmp_path):
     """--events FILE gets every event of the run as JSON lines, epochs of the training among
     them; --report saves Dask's performance report in the run directory."""
     events = tmp_path / "events.jsonl"
     result = CliRunner().invoke(
         cli,
         ["run", str(ROOT / "pipelines" / "quickstart.yaml"), "n_samples=20000",
-         "chunk_size=5000", "epochs=2", "--run-dir", str(tmp_path / "runs"),
-         "--events", str(events), "--report"],
+         "chunk_size=5000", "epochs=2", "--scheduler", cluster.scheduler_address,
+         "--run-dir", str(tmp_path / "runs"), "--events", str(events), "--report"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     kinds = [json.loads(line)["event"] for line in events.read_text().splitlines()]

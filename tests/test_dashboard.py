@@ -61,9 +61,13 @@ def finished_run(tmp_path_factory):
     ):
         quickstart = taskdml.load_pipeline(
             ROOT / "pipelines" / "quickstart.yaml",
-            overrides=["n_samples=40000", "chunk_size=5000", "epochs=4"],
+            overrides=["n_samples=20000", "chunk_size=2500", "epochs=4"],
         )
-        search = taskdml.load_pipeline(ROOT / "pipelines" / "search.yaml", overrides=["trials=9"])
+        search = taskdml.load_pipeline(
+            ROOT / "pipelines" / "search.yaml",
+            overrides=["trials=9", "steps.data.with.n_samples=60000",
+                       "steps.data.with.chunk_size=7500"],
+        )  # fmt: skip
         events = {"quickstart": [], "search": []}
         runs = {
             "search": taskdml.run_pipeline(

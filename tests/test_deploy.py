@@ -61,12 +61,12 @@ def fixed_accuracy(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_scheduler_address_from_the_command_line_and_from_the_file(
-    dask_cluster, fixed_accuracy, tmp_path
+    separate_scheduler, fixed_accuracy, tmp_path
 ):
     """quickstart runs unchanged on `dask scheduler` + two `dask worker`s via --scheduler, and
     with the same address written in the file's cluster block, to the embedded cluster's
     accuracy (within 0.5 pp)."""
-    address = dask_cluster.start(workers=(None, None))
+    address = separate_scheduler
     for where, args in {
         "cli": [ROOT / "pipelines" / "quickstart.yaml", "--scheduler", address],
         "file": [_pipeline(tmp_path, f"{{address: '{address}'}}")],

@@ -23,7 +23,7 @@ from taskdml.runs._directory import load_model
 ROOT = Path(__file__).resolve().parents[1]
 TASKDML = str(Path(sys.executable).with_name("taskdml"))
 DATA_PARALLEL = str(ROOT / "pipelines" / "data_parallel.yaml")
-SMALLER = ("n_samples=120000", "chunk_size=10000")
+SMALLER = ("n_samples=40000", "chunk_size=4000")
 LONG_TRAINING = """\
 taskdml: 1
 name: long
@@ -31,7 +31,7 @@ cluster: {n_workers: 2, threads_per_worker: 1}
 steps:
   data:
     call: taskdml.datasets:make_classification
-    with: {n_samples: 200_000, n_features: 20, chunk_size: 10_000, random_state: 0}
+    with: {n_samples: 40_000, n_features: 20, chunk_size: 2_000, random_state: 0}
   model:
     fit: sklearn.linear_model:SGDClassifier
     with: {random_state: 0}
@@ -119,17 +119,18 @@ def _events(run_dir):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_cli_killed_after_two_steps_resumes_without_running_them_again(tmp_path):
+def test_cli_killed_after_two_steps_resumes_without_running_them_again(tmp_path, cluster):
     """SIGKILL after data and split completed; `taskdml resume latest` reuses both (no
     step_started for them), runs the rest, and its models equal an uninterrupted run's."""
     killed, clean = tmp_path / "killed", tmp_path / "clean"
     killed.mkdir(), clean.mkdir()
     args = ["run", DATA_PARALLEL, *SMALLER, "--run-dir", "runs"]
-    process = _start(args, killed)
+    where = ["--scheduler", cluster.scheduler_address]  # the session's cluster: 2 x 1 thread
+    process = _start(args, killed)  # killed with its embedded cluster
     _kill_when(process, lambda: len(_completed(killed)) >= 2)
     before = _manifest(killed)
     assert before["status"] == "running" and set(_completed(killed)) == {"data", "split"}
-    _run(["resume", "latest", "--run-dir", "runs"], killed)
+    _run(["resume", "latest", "--run-dir", "runs", *where], killed)
     after = _manifest(killed)
     assert after["run_id"] == before["run_id"] and after["status"] == "succeeded"
     assert after["resumed"][0]["after"] == "running"
@@ -147,7 +148,7 @@ def test_cli_killed_after_two_steps_resumes_without_running_them_again(tmp_path)
     started = {e["step"] for e in resumed if e["event"] == "step_started"}
     assert started == {"scale", "sgd", "bayes", "sgd_report", "bayes_report"}
     assert {e["step"] for e in resumed if e["event"] == "step_cached"} == {"data", "split"}
-    _run([*args, "--no-cache"], clean)
+    _run([*args, "--no-cache", *where], clean)
     uninterrupted = _manifest(clean)
     for step, attribute in (("sgd", "coef_"), ("bayes", "theta_"), ("scale", "mean_")):
         np.testing.assert_array_equal(
@@ -158,7 +159,7 @@ def test_cli_killed_after_two_steps_resumes_without_running_them_again(tmp_path)
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_training_killed_mid_way_continues_from_its_last_checkpoint(tmp_path):
+def test_a_training_killed_mid_way_continues_from_its_last_checkpoint(tmp_path, cluster):
     """With checkpoints every 0.5 s, SIGKILL once the first is written; the resumed training
     starts after epoch 1, records every epoch once, and equals an uninterrupted training."""
     killed, clean = tmp_path / "killed", tmp_path / "clean"
@@ -167,17 +168,18 @@ def test_a_training_killed_mid_way_continues_from_its_last_checkpoint(tmp_path):
         (folder / "long.yaml").write_text(LONG_TRAINING)
     often = {"DASK_TASKDML__ELASTIC__CHECKPOINT_S": "0.5"}
     args = ["run", "long.yaml", "--run-dir", "runs"]
-    process = _start(args, killed, **often)
+    where = ["--scheduler", cluster.scheduler_address]  # the session's cluster: 2 x 1 thread
+    process = _start(args, killed, **often)  # killed with its embedded cluster
     checkpoints = killed / "cache" / "checkpoints"
     _kill_when(process, lambda: any(checkpoints.glob("*/*.checkpoint")))
     assert _manifest(killed)["steps"]["model"]["state"] == "running"
-    _run(["resume", "latest", "--run-dir", "runs"], killed, **often)
+    _run(["resume", "latest", "--run-dir", "runs", *where], killed, **often)
     training = _manifest(killed)["steps"]["model"]["training"]
     resumed_from = training["stats"]["resumed_from"]
     assert resumed_from["epoch"] > 1 or resumed_from["rounds_before"] > 0
     assert [entry["epoch"] for entry in training["history"]] == list(range(1, 31))
     assert not any(checkpoints.iterdir())  # removed once the step was stored
-    _run([*args, "--no-cache"], clean)
+    _run([*args, "--no-cache", *where], clean)
     np.testing.assert_array_equal(
         load_model(killed / "runs" / _manifest(killed)["run_id"], "model").coef_,
         load_model(clean / "runs" / _manifest(clean)["run_id"], "model").coef_,
@@ -186,17 +188,20 @@ def test_a_training_killed_mid_way_continues_from_its_last_checkpoint(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_search_killed_mid_way_goes_on_from_its_checkpoint(tmp_path):
+def test_a_search_killed_mid_way_goes_on_from_its_checkpoint(tmp_path, cluster):
     """SIGKILL an ASHA search step after its first checkpoint; the resumed search starts from
     the recorded results (``resumed_from``), and no trial ran a step twice: every trial ran
     one step per rung it reached."""
     import pandas as pd
 
+    # Its full data: on a calm machine a search on 60,000 rows can end before its first
+    # checkpoint is written (the halving and ASHA tests below do, at load 0.6).
     args = ["run", str(ROOT / "pipelines" / "search.yaml"), "trials=30", "--run-dir", "runs"]
     process = _start(args, tmp_path)
     checkpoints = tmp_path / "cache" / "checkpoints"
     _kill_when(process, lambda: any(checkpoints.glob("*/*.checkpoint")))
-    _run(["resume", "latest", "--run-dir", "runs"], tmp_path)
+    where = ["--scheduler", cluster.scheduler_address]  # the session's cluster: 2 x 1 thread
+    _run(["resume", "latest", "--run-dir", "runs", *where], tmp_path)
     manifest = _manifest(tmp_path)
     assert manifest["steps"]["tune"]["resumed_from"]["results"] > 0
     trials = pd.read_csv(tmp_path / "runs" / manifest["run_id"] / "trials-tune.csv")
@@ -332,19 +337,22 @@ def test_a_one_replica_async_training_killed_mid_way_equals_an_uninterrupted_one
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_an_async_training_killed_mid_way_trains_only_what_its_server_had_not_absorbed(tmp_path):
+def test_an_async_training_killed_mid_way_trains_only_what_its_server_had_not_absorbed(
+    tmp_path, cluster
+):
     """An async training writes each copy of its server's state as a checkpoint; killed after
     the first, the resumed training goes on from it and every chunk of every epoch is absorbed
     once in all (updates = epochs × chunks)."""
     (tmp_path / "long.yaml").write_text(
-        LONG_TRAINING.replace("epochs: 30, sync_every: 2", "epochs: 40, strategy: async")
+        LONG_TRAINING.replace("epochs: 30, sync_every: 2", "epochs: 20, strategy: async")
     )
     often = {"DASK_TASKDML__ELASTIC__CHECKPOINT_S": "0.5"}
     process = _start(["run", "long.yaml", "--run-dir", "runs"], tmp_path, **often)
     checkpoints = tmp_path / "cache" / "checkpoints"
     _kill_when(process, lambda: any(checkpoints.glob("*/*.checkpoint")))
-    _run(["resume", "latest", "--run-dir", "runs"], tmp_path, **often)
+    where = ["--scheduler", cluster.scheduler_address]  # the session's cluster: 2 x 1 thread
+    _run(["resume", "latest", "--run-dir", "runs", *where], tmp_path, **often)
     training = _manifest(tmp_path)["steps"]["model"]["training"]
     assert training["strategy"] == "async"
-    assert 0 < training["stats"]["resumed_from"]["updates"] < 40 * 20
-    assert training["stats"]["updates"] == 40 * 20
+    assert 0 < training["stats"]["resumed_from"]["updates"] < 20 * 20
+    assert training["stats"]["updates"] == 20 * 20

@@ -329,10 +329,13 @@ def serial_fit(estimator, X, y, chunks):
     from sklearn.base import clone
 
     model = clone(estimator)
-    for i in chunks:
-        model.partial_fit(
-            X.blocks[int(i)].compute(), y.blocks[int(i)].compute(), classes=np.unique(y.compute())
-        )
+    with dask.config.set(scheduler="sync"):  # in this process, even with a default client
+        for i in chunks:
+            model.partial_fit(
+                X.blocks[int(i)].compute(),
+                y.blocks[int(i)].compute(),
+                classes=np.unique(y.compute()),
+            )
     return model
 
 
@@ -345,15 +348,16 @@ def reference_scores(estimator, grid, X, y, n_folds):
         row = []
         for train_chunks, test_chunks in sk.KFold(n_folds).split(np.zeros((n_chunks, 1))):
             model = serial_fit(estimator.set_params(**params), X, y, train_chunks)
-            row.append(
-                [
-                    model.score(
-                        da.concatenate([X.blocks[int(i)] for i in chunks]).compute(),
-                        da.concatenate([y.blocks[int(i)] for i in chunks]).compute(),
-                    )
-                    for chunks in (test_chunks, train_chunks)
-                ]
-            )
+            with dask.config.set(scheduler="sync"):  # in this process, even with a client
+                row.append(
+                    [
+                        model.score(
+                            da.concatenate([X.blocks[int(i)] for i in chunks]).compute(),
+                            da.concatenate([y.blocks[int(i)] for i in chunks]).compute(),
+                        )
+                        for chunks in (test_chunks, train_chunks)
+                    ]
+                )
         scores.append(row)
     scores = np.array(scores)
     return scores[..., 0], scores[..., 1]
