@@ -159,7 +159,7 @@ EPOCHS = 12
 N_SAMPLES = 60_000
 
 
-def _train(X, y, holds=()):
+def _train(client, X, y, holds=()):
     return train(
         HeldSGD(holds=holds, random_state=0),
         X,
@@ -167,6 +167,7 @@ def _train(X, y, holds=()):
         strategy="async",
         epochs=EPOCHS,
         random_state=0,
+        client=client,  # this module's cluster, whatever another module left as the default
     )
 
 
@@ -176,7 +177,7 @@ def async_training():
     the undisturbed training's result."""
     X, y = linear_data(N_SAMPLES, 20, 1_000)
     with cluster_of(3) as (_, client):
-        yield client, (X, y), _train(X, y)
+        yield client, (X, y), _train(client, X, y)
 
 
 @pytest.mark.slow
@@ -196,7 +197,7 @@ def test_async_training_survives_a_killed_worker(async_training, wait_for, victi
         dask.config.set({"taskdml.elastic.checkpoint-s": CHECKPOINT_S}),
         get_task_stream(client=client) as stream,
     ):
-        run = in_background(_train, X, y, holds=[[EPOCHS // 2 * N_SAMPLES, hold]])
+        run = in_background(_train, client, X, y, holds=[[EPOCHS // 2 * N_SAMPLES, hold]])
         held(client, hold)
         wait_for(
             lambda: any(copy["pushed"] for copy in recorded(client, run, "server_copy")),
