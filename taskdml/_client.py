@@ -16,9 +16,11 @@ def current_client():
     except ImportError:  # pragma: no cover - distributed is a dependency
         return None
     try:
-        return default_client()
+        client = default_client()
     except ValueError:
         return None
+    # distributed keeps a closed client as the default; work sent to it would wait forever
+    return None if client.status in ("closing", "closed") else client
 
 
 def resolve_client(client=None, *, required=None):
