@@ -85,14 +85,15 @@ def run(step, inputs, context):
 
 
 def _data_parallel(estimator, data, preprocess, step, context, options):
-    # X and y, or a table (feature columns as variables, and y)
+    # X and y, or a table (feature columns as variables, and y); as far as the estimator's
+    # own fit would train unless the file says how many epochs
     return train(
         estimator,
         data,
         preprocess=preprocess,
         classes=step.classes,
         client=context.client,
-        **options,
+        **{"epochs": "auto", **options},
     )
 
 

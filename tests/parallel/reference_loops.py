@@ -12,6 +12,10 @@ of taskdml: plain NumPy and scikit-learn in this process.
   replica copies the global model and ``partial_fit``\\s its next ``sync_every`` chunks; the
   replicas that saw rows are merged in rank order.
 - :func:`replay_async`: a parameter server's pushes replayed in the order it recorded.
+- :func:`reference_sync_until`: :func:`reference_sync` that stops as scikit-learn's SGD does:
+  the epoch's loss is the sum, over every chunk, of the chunk's loss under the replica's
+  model just before it trains on it (none while the model is unfitted), and training stops
+  after ``patience`` epochs in a row whose mean loss is not below the best before by ``tol``.
 """
 
 import copy
@@ -207,3 +211,35 @@ def replay_async(start, chunks, classes, merge, pushes, *, n_replicas, epochs, s
         absorbed.append(absorbed[-1] + rows)
     assert not any(queues), "the record left chunks untrained"
     return versions[-1]
+
+
+def reference_sync_until(
+    start, chunks, classes, merge, loss, *, n_replicas, sync_every, max_epochs, tol, patience
+):
+    """``(model, per-epoch mean losses)`` of sync training in chunk order (no shuffle) until
+    the loss rule stops it; *loss* is ``loss(model, X, y) -> summed loss of the rows``."""
+    owned = [[c for i, c in enumerate(chunks) if i % n_replicas == r] for r in range(n_replicas)]
+    rounds = math.ceil(max(len(o) for o in owned) / sync_every)
+    state, means, best, count = copy.deepcopy(start), [], math.inf, 0
+    for _ in range(max_epochs):
+        total, counted = 0.0, 0
+        for round_index in range(rounds):
+            trained, rows = [], []
+            for rank in range(n_replicas):
+                window = owned[rank][round_index * sync_every : (round_index + 1) * sync_every]
+                if not window:
+                    continue
+                replica, seen = copy.deepcopy(state), 0
+                for X, y in window:
+                    if hasattr(replica, "coef_"):
+                        total, counted = total + loss(replica, X, y), counted + len(X)
+                    seen += fit(replica, X, y, classes)
+                trained.append(replica)
+                rows.append(seen)
+            state = merge(state, trained, rows)
+        means.append(total / counted)
+        count = count + 1 if means[-1] > best - tol else 0
+        best = min(best, means[-1])
+        if count >= patience:
+            break
+    return state, means

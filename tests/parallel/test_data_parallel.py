@@ -125,7 +125,7 @@ def test_numpy_on_the_cluster(client):
     """NumPy input with a client trains on the cluster (exact for a scaler), NumPy comes back;
     the classifier scores within 2 points of scikit-learn's SGDClassifier fitted in memory."""
     X_np, y_np, _, _ = _data()
-    scaler = DataParallel(StandardScaler()).fit(X_np)
+    scaler = DataParallel(StandardScaler(), epochs=1).fit(X_np)  # one pass, as replicas
     assert scaler.strategy_ == "sync"
     np.testing.assert_allclose(scaler.estimator_.mean_, X_np.mean(axis=0), rtol=1e-10)
     np.testing.assert_allclose(
@@ -188,7 +188,9 @@ def test_fit_on_a_dataset_with_y_inside():
     from_dataset = DataParallel(SGDClassifier(random_state=0), random_state=0).fit(data)
     from_arrays = DataParallel(SGDClassifier(random_state=0), random_state=0).fit(X, y)
     np.testing.assert_array_equal(from_dataset.estimator_.coef_, from_arrays.estimator_.coef_)
-    in_order = DataParallel(SGDClassifier(random_state=0), n_replicas=1, shuffle=False).fit(data)
+    in_order = DataParallel(
+        SGDClassifier(random_state=0), epochs=1, n_replicas=1, shuffle=False
+    ).fit(data)
     serial = _serial(
         SGDClassifier(random_state=0), np.split(X_np, 8), np.split(y_np, 8), 1, classes=[0, 1]
     )
@@ -359,7 +361,11 @@ def test_bad_input_is_named(make_input, error, message):
             "strategy must be one of 'sync', 'async', 'sequential'; got 'synk'. "
             "Did you mean 'sync'?",
         ),
-        ({"epochs": 0}, "epochs must be an integer >= 1; got 0."),
+        (
+            {"epochs": 0},
+            "epochs must be an integer >= 1 or 'auto' (as far as the estimator's own fit "
+            "would train); got 0.",
+        ),
         ({"chunk_size": 2.5}, "chunk_size must be an integer >= 1 or None; got 2.5."),
         (
             {"validation": 1.5},

@@ -325,7 +325,8 @@ def test_each_entry_point_takes_the_tables_options_with_its_defaults(taker, entr
     [
         ({"strategy": "synk"}, "train: strategy must be one of 'sync', 'async', 'sequential'; "
          "got 'synk'. Did you mean 'sync'?"),
-        ({"epochs": 0}, "train: epochs must be an integer >= 1; got 0."),
+        ({"epochs": 0}, "train: epochs must be an integer >= 1 or 'auto' (as far as the "
+         "estimator's own fit would train); got 0."),
         ({"staleness": -1}, "train: staleness must be an integer >= 0 or None; got -1."),
         ({"shuffle": "yes"}, "train: shuffle must be True or False; got 'yes'."),
         ({"n_replicas": 0}, "train: n_replicas must be an integer >= 1 or None; got 0."),

@@ -24,6 +24,7 @@ import threading
 import time
 
 from taskdml.parallel.merge._registry import merge_replicas, restart_from
+from taskdml.parallel.merge._stopping import stop_reason
 
 
 class _Rounds:
@@ -200,7 +201,7 @@ class _ServerState:
     pushed and the version it had pulled, in the order the pushes were merged.
     """
 
-    def __init__(self, start, n_replicas, staleness, rule):
+    def __init__(self, start, n_replicas, staleness, rule, stopping=None, chunks_per_epoch=0):
         self.rule = rule
         self.estimator, self.version, self.rows = start, 0, 0
         self.rows_at = {0: 0}
@@ -210,6 +211,10 @@ class _ServerState:
         self.waited = dict.fromkeys(range(n_replicas), 0.0)
         self.behind = []  # per push: versions merged since the replica pulled
         self.pushes = []  # per push, in merge order: (rank, version it pulled)
+        # Per epoch, the pushes' progressive loss; the epochs complete, and the first epoch
+        # the rule (a merge._stopping.Stopping) says not to train.
+        self.stopping, self.chunks_per_epoch = stopping, chunks_per_epoch
+        self.progress, self.history, self.stop_epoch = {}, [], None
 
     def may_pull(self, rank):
         if self.staleness is None:
@@ -218,10 +223,12 @@ class _ServerState:
         return self.clocks[rank] - min(active) <= self.staleness
 
     def pull(self):
+        """``(global estimator, version, stop epoch)``: a replica trains no chunk of an
+        epoch at or after the stop epoch (None: go on)."""
         self.rows_at[self.version] = self.rows
-        return self.estimator, self.version
+        return self.estimator, self.version, self.stop_epoch
 
-    def push(self, rank, replica, version, rows):
+    def push(self, rank, replica, version, rows, progress=None):
         self.behind.append(self.version - version)
         self.pushes.append((rank, version))
         absorbed = self.rows - self.rows_at[version]
@@ -234,6 +241,25 @@ class _ServerState:
         self.rows += rows
         self.clocks[rank] += 1
         self._forget()
+        if progress is not None:
+            self._progress(*progress)
+
+    def _progress(self, epoch, loss, rows):
+        """Add a chunk's progressive loss to its epoch (0-based); once the epoch has all its
+        chunks, record it and ask the rule whether to stop after it. Replicas train their
+        chunks epoch by epoch, so epochs complete in order."""
+        part = self.progress.setdefault(epoch, [0.0, 0, 0])
+        if loss is not None:
+            part[0], part[1] = part[0] + loss, part[1] + rows
+        part[2] += 1
+        if self.stopping is None or part[2] != self.chunks_per_epoch:
+            return
+        entry = {"epoch": epoch + 1}
+        if part[1]:
+            entry["train_loss"] = part[0] / part[1]
+        self.history.append(entry)
+        if self.stop_epoch is None and stop_reason(self.history, self.stopping):
+            self.stop_epoch = epoch + 1
 
     def finish(self, rank):
         self.done.add(rank)
@@ -253,8 +279,11 @@ class _ServerState:
 class ParameterServerActor(_ActorCollective):
     """The parameter server as a Dask actor."""
 
-    def __init__(self, start, n_replicas, staleness, rule, timeout=600.0):
-        self.state, self.timeout = _ServerState(start, n_replicas, staleness, rule), timeout
+    def __init__(
+        self, start, n_replicas, staleness, rule, timeout=600.0, stopping=None, chunks_per_epoch=0
+    ):
+        self.state = _ServerState(start, n_replicas, staleness, rule, stopping, chunks_per_epoch)
+        self.timeout = timeout
         self.condition = None
         self.failed = None
 
@@ -266,9 +295,9 @@ class ParameterServerActor(_ActorCollective):
             self.state.waited[rank] += time.perf_counter() - started
             return self.state.pull()
 
-    async def push(self, rank, replica, version, rows):
+    async def push(self, rank, replica, version, rows, progress=None):
         async with self._lock():
-            self.state.push(rank, replica, version, rows)
+            self.state.push(rank, replica, version, rows, progress)
             self.condition.notify_all()
 
     async def finish(self, rank):
@@ -283,19 +312,23 @@ class ParameterServerActor(_ActorCollective):
 
     def result(self):
         """The global estimator, its version, the seconds each replica was held back, how
-        many versions behind each push was, and each push's ``(rank, version pulled)``."""
+        many versions behind each push was, each push's ``(rank, version pulled)``, and the
+        epochs completed (``epoch``, ``train_loss``)."""
         state = self.state
         return (
             copy.deepcopy(state.estimator), state.version, dict(state.waited),
-            list(state.behind), list(state.pushes),
+            list(state.behind), list(state.pushes), list(state.history),
         )  # fmt: skip
 
 
 class ParameterServerLocal(_LocalCollective):
     """The parameter server for replicas running as threads of one process."""
 
-    def __init__(self, start, n_replicas, staleness, rule, timeout=600.0):
-        self.state, self.timeout = _ServerState(start, n_replicas, staleness, rule), timeout
+    def __init__(
+        self, start, n_replicas, staleness, rule, timeout=600.0, stopping=None, chunks_per_epoch=0
+    ):
+        self.state = _ServerState(start, n_replicas, staleness, rule, stopping, chunks_per_epoch)
+        self.timeout = timeout
         self.condition, self.failed = threading.Condition(), None
 
     def pull(self, rank):
@@ -305,9 +338,9 @@ class ParameterServerLocal(_LocalCollective):
             self.state.waited[rank] += time.perf_counter() - started
             return self.state.pull()
 
-    def push(self, rank, replica, version, rows):
+    def push(self, rank, replica, version, rows, progress=None):
         with self.condition:
-            self.state.push(rank, replica, version, rows)
+            self.state.push(rank, replica, version, rows, progress)
             self.condition.notify_all()
 
     def finish(self, rank):

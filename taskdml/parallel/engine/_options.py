@@ -78,6 +78,16 @@ def _one_of(*values):
     )
 
 
+_EPOCHS = Constraint(
+    lambda value: (_is_integer(value) and value >= 1) or value == "auto" and isinstance(value, str),
+    "an integer >= 1 or 'auto' (as far as the estimator's own fit would train)",
+    {
+        "anyOf": [
+            {"type": "integer", "minimum": 1, "title": "an integer >= 1"},
+            {"const": "auto", "title": "'auto'"},
+        ]
+    },
+)
 _BOOLEAN = Constraint(lambda value: isinstance(value, bool), "True or False", {"type": "boolean"})
 _NUMBER = Constraint(
     lambda value: isinstance(value, numbers.Real) and not isinstance(value, bool),
@@ -165,11 +175,14 @@ OPTIONS = {
         ),
         Option(
             "epochs",
-            _integer(1),
-            1,
-            "passes over the data",
+            _EPOCHS,
+            "auto",
+            "passes over the data, or 'auto' (data and task modes' default): as far as the "
+            "estimator's own fit would train, up to its max_iter, stopping with its tol and "
+            "n_iter_no_change on the training loss (model mode: default 1)",
             takers=(*_ENGINE, "ClassSharded", "search"),
             modes=("data", "model", "task"),
+            defaults={"train": 1, "ClassSharded": 1, "search": 1},
         ),
         Option(
             "sync_every",

@@ -22,11 +22,13 @@ from taskdml.parallel.engine._period import Period
 from taskdml.parallel.engine._stream import read_ahead, read_chunk
 from taskdml.parallel.engine._tasks import epoch_order, fit_chunk
 from taskdml.parallel.merge._registry import prepare_start
+from taskdml.parallel.merge._stopping import stop_reason
 
 
 def _fit_chunk(estimator, chunk, plan, epoch):
     """``partial_fit`` *estimator* in place on one :class:`~taskdml.parallel.engine._chunks.Chunk`;
-    return the rows it saw."""
+    return the rows it saw and its loss before the update, when the training stops on the
+    training loss (``(rows, None)`` otherwise)."""
     return fit_chunk(
         estimator,
         chunk.X,
@@ -35,7 +37,26 @@ def _fit_chunk(estimator, chunk, plan, epoch):
         plan.fit_kwargs,
         chunk.weight,
         row_seed(plan, epoch, chunk.index),
+        loss=plan.stopping.loss if plan.stopping.on == "train_loss" else None,
     )
+
+
+class Progress:
+    """The summed progressive loss of an epoch and the rows it covers (rows trained on
+    before the model was fitted have no loss and are not counted)."""
+
+    def __init__(self):
+        self.loss, self.rows = 0.0, 0
+
+    def add(self, rows, loss):
+        if loss is not None:
+            self.loss, self.rows = self.loss + loss, self.rows + rows
+
+    @staticmethod
+    def mean(parts):
+        """``{"train_loss": mean}`` over ``(loss, rows)`` *parts* of the replicas, or ``{}``."""
+        rows = sum(part[1] for part in parts)
+        return {"train_loss": sum(part[0] for part in parts) / rows} if rows else {}
 
 
 def row_seed(plan, epoch, index):
@@ -131,7 +152,7 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
         resumed = resume is not None and epoch == plan.first_epoch
         period.most_blocks = plan.resume_blocks if resumed else plan.most_blocks
         period.count = plan.rounds_before if resumed else 0
-        done, round_index = 0, 0
+        done, round_index, progress = 0, 0, Progress()
         while (size := period.blocks(done)) > 0:
             copying = time.perf_counter()
             replica, rows = copy.deepcopy(state), 0
@@ -139,15 +160,19 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
             n_blocks = len(order[done : done + size])
             for _ in range(n_blocks):
                 chunk = next(reading)
-                rows += _fit_chunk(replica, chunk, plan, epoch)
+                seen, loss = _fit_chunk(replica, chunk, plan, epoch)
+                rows += seen
+                progress.add(seen, loss)
                 del chunk  # before the next read: at most prefetch + 1 chunks at once
             reduced = time.perf_counter()
             busy += reduced - began
             info = period.info(reduced - began, n_blocks, overhead)
             wish = replan_wanted(plan, rank, reduced - segment_began)
+            losses = (progress.loss, progress.rows)
             state, infos = call(
-                collective, "reduce", (epoch, round_index), rank, replica, rows, (info, wish)
-            )
+                collective, "reduce", (epoch, round_index), rank, replica, rows,
+                (info, wish, losses),
+            )  # fmt: skip
             returned = time.perf_counter()
             waiting += returned - reduced
             overhead = (began - copying) + (returned - reduced)
@@ -172,8 +197,9 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
                 "duration_s": time.perf_counter() - epoch_started,
                 **facts,
                 **epoch_scores(state, validation, plan),
+                **Progress.mean([entry[2] for entry in infos]),
             }
-            report["stop"] = should_stop(history + [report], plan)
+            report["stop"] = stop_reason([*plan.earlier, *history, report], plan.stopping)
         report = call(collective, "broadcast", ("epoch", epoch), rank, report)
         history.append(report)
         if rank == 0:
@@ -221,17 +247,6 @@ def epoch_scores(estimator, validation, plan):
     return scores
 
 
-def should_stop(history, plan):
-    """scikit-learn's rule: stop after ``n_iter_no_change`` epochs without a validation score
-    better than the best so far by ``tol``."""
-    patience = plan.n_iter_no_change
-    scores = [entry["validation_score"] for entry in history if "validation_score" in entry]
-    if not patience or len(scores) <= patience:
-        return False
-    best_before = max(scores[:-patience])
-    return all(score < best_before + plan.tol for score in scores[-patience:])
-
-
 def async_replica(rank, chunks, collective, plan, epochs=None):
     """Train one replica's chunks against the parameter server *collective* (pull, fit one
     chunk, push): every epoch of *chunks* in :func:`async_order`, or, in a segment that
@@ -259,12 +274,15 @@ def _async_replica(rank, items, collective, plan, stop):
     reading = read_ahead([chunk for _, chunk in items], plan.prefetch)
     for epoch, _ in items:
         chunk = next(reading)
-        state, version = call(collective, "pull", rank, stop=stop)
+        state, version, stop_epoch = call(collective, "pull", rank, stop=stop)
+        if stop_epoch is not None and epoch >= stop_epoch:
+            break  # the server's rule stopped the training after an earlier epoch
         replica = copy.deepcopy(state)
         began = time.perf_counter()
-        rows = _fit_chunk(replica, chunk, plan, epoch)
+        rows, loss = _fit_chunk(replica, chunk, plan, epoch)
         busy += time.perf_counter() - began
         del chunk
-        call(collective, "push", rank, replica, version, rows, stop=stop)
+        call(collective, "push", rank, replica, version, rows, (epoch, loss, rows), stop=stop)
+    reading.close()
     call(collective, "finish", rank, stop=stop)
     return {"rank": rank, "busy_s": busy}

@@ -2,7 +2,8 @@
 
 The engine, the grid searches and the adaptive searches build their graphs from these, so
 one piece of work is one function wherever it runs: :func:`fit_chunk` (``partial_fit`` on one
-chunk, in a replica or as :func:`partial_fit_chunk`, one link of a chain of tasks),
+chunk, in a replica or as :func:`partial_fit_chunk` or :func:`partial_fit_link`, one link of a
+chain of tasks),
 :func:`fit_concatenated` (an estimator without ``partial_fit``, fitted once on chunks
 concatenated), :func:`concatenate_parts` (small chunks joined into one training block),
 :func:`chunk_labels` and :func:`transform_chunk`. :func:`epoch_order` is the one seeded chunk
@@ -25,12 +26,30 @@ def partial_fit_chunk(estimator, X, y, transformers, fit_kwargs, weight=None, ro
     return estimator
 
 
-def fit_chunk(estimator, X, y, transformers, fit_kwargs, weight=None, row_seed=None):
-    """``partial_fit`` *estimator* in place on one chunk; return the rows it saw.
+def partial_fit_link(
+    carried, X, y, transformers, fit_kwargs, weight=None, row_seed=None, loss=None
+):
+    """One link of a sequential epoch: *carried* is ``(estimator, loss, rows)``, the model so
+    far and the epoch's progressive loss and the rows it covers; returns the same after
+    ``partial_fit`` on this chunk (see :func:`fit_chunk`; the estimator is copied)."""
+    estimator, total, counted = carried
+    estimator = copy.deepcopy(estimator)
+    rows, before = fit_chunk(estimator, X, y, transformers, fit_kwargs, weight, row_seed, loss)
+    if before is None:
+        return estimator, total, counted
+    return estimator, total + before, counted + rows
+
+
+def fit_chunk(estimator, X, y, transformers, fit_kwargs, weight=None, row_seed=None, loss=None):
+    """``partial_fit`` *estimator* in place on one chunk; return the rows it saw and, with
+    *loss*, the chunk's loss before the update: ``(rows, loss or None)``.
 
     The chunk's rows are permuted first when *row_seed* (a seed for
     :func:`numpy.random.default_rng`) is given, then *transformers* apply; *weight* goes to
-    ``partial_fit`` as ``sample_weight``.
+    ``partial_fit`` as ``sample_weight``. *loss* is ``loss(estimator, X, y)``, the summed
+    loss of the transformed chunk under the model as it is before this ``partial_fit`` (the
+    progressive loss of :mod:`taskdml.parallel.merge._stopping`); an estimator not fitted
+    yet has none.
     """
     if row_seed is not None:
         rows = np.random.default_rng(row_seed).permutation(X.shape[0])
@@ -38,12 +57,25 @@ def fit_chunk(estimator, X, y, transformers, fit_kwargs, weight=None, row_seed=N
         weight = None if weight is None else weight[rows]
     X = transform_chunk(X, transformers)
     relink_birch_views(estimator)  # a copied or unpickled Birch lost its views
+    before = None
+    if loss is not None and _fitted(estimator):
+        before = loss(estimator, X, y)
     kwargs = dict(fit_kwargs, **({} if weight is None else {"sample_weight": weight}))
     if y is None:
         estimator.partial_fit(X, **kwargs)
     else:
         estimator.partial_fit(X, y, **kwargs)
-    return X.shape[0]
+    return X.shape[0], before
+
+
+def _fitted(estimator):
+    from sklearn.utils.validation import check_is_fitted
+
+    try:
+        check_is_fitted(estimator)
+    except Exception:  # NotFittedError
+        return False
+    return True
 
 
 def fit_concatenated(estimator, chunks, transformers=()):

@@ -83,6 +83,7 @@ from taskdml.parallel.merge._registry import (
     unmergeable_reason,
     without_round_start,
 )
+from taskdml.parallel.merge._stopping import ONE_PASS, Stopping, converged, stop_reason
 
 STRATEGIES = _options.STRATEGIES
 """The training strategies, for every entry point (the engine, DataParallel, the searches)."""
@@ -101,7 +102,7 @@ class TrainingPlan:
     the replicas).
     """
 
-    epochs: int
+    epochs: int  # the most epochs (stopping.max_epochs)
     sync_every: object  # int >= 1 or "auto" (see taskdml.parallel.engine._period)
     shuffle: bool
     shuffle_rows: bool
@@ -110,8 +111,7 @@ class TrainingPlan:
     fit_kwargs: dict  # passed to every partial_fit (``classes`` for classifiers)
     validation: object  # (X_val, y_val) scored after every epoch, or None
     scorer: object  # scorer(estimator, X, y), or None for estimator.score
-    tol: float
-    n_iter_no_change: object  # int or None (no early stopping)
+    stopping: object  # when training stops (taskdml.parallel.merge._stopping.Stopping)
     rounds_per_epoch: int = 0  # most sync rounds in one epoch (exactly, for an integer period)
     most_blocks: int = 0  # the most blocks of a replica: the rounds of an epoch cover them
     rule: object = None  # the estimator's merge rule (sync/async), set with the rounds
@@ -125,6 +125,7 @@ class TrainingPlan:
     training: str = ""  # the segment's id: replicas asked to stop look it up
     checkpoint_s: float = _elastic.CHECKPOINT_S  # rank 0 ends a segment after this long
     events: dict = None  # the run and step its epochs and rounds are published for
+    earlier: tuple = ()  # the history of the segments before this one (the rule reads it)
 
 
 @dataclasses.dataclass
@@ -236,7 +237,16 @@ def train(
         Applied to each chunk before training.
     strategy : {"sync", "async", "sequential"}, optional
         Default ``"sync"`` when the estimator has a merge rule, else ``"sequential"``.
-    epochs, staleness, shuffle, shuffle_rows, random_state
+    epochs : int or "auto", default=1
+        Passes over the data. ``"auto"`` (the default of :class:`~taskdml.DataParallel` and
+        of a pipeline's ``fit`` step) trains as far as ``estimator.fit`` would: up to
+        its ``max_iter``, stopping with its ``tol`` and ``n_iter_no_change`` on the epoch's
+        training loss (k-means: ``max_no_improvement``; naive Bayes, scalers and
+        IncrementalPCA: one pass), as its family's merge rule states it
+        (:mod:`taskdml.parallel.merge._stopping`). ``stats["stopping"]`` says which rule
+        ran and ``stats["stopped"]`` why training ended; data of one chunk is fitted with
+        ``estimator.fit`` where it lies (``strategy`` ``"fit"``).
+    staleness, shuffle, shuffle_rows, random_state
         See the module docstring; ``staleness`` (default 0, lock-step; ``None`` unbounded)
         bounds how many chunks an async replica runs ahead of the slowest, ``shuffle``
         reorders each replica's chunks per epoch, ``shuffle_rows`` the rows inside each
@@ -249,7 +259,9 @@ def train(
         Scored after every epoch (``scoring``: a scorer name or callable; default
         ``estimator.score``).
     tol, n_iter_no_change
-        Early stopping on the validation score, as in scikit-learn.
+        Early stopping on the validation score, as in scikit-learn (with *validation*;
+        ``n_iter_no_change=None``: the estimator's own rule with ``epochs="auto"``, else
+        every epoch).
     n_replicas : int, optional
         Replicas for sync/async; default the number of workers (1 without a client).
     workers : sequence of str, optional
@@ -362,8 +374,10 @@ def train(
     facts = _inspect(client, chunks, is_classifier(estimator))
     classes = _chunks.check(facts, X.shape[1], classes, is_classifier(estimator) and y is not None)
     seed = int(check_random_state(random_state).randint(2**31 - 1))
+    rows = sum(fact["rows"] for fact in facts)
+    stopping = _stopping_rule(estimator, epochs, tol, n_iter_no_change, validation, rows)
     plan = TrainingPlan(
-        epochs=int(epochs),
+        epochs=stopping.max_epochs,
         sync_every=sync_every,
         shuffle=shuffle,
         shuffle_rows=shuffle_rows,
@@ -372,13 +386,12 @@ def train(
         fit_kwargs={"classes": classes} if classes is not None else {},
         validation=validation,
         scorer=_scorer(scoring),
-        tol=tol,
-        n_iter_no_change=n_iter_no_change,
+        stopping=stopping,
         prefetch=int(prefetch),
         events=_events.where(),
     )
-    strategy = _choose(estimator, strategy)
     n_chunks = len(chunks)
+    strategy = _choose(estimator, "fit" if _fits_at_once(estimator, epochs, n_chunks) else strategy)
     clock.lap("inspect_s")
     chunks, block_stats = _training_blocks(estimator, chunks, facts, X, strategy, client)
     if mode == "stream" and strategy in ("sync", "async"):
@@ -394,7 +407,6 @@ def train(
         result = _replicated(
             estimator, chunks, plan, client, strategy, staleness, n_replicas, clock, workers
         )
-    rows = sum(fact["rows"] for fact in facts)
     result.stats.setdefault("setup_s", started - clock.began)
     result.stats["setup"] = clock.laps
     result.stats.update(
@@ -406,7 +418,82 @@ def train(
     for entry in result.history:
         entry.pop("stop", None)
         entry["samples_seen"] = rows * entry["epoch"]
+    _record_stop(result, stopping, strategy)
     return result
+
+
+def _stopping_rule(estimator, epochs, tol, n_iter_no_change, validation, rows):
+    """The :class:`~taskdml.parallel.merge._stopping.Stopping` of this training: *epochs*
+    passes (early stopping on *validation* with *tol* and *n_iter_no_change* when both are
+    given), or with ``"auto"`` the family's own rule, which a given *n_iter_no_change*
+    overrides (on *validation*) and which stops on the training loss when it asks for a
+    validation score but no *validation* was given."""
+    watch = validation is not None and n_iter_no_change is not None
+    if epochs != "auto":
+        return Stopping(
+            int(epochs),
+            "validation_score" if watch else None,
+            tol,
+            n_iter_no_change if watch else None,
+            source=f"epochs={int(epochs)}",
+        )
+    rule = get_merge_rule(estimator) if unmergeable_reason(estimator) is None else None
+    found = rule.stopping(estimator, rows) if rule is not None and rule.stopping else ONE_PASS
+    if watch:
+        return dataclasses.replace(
+            found,
+            on="validation_score",
+            tol=tol,
+            patience=n_iter_no_change,
+            source=f"{found.source}; validation: tol={tol}, n_iter_no_change={n_iter_no_change}",
+        )
+    if found.on == "validation_score" and validation is None:
+        if found.loss is None:
+            return dataclasses.replace(found, on=None, patience=None)
+        return dataclasses.replace(
+            found,
+            on="train_loss",
+            source=found.source + "; no validation data: on the training loss",
+        )
+    return found
+
+
+def _fits_at_once(estimator, epochs, n_chunks):
+    """Whether ``estimator.fit`` on the one chunk, where it lies, is the training asked for:
+    as far as ``fit`` would go on data of one chunk, from an unfitted estimator."""
+    if epochs != "auto" or n_chunks != 1:
+        return False
+    from sklearn.utils.validation import check_is_fitted
+
+    try:
+        check_is_fitted(estimator)
+    except Exception:  # NotFittedError, or an estimator check_is_fitted cannot read
+        return True
+    return False
+
+
+def _record_stop(result, stopping, strategy):
+    """``stats["stopping"]`` (the rule) and ``stats["stopped"]`` (why the training ended);
+    a ``ConvergenceWarning``, as scikit-learn's, when a rule that watches a value ran out of
+    epochs first."""
+    if strategy == "fit":
+        result.stats["stopping"] = "estimator.fit on all the data at once"
+        result.stats["stopped"] = "fitted once"
+        return
+    done = result.history[-1]["epoch"] if result.history else 0
+    reason = stop_reason(result.history, stopping) or f"{done} epochs done"
+    result.stats["stopping"] = stopping.source
+    result.stats["stopped"] = reason
+    if stopping.on is not None and stopping.patience and not converged(reason):
+        from sklearn.exceptions import ConvergenceWarning
+
+        warnings.warn(
+            f"{stopping.source}: the maximum number of epochs ({stopping.max_epochs}) was "
+            f"reached before {stopping.on} stopped improving by tol={stopping.tol:g}; "
+            "consider more epochs (the estimator's max_iter) or a larger tol.",
+            ConvergenceWarning,
+            stacklevel=_user_frame(),
+        )
 
 
 def _data_mode(data, client, arrays, persisted, workers):
@@ -736,29 +823,33 @@ def _sequential(estimator, chunks, plan, client):
         "train", _estimator_token(estimator), [c.X.key for c in chunks], plan.seed, phase="fit"
     )
     state, history, step = copy.deepcopy(estimator), [], 0
+    loss = plan.stopping.loss if plan.stopping.on == "train_loss" else None
     for epoch in range(plan.epochs):
         began = time.perf_counter()
+        carried = (state, 0.0, 0)
         for chunk in _tasks.epoch_order(chunks, (plan.seed, epoch, 0), plan.shuffle):
-            state = dask.delayed(_tasks.partial_fit_chunk, pure=True)(
-                state,
+            carried = dask.delayed(_tasks.partial_fit_link, pure=True)(
+                carried,
                 chunk.X,
                 chunk.y,
                 plan.transformers,
                 plan.fit_kwargs,
                 chunk.weight,
                 _replica.row_seed(plan, epoch, chunk.index),
+                loss,
                 dask_key_name=(name, step),
             )
             step += 1
-        state = _gather(client, [state])[0]
+        state, total, counted = _gather(client, [carried])[0]
         entry = {
             "epoch": epoch + 1,
             "duration_s": time.perf_counter() - began,
             **_replica.epoch_scores(state, plan.validation, plan),
+            **_replica.Progress.mean([(total, counted)]),
         }
         history.append(entry)
         _replica.publish_epoch(plan, entry)
-        if _replica.should_stop(history, plan):
+        if stop_reason(history, plan.stopping):
             break
     return TrainResult(state, history, "sequential", {"replicas": 1})
 
@@ -832,6 +923,7 @@ def _elastic_sync(estimator, chunks, plan, client, n_replicas, clock, workers):
             period_state=period_state,
             training=uuid.uuid4().hex,
             checkpoint_s=_elastic.checkpoint_seconds(),
+            earlier=tuple(earlier + [e for s in segments for e in s.history]),
         )
         if replans and "replicas" not in replans[-1]:  # the re-plan this segment follows
             replans[-1]["replicas"] = count
@@ -1198,6 +1290,8 @@ def _run_segment(
             len(owned),
             staleness,
             plan.rule,
+            stopping=plan.stopping,
+            chunks_per_epoch=sum(len(share) for share in owned),
             actor=True,
             workers=[addresses[0]],
             key=_keys.key_name("train", name, phase="server"),
@@ -1436,10 +1530,11 @@ def _result(strategy, outcomes, collective, plan, n_replicas):
             for name in ("sync_every", "block_s", "round_s"):
                 facts[name] = [entry[name] for entry in history]
         return TrainResult(state, history, "sync", facts)
-    state, version, waited, behind, pushes = _collective.call(collective, "result")
-    history = [
+    state, version, waited, behind, pushes, epochs = _collective.call(collective, "result")
+    last = epochs.pop() if epochs else {"epoch": plan.epochs}
+    history = epochs + [
         {
-            "epoch": plan.epochs,
+            **last,
             "duration_s": max(o["busy_s"] for o in outcomes),
             **_replica.epoch_scores(state, plan.validation, plan),
         }
@@ -1541,7 +1636,14 @@ def _replicated_locally(estimator, chunks, plan, strategy, staleness, n_replicas
     else:
         classes = plan.fit_kwargs.get("classes")
         start = prepare_start(estimator, chunks[0].X, chunks[0].y, classes, rule=rule)
-        collective = _collective.ParameterServerLocal(start, n_replicas, staleness, rule)
+        collective = _collective.ParameterServerLocal(
+            start,
+            n_replicas,
+            staleness,
+            rule,
+            stopping=plan.stopping,
+            chunks_per_epoch=len(chunks),
+        )
     replica, start_args = _replica_task(strategy, estimator)
     with concurrent.futures.ThreadPoolExecutor(n_replicas) as pool:
         futures = [

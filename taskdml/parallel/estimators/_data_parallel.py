@@ -34,11 +34,13 @@ line. The wrapper itself does four things and leaves the training to the engine:
 
 import math
 import numbers
+import time
 
 import dask
 import dask.array as da
 import numpy as np
 import xarray as xr
+from dask.utils import format_bytes
 from scipy import sparse
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone, is_classifier, is_regressor
 from sklearn.utils import check_random_state, get_tags
@@ -54,7 +56,14 @@ from sklearn.utils.validation import (
 
 from taskdml._apply import apply_chunkwise
 from taskdml._client import current_client
-from taskdml._data import as_dask, is_frame, outside_annotations, partition_lengths, unwrap
+from taskdml._data import (
+    as_dask,
+    is_chunked,
+    is_frame,
+    outside_annotations,
+    partition_lengths,
+    unwrap,
+)
 from taskdml._keys import key_name
 from taskdml._meta import estimator_has, wrapped_tags
 from taskdml.exceptions import DataError
@@ -65,6 +74,10 @@ from taskdml.parallel.engine._train import DEFAULT_STALENESS, train
 __all__ = ["DataParallel"]
 
 _PREFIX = "dataparallel"
+LOCAL_MAX_BYTES = 64 * 2**20
+"""In-memory data up to this size is fitted with ``estimator.fit`` in this process when
+``epochs="auto"``: below it, shipping the data to replicas and coordinating them costs more
+than the training saves (``benchmarks/parity.py`` measures where the two cross)."""
 _OPTIONS = _options.names("DataParallel")
 # In-memory data is split into at most max(2, n_workers) chunks of at least this many rows.
 _MIN_CHUNK_ROWS = 32
@@ -88,8 +101,16 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         ``"sync"``: model averaging every ``sync_every`` chunks (deterministic for a seed and
         a number of replicas). ``"async"``: a parameter server with a ``staleness`` bound (not
         deterministic). ``"sequential"``: one replica through every chunk.
-    epochs : int, default=1
-        Passes over the data.
+    epochs : int or "auto", default="auto"
+        Passes over the data. ``"auto"`` trains as far as ``estimator.fit`` would: up to
+        its ``max_iter``, stopping with its ``tol`` and ``n_iter_no_change`` on the training
+        loss of each epoch (measured on every chunk just before it is trained on, as
+        scikit-learn's SGD measures it), or on a held-out ``validation_fraction`` of the rows
+        when it sets ``early_stopping``; k-means follows ``max_no_improvement``, naive
+        Bayes, scalers and IncrementalPCA make one pass. ``stats_["stopping"]`` says which
+        rule ran and ``stats_["stopped"]`` why training ended. In-memory data of at most
+        ``LOCAL_MAX_BYTES`` (and data of one chunk) is fitted with ``estimator.fit`` where it
+        lies: distributing it cannot pay (``strategy_ == "fit"``, ``stats_["local"]``).
     sync_every : int or "auto", default="auto"
         Chunks each replica trains between two merges (``"sync"``). ``"auto"`` chooses the
         period from the measured seconds per chunk and per merge, so that merging takes at
@@ -145,7 +166,8 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         ``block_s`` and ``round_s``, what the period was chosen from. ``partial_fit``
         appends. With ``"async"`` there is one entry for all the epochs of a call.
     n_epochs_ : int
-        Epochs trained since the last ``fit`` (fewer than ``epochs`` after early stopping).
+        Epochs trained since the last ``fit`` (fewer than ``epochs`` after early stopping;
+        ``estimator_.n_iter_`` after a ``fit`` where the data lies).
     strategy_ : str
         What ran last: ``"sync"``, ``"async"``, ``"sequential"`` (also after a fallback), or
         ``"fit"`` (one ``fit`` on all the data, for an estimator without ``partial_fit``).
@@ -194,7 +216,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         estimator,
         *,
         strategy="sync",
-        epochs=1,
+        epochs="auto",
         sync_every="auto",
         staleness=DEFAULT_STALENESS,
         shuffle=True,
@@ -285,6 +307,9 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
                 f"{type(self).__name__} requires y to be passed, but the target y is None."
             )
         client = current_client()
+        here = self._fits_here(X, y, sample_weight, classes, first, epochs)
+        if here is not None:
+            return self._fit_here(X, y, sample_weight, here)
         if _tabular.is_pipeline(self.estimator) and _is_pandas_frame(X):
             X = outside_annotations(self._frame_chunks, X, client)
         if is_frame(X):
@@ -298,7 +323,9 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             feature_names = _feature_names(X) if first else getattr(self, "feature_names_in_", None)
             X, y, sample_weight = self._in_memory_training_data(X, y, sample_weight, first, client)
         seed = int(rng.randint(np.iinfo(np.int32).max))
-        X, y, sample_weight, validation = self._validation_data(X, y, sample_weight, seed)
+        X, y, sample_weight, validation = self._validation_data(
+            X, y, sample_weight, seed, self._validation(epochs, is_frame(X))
+        )
         if not first and is_classifier(self) and classes is None:
             classes = self.classes_
         epochs_before = 0 if first else self.n_epochs_
@@ -358,6 +385,59 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
                 self.__dict__.pop(name, None)
         for name, value in fitted.items():
             setattr(self, name, value)
+        return self
+
+    def _fits_here(self, X, y, sample_weight, classes, first, epochs):
+        """Why ``estimator.fit`` in this process is the training asked for, or None: data
+        in memory and small enough that shipping it to replicas costs more than the
+        training (at most :data:`LOCAL_MAX_BYTES`), a first ``fit`` as far as the
+        estimator's own would go, no ``validation`` of ours to score, and no ``classes``
+        beyond the labels in ``y`` (``fit`` would not know them)."""
+        if not first or epochs != "auto" or self.validation is not None:
+            return None
+        if is_chunked(X) or any(is_chunked(a) for a in (y, sample_weight) if a is not None):
+            return None
+        nbytes = sum(_nbytes(a) for a in (X, y, sample_weight) if a is not None)
+        if nbytes > LOCAL_MAX_BYTES:
+            return None
+        if classes is not None and (
+            y is None or not np.array_equal(np.unique(classes), np.unique(np.asarray(y)))
+        ):
+            return None
+        if not _tabular.is_pipeline(self.estimator) and not _all_finite(X):
+            return None  # the engine names the chunk and the rows
+        return (
+            f"in-memory data of {format_bytes(nbytes)} (at most {format_bytes(LOCAL_MAX_BYTES)}): "
+            "estimator.fit in this process, where the data lies; shipping it to replicas "
+            "would cost more than the training"
+        )
+
+    def _fit_here(self, X, y, sample_weight, reason):
+        """``estimator.fit`` on in-memory data, in this process (see :meth:`_fits_here`)."""
+        estimator = clone(self.estimator)
+        began = time.perf_counter()
+        kwargs = {} if sample_weight is None else {"sample_weight": sample_weight}
+        estimator.fit(X, **kwargs) if y is None else estimator.fit(X, y, **kwargs)
+        wall = time.perf_counter() - began
+        rows = _n_rows(X)
+        epochs = int(np.max(getattr(estimator, "n_iter_", 1)))
+        self.estimator_ = estimator
+        self.history_ = [{"epoch": epochs, "duration_s": wall, "samples_seen": rows * epochs}]
+        self.n_epochs_ = epochs
+        self.strategy_ = "fit"
+        self.stats_ = {
+            "local": reason,
+            "wall_s": wall,
+            "n_samples": rows,
+            "stopping": "estimator.fit",
+            "stopped": f"estimator.fit ended after {epochs} epochs (n_iter_)",
+        }
+        self.n_features_in_ = estimator.n_features_in_
+        for name in ("feature_names_in_", "classes_"):
+            if hasattr(estimator, name):
+                setattr(self, name, getattr(estimator, name))
+            else:
+                self.__dict__.pop(name, None)
         return self
 
     def _check_params(self):
@@ -469,9 +549,20 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
                 raise ValueError(f"sample_weight must be 1-D; got shape {sample_weight.shape}.")
         return X, y, sample_weight
 
-    def _validation_data(self, X, y, sample_weight, seed):
+    def _validation(self, epochs, frame):
+        """The ``validation`` of this training: ours, or, when ``epochs="auto"`` follows an
+        estimator that holds rows out to stop on (``early_stopping=True``), its
+        ``validation_fraction`` (of arrays: a table's training stops on its training loss)."""
+        if self.validation is not None or epochs != "auto" or frame:
+            return self.validation
+        final = self.estimator.steps[-1][1] if _tabular.is_pipeline(self.estimator) else None
+        final = final or self.estimator
+        if getattr(final, "early_stopping", False) is True:
+            return getattr(final, "validation_fraction", None)
+        return None
+
+    def _validation_data(self, X, y, sample_weight, seed, validation):
         """``(X, y, sample_weight, validation)`` with the validation rows held out if asked."""
-        validation = self.validation
         if validation is None:
             return X, y, sample_weight, None
         if not isinstance(validation, numbers.Real):
@@ -814,6 +905,31 @@ def _can_partial_fit(meta):
             "no attribute 'partial_fit'"
         )
     return estimator_has("partial_fit", "estimator_")(meta)
+
+
+def _nbytes(data):
+    """Bytes of in-memory data: an array, a sparse matrix, a pandas object or a list."""
+    if sparse.issparse(data):
+        data = data.tocsr()
+        return data.data.nbytes + data.indices.nbytes + data.indptr.nbytes
+    if hasattr(data, "memory_usage"):  # pandas
+        usage = data.memory_usage(deep=True)
+        return int(usage.sum() if hasattr(usage, "sum") else usage)
+    return int(np.asarray(data).nbytes)
+
+
+def _all_finite(X):
+    """Whether numeric in-memory *X* holds no NaN or infinity (other data: True, its
+    estimator checks it)."""
+    values = X.tocsr().data if sparse.issparse(X) else np.asarray(X)
+    if not np.issubdtype(values.dtype, np.number):
+        return True
+    return bool(np.isfinite(values).all())
+
+
+def _n_rows(data):
+    """Rows of in-memory data (anything ``numpy.asarray`` reads, a sparse matrix, pandas)."""
+    return data.shape[0] if hasattr(data, "shape") else np.asarray(data).shape[0]
 
 
 def _is_pandas_frame(X):

@@ -86,6 +86,7 @@ from taskdml.parallel.merge import _linear as _merge_linear
 from taskdml.parallel.merge import _meta as _merge_meta
 from taskdml.parallel.merge import _moments as _merge_moments
 from taskdml.parallel.merge import _neural as _merge_neural
+from taskdml.parallel.merge import _stopping
 from taskdml.parallel.merge._neural import register_mlp_merge
 from taskdml.parallel.merge._registry import (
     MergeRule,
@@ -125,6 +126,7 @@ def _register_builtin_rules():
             notes=_merge_linear.SGD_NOTES,
             private_state=_SGD_BUFFERS,
             start_state=_SGD_START,
+            stopping=_stopping.sgd_stopping,
         )
     for cls in (MLPClassifier, MLPRegressor):
         _merge_neural.register_mlp_merge(cls)
@@ -134,6 +136,7 @@ def _register_builtin_rules():
         prepare=_merge_neural.prepare_rbm,
         family="rbm",
         notes=_merge_neural.RBM_NOTES,
+        stopping=_stopping.passes("n_iter"),
     )
     for cls in (MultinomialNB, ComplementNB, BernoulliNB):
         register_merge(
@@ -205,6 +208,7 @@ def _register_builtin_rules():
         private_state=("_counts", "_n_since_last_reassign"),
         start_state=("cluster_centers_", "_counts", "n_steps_"),
         min_rows=_merge_cluster.minibatch_kmeans_min_rows,
+        stopping=_stopping.kmeans_stopping,
     )
     register_merge(
         LatentDirichletAllocation,
@@ -213,6 +217,7 @@ def _register_builtin_rules():
         family="online-lda",
         notes=_merge_decomposition.LDA_NOTES,
         start_state=("n_batch_iter_",),
+        stopping=_stopping.passes("max_iter"),
     )
     register_merge(
         MiniBatchNMF,

@@ -47,6 +47,7 @@ from sklearn.utils.validation import validate_data
 
 from taskdml._compat import AdamOptimizer, SGDOptimizer
 from taskdml.parallel.merge._registry import register_merge, round_start
+from taskdml.parallel.merge._stopping import mlp_stopping
 from taskdml.parallel.merge._util import (
     proportions,
     seen_since_start,
@@ -334,4 +335,5 @@ def register_mlp_merge(estimator_class, *, compensate=True):
         private_state=("_optimizer", "_no_improvement_count"),
         start_state=MLP_START,
         min_rows=mlp_min_rows,
+        stopping=mlp_stopping,
     )

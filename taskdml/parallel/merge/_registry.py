@@ -86,6 +86,11 @@ class MergeRule:
         of this configuration accepts (``IncrementalPCA``: ``n_components``). The engine
         merges smaller chunks with their neighbours so that every block a replica trains on
         holds at least that many. None means any non-empty batch.
+    stopping : callable or None
+        ``stopping(estimator, n_samples) -> Stopping``: how far this family's own ``fit``
+        trains, read from the estimator's parameters
+        (:mod:`taskdml.parallel.merge._stopping`); the engine follows it when asked to train
+        as far as ``fit`` would (``epochs="auto"``). None means one pass.
     """
 
     fn: Callable
@@ -98,6 +103,7 @@ class MergeRule:
     private_state: tuple = ()
     start_state: tuple = ()
     min_rows: Callable | None = None
+    stopping: Callable | None = None
 
     def __post_init__(self):
         if not callable(self.fn):
@@ -106,6 +112,8 @@ class MergeRule:
             raise TypeError(f"MergeRule.min_rows must be callable or None, got {self.min_rows!r}.")
         if self.prepare is not None and not callable(self.prepare):
             raise TypeError(f"MergeRule.prepare must be callable or None, got {self.prepare!r}.")
+        if self.stopping is not None and not callable(self.stopping):
+            raise TypeError(f"MergeRule.stopping must be callable or None, got {self.stopping!r}.")
         if self.reference not in ("serial", "one_call"):
             raise ValueError(
                 f"MergeRule.reference must be 'serial' or 'one_call', got {self.reference!r}."
@@ -125,6 +133,7 @@ def register_merge(
     private_state=(),
     start_state=(),
     min_rows=None,
+    stopping=None,
 ):
     """Register how replicas of ``estimator_class`` (and its subclasses) are merged.
 
@@ -134,7 +143,8 @@ def register_merge(
         The estimator class; subclasses inherit the rule unless they register their own.
     merge_fn : callable
         ``merge_fn(replicas, weights) -> estimator``; see :class:`MergeRule`.
-    exact, exact_when, prepare, family, notes, reference, private_state, start_state, min_rows
+    exact, exact_when, prepare, family, notes, reference, private_state, start_state, min_rows, \
+stopping
         See :class:`MergeRule`. ``family`` defaults to the class name.
 
     Returns
@@ -171,6 +181,7 @@ def register_merge(
         private_state=tuple(private_state),
         start_state=tuple(start_state),
         min_rows=min_rows,
+        stopping=stopping,
     )
     RULES.register(estimator_class, rule)
     return rule

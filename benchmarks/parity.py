@@ -1,0 +1,290 @@
+"""Parity: ``DataParallel(est).fit`` with its defaults against ``est.fit``, family by family.
+
+The promise users read into ``DataParallel``: swap ``est.fit(X, y)`` for
+``DataParallel(est).fit(X, y)`` and get the same model, faster. For every estimator family
+taskdml trains data-parallel and the data sets scikit-learn bundles (breast_cancer, digits,
+wine, iris, diabetes), a synthetic table with a categorical column, and synthetic arrays of
+10^5 and 10^6 rows (``--sizes``), this script fits each estimator both ways, with defaults on
+both sides (only ``random_state`` set), on the same training split, and scores both on the
+same test split (25 %, stratified for classifiers): accuracy for classifiers, R² for
+regressors, inertia for k-means (relative difference), explained variance for
+IncrementalPCA. Linear models and the MLP get a ``StandardScaler`` in front, as a user would
+write them (``make_pipeline``), on both sides.
+
+Reported per row: both scores and their difference (points, or relative for inertia), the
+seconds of ``est.fit``, of ``DataParallel``'s first call on the data set, and the median of
+``--repeats`` warm calls, their ratios to ``est.fit``, what ran (``strategy_``, epochs) and why
+it stopped. The cluster is a ``LocalCluster`` of ``--workers`` worker processes × 1 thread
+started by the script (its start is not counted); in-memory data goes in as NumPy or pandas,
+as a user passes it, and the large arrays also as dask arrays of 8 chunks persisted on the
+workers (``dask`` rows). Nothing here asserts: the suite's quick version
+(``tests/parallel/test_parity.py``) asserts the score parity, not the time.
+
+``python benchmarks/parity.py`` rewrites its block of ``benchmarks/RESULTS.md``; ``--quick``
+is a smoke run (bundled data sets and 10^5 rows, one warm repeat) that prints only.
+"""
+
+import argparse
+import datetime
+import statistics
+import time
+import warnings
+
+import _results
+import numpy as np
+
+PACKAGES = ("taskdml", "dask", "distributed", "scikit-learn", "numpy", "pandas")
+
+
+def estimators(task):
+    """``(family, estimator)`` pairs for a task: ``"classification"``, ``"regression"``."""
+    from sklearn.cluster import MiniBatchKMeans
+    from sklearn.decomposition import IncrementalPCA
+    from sklearn.linear_model import Perceptron, SGDClassifier, SGDRegressor
+    from sklearn.naive_bayes import GaussianNB
+    from sklearn.neural_network import MLPClassifier, MLPRegressor
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    def scaled(model):
+        return make_pipeline(StandardScaler(), model)
+
+    if task == "classification":
+        return [
+            ("SGDClassifier(hinge)", scaled(SGDClassifier(random_state=0))),
+            ("SGDClassifier(log_loss)", scaled(SGDClassifier(loss="log_loss", random_state=0))),
+            ("Perceptron", scaled(Perceptron(random_state=0))),
+            ("MLPClassifier", scaled(MLPClassifier(random_state=0))),
+            ("GaussianNB", GaussianNB()),
+            ("MiniBatchKMeans", MiniBatchKMeans(n_clusters=8, random_state=0, n_init=3)),
+            ("IncrementalPCA(5)", IncrementalPCA(n_components=5)),
+        ]
+    if task == "table":
+        from sklearn.compose import make_column_transformer
+        from sklearn.preprocessing import OneHotEncoder
+
+        encode = make_column_transformer((OneHotEncoder(), ["site"]), remainder=StandardScaler())
+        return [("Pipeline(OneHot+Scaler, SGD log_loss)", make_pipeline(
+            encode, SGDClassifier(loss="log_loss", random_state=0)
+        ))]  # fmt: skip
+    return [
+        ("SGDRegressor", scaled(SGDRegressor(random_state=0))),
+        ("MLPRegressor", scaled(MLPRegressor(random_state=0))),
+    ]
+
+
+def site_table():
+    """The breast-cancer measurements repeated to 18,000 rows with a ``site`` column (six
+    sites) whose last site has its labels flipped: a table a linear model needs the category
+    for (the case issue 25 reported)."""
+    import pandas as pd
+    from sklearn.datasets import load_breast_cancer
+
+    frame, y = load_breast_cancer(return_X_y=True, as_frame=True)
+    reps = -(-18_000 // len(frame))
+    rng = np.random.default_rng(0)
+    table = pd.concat([frame] * reps, ignore_index=True).iloc[:18_000]
+    table = table + rng.normal(0, 0.01, table.shape) * table.std().to_numpy()
+    y = np.tile(y.to_numpy(), reps)[:18_000]
+    site = rng.integers(0, 6, len(table))
+    table.insert(0, "site", pd.Categorical([f"site-{s}" for s in site]))
+    return table, np.where(site == 5, 1 - y, y)
+
+
+def datasets(sizes):
+    """``(name, task, X, y)``: the bundled data sets, a table with a categorical column, and
+    synthetic arrays of each size in *sizes*."""
+    from sklearn import datasets as sk
+
+    found = [
+        ("breast_cancer", "classification", *sk.load_breast_cancer(return_X_y=True)),
+        ("digits", "classification", *sk.load_digits(return_X_y=True)),
+        ("wine", "classification", *sk.load_wine(return_X_y=True)),
+        ("iris", "classification", *sk.load_iris(return_X_y=True)),
+        ("diabetes", "regression", *sk.load_diabetes(return_X_y=True)),
+        ("site table 18,000 x 31", "table", *site_table()),
+    ]
+    for rows in sizes:
+        X, y = sk.make_classification(
+            rows, 20, n_informative=10, flip_y=0.05, class_sep=0.8, random_state=0
+        )
+        found.append((f"synthetic {rows:,} x 20", "classification", X, y))
+    return found
+
+
+def score(model, X, y):
+    """``(name, value)`` of the model's score on the test split."""
+    from sklearn.base import is_classifier, is_regressor
+
+    if is_classifier(model) or is_regressor(model):
+        return "accuracy" if is_classifier(model) else "R2", float(model.score(X, y))
+    final = model.estimator_ if hasattr(model, "estimator_") else model
+    if hasattr(final, "inertia_") or hasattr(final, "cluster_centers_"):
+        return "inertia", float(-final.score(X))
+    # IncrementalPCA: the share of the test split's variance its components explain
+    centred = X - final.mean_
+    kept = centred @ final.components_.T
+    return "explained variance", float((kept**2).sum() / (centred**2).sum())
+
+
+def timed(function):
+    began = time.perf_counter()
+    value = function()
+    return value, time.perf_counter() - began
+
+
+def compare(family, estimator, data, X_train, X_test, y_train, y_test, repeats, as_dask):
+    """One row: ``est.fit`` against ``DataParallel(est).fit`` on the same splits."""
+    import dask.array as da
+    from sklearn.base import clone
+
+    from taskdml import DataParallel
+
+    supervised = family not in ("MiniBatchKMeans", "IncrementalPCA(5)")
+    fit_y = y_train if supervised else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ConvergenceWarning on both sides alike
+        reference, sk_s = timed(lambda: clone(estimator).fit(X_train, fit_y))
+        sk_score = score(reference, X_test, y_test)
+        X_in, y_in = X_train, fit_y
+        if as_dask:
+            X_in = da.from_array(X_train, chunks=(-(-len(X_train) // 8), -1)).persist()
+            y_in = None if fit_y is None else da.from_array(fit_y, chunks=X_in.chunks[0]).persist()
+
+        def ours():
+            return DataParallel(clone(estimator), random_state=0).fit(X_in, y_in)
+
+        model, first_s = timed(ours)
+        warm = [timed(ours)[1] for _ in range(repeats)]
+    dp_score = score(model, X_test, y_test)
+    name, value = sk_score
+    if name == "inertia":
+        diff = (dp_score[1] - value) / value  # relative; lower is better
+    else:
+        diff = dp_score[1] - value
+    return {
+        "family": family,
+        "data": data + (" (dask, 8 chunks)" if as_dask else ""),
+        "metric": name,
+        "sk": value,
+        "dp": dp_score[1],
+        "diff": diff,
+        "sk_s": sk_s,
+        "first_s": first_s,
+        "warm_s": statistics.median(warm),
+        "strategy": model.strategy_,
+        "epochs": model.n_epochs_,
+        "stopped": model.stats_.get("stopped", ""),
+    }
+
+
+def within(row):
+    """Whether the row keeps the promise: within 0.5 points (or 0.5 % of the inertia)."""
+    if row["metric"] == "inertia":
+        return row["diff"] <= 0.005
+    return row["diff"] >= -0.005
+
+
+def measure(args):
+    from dask.distributed import Client, LocalCluster
+    from sklearn.model_selection import train_test_split
+
+    rows = []
+    with (
+        LocalCluster(
+            n_workers=args.workers, threads_per_worker=1, dashboard_address=None
+        ) as cluster,
+        Client(cluster),
+    ):
+        for data, task, X, y in datasets(args.sizes):
+            split = train_test_split(
+                X, y, test_size=0.25, random_state=0, stratify=None if task == "regression" else y
+            )
+            for family, estimator in estimators(task):
+                if family == "MLPClassifier" and len(X) > 200_000 and args.quick:
+                    continue
+                row = compare(family, estimator, data, *split, args.repeats, as_dask=False)
+                rows.append(row)
+                print(_line(row), flush=True)
+                if len(X) >= 100_000 and task != "table":
+                    row = compare(family, estimator, data, *split, args.repeats, as_dask=True)
+                    rows.append(row)
+                    print(_line(row), flush=True)
+    return rows
+
+
+def _line(row):
+    return (
+        f"{row['family']:24} {row['data']:36} {row['metric']:9} sk {row['sk']:.4f} "
+        f"dp {row['dp']:.4f} diff {row['diff']:+.4f}  fit {row['sk_s']:.3f}s first "
+        f"{row['first_s']:.3f}s warm {row['warm_s']:.3f}s  {row['strategy']} "
+        f"{row['epochs']} epochs"
+    )
+
+
+def report(rows, facts):
+    lines = [
+        f"Command: `{facts['command']}`  ",
+        f"Date: {facts['date']} UTC; whole benchmark {facts['wall_s']:.0f} s  ",
+        f"Machine: {_results.machine_line(facts['machine'])}  ",
+        f"Versions: {_results.versions_line(facts['versions'])}  ",
+        f"Cluster: LocalCluster, {facts['workers']} worker processes × 1 thread, 127.0.0.1.",
+        "",
+        "Scores on the same 25 % test split; *diff*: DataParallel − est.fit in points "
+        "(inertia: relative, lower is better); *first*: DataParallel's first call on the "
+        "data set, *warm*: median of the calls after it; × = seconds / est.fit's seconds. "
+        "*within*: the 0.5-point promise kept.",
+        "",
+        "| family | data | metric | est.fit | DataParallel | diff | within | est.fit s "
+        "| first s (×) | warm s (×) | ran | epochs | stopped |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        diff = (
+            f"{row['diff'] * 100:+.2f} %"
+            if row["metric"] == "inertia"
+            else (f"{row['diff'] * 100:+.2f}")
+        )
+        lines.append(
+            f"| {row['family']} | {row['data']} | {row['metric']} | {row['sk']:.4f} "
+            f"| {row['dp']:.4f} | {diff} | {'yes' if within(row) else '**no**'} "
+            f"| {row['sk_s']:.3f} | {row['first_s']:.3f} ({row['first_s'] / row['sk_s']:.2f}×) "
+            f"| {row['warm_s']:.3f} ({row['warm_s'] / row['sk_s']:.2f}×) | {row['strategy']} "
+            f"| {row['epochs']} | {row['stopped']} |"
+        )
+    kept = sum(within(row) for row in rows)
+    lines += ["", f"Within 0.5 points: {kept} of {len(rows)} rows."]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="*", default=None, help="synthetic rows")
+    parser.add_argument("--repeats", type=int, default=3, help="warm calls per row")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="a smoke run that prints only")
+    parser.add_argument("--out", default=_results.RESULTS, help="markdown file to update")
+    args = parser.parse_args(argv)
+    if args.sizes is None:
+        args.sizes = [100_000] if args.quick else [100_000, 1_000_000]
+    if args.quick:
+        args.repeats = 1
+    began = time.perf_counter()
+    rows = measure(args)
+    facts = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+        "command": "python benchmarks/parity.py" + (" --quick" if args.quick else ""),
+        "machine": _results.machine(),
+        "versions": _results.versions(PACKAGES),
+        "workers": args.workers,
+        "wall_s": time.perf_counter() - began,
+    }
+    text = report(rows, facts)
+    print(text)
+    if not args.quick:
+        title = "Parity with `est.fit` (`benchmarks/parity.py`)"
+        _results.write_section(args.out, text, "parity.py", title)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""``epochs="auto"``: training goes as far as the estimator's own ``fit`` would.
+
+Oracles: a reference loop of sync replicas written in ``reference_loops`` (its loss before each
+chunk, scikit-learn's no-improvement count, written there from the definition), the hinge
+loss written here, scikit-learn's ``fit`` itself (the in-memory route must be it, bit for
+bit), and ``GaussianNB.fit`` for a one-pass family.
+"""
+
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.datasets import load_breast_cancer, load_digits
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import SGDClassifier
+from sklearn.naive_bayes import GaussianNB
+from sklearn.preprocessing import StandardScaler
+
+from taskdml import DataParallel
+from taskdml.parallel import train
+from tests.parallel.reference_loops import (
+    chunks_of,
+    merge_linear_sgd,
+    reference_sync_until,
+)
+
+X_NP, Y_NP = load_breast_cancer(return_X_y=True)
+X_NP = StandardScaler().fit_transform(X_NP)
+CHUNK_ROWS = (100, 100, 100, 100, 100, 69)
+
+
+def _dask(X, y):
+    return da.from_array(X, chunks=(CHUNK_ROWS, -1)), da.from_array(y, chunks=(CHUNK_ROWS,))
+
+
+def hinge(model, X, y):
+    """The hinge loss of a binary linear model, summed over rows, from its definition."""
+    signs = np.where(y == model.classes_[1], 1.0, -1.0)
+    return float(np.maximum(0.0, 1.0 - model.decision_function(X) * signs).sum())
+
+
+@pytest.mark.parametrize("n_replicas", [1, 2])
+def test_sync_auto_stops_where_the_reference_loop_does(n_replicas):
+    """Sync replicas with epochs="auto" train the epochs, the losses and the model of the
+    reference loop that stops by scikit-learn's rule on the progressive hinge loss."""
+    estimator = SGDClassifier(max_iter=40, tol=1e-3, n_iter_no_change=3, random_state=0)
+    result = train(
+        clone(estimator),
+        *_dask(X_NP, Y_NP),
+        epochs="auto",
+        n_replicas=n_replicas,
+        sync_every=1,
+        shuffle=False,
+        client=False,
+    )
+    expected, means = reference_sync_until(
+        clone(estimator),
+        chunks_of(X_NP, Y_NP, CHUNK_ROWS),
+        np.unique(Y_NP),
+        merge_linear_sgd,
+        hinge,
+        n_replicas=n_replicas,
+        sync_every=1,
+        max_epochs=40,
+        tol=1e-3,
+        patience=3,
+    )
+    assert len(means) < 40  # the rule stopped it, not the epoch limit
+    assert [entry["epoch"] for entry in result.history] == list(range(1, len(means) + 1))
+    np.testing.assert_allclose([e["train_loss"] for e in result.history], means, rtol=1e-10)
+    np.testing.assert_allclose(result.estimator.coef_, expected.coef_, rtol=1e-10)
+    assert "did not improve by tol=0.001 for 3 epochs" in result.stats["stopped"]
+    assert result.stats["stopping"].startswith("SGDClassifier(max_iter=40")
+
+
+def test_sequential_auto_follows_the_same_rule():
+    """One replica through the chunks (sequential) stops where one sync replica does: the
+    same reference loop with R = 1."""
+    estimator = SGDClassifier(max_iter=40, tol=1e-3, n_iter_no_change=3, random_state=0)
+    result = train(
+        clone(estimator), *_dask(X_NP, Y_NP), epochs="auto", strategy="sequential",
+        shuffle=False, client=False,
+    )  # fmt: skip
+    expected, means = reference_sync_until(
+        clone(estimator), chunks_of(X_NP, Y_NP, CHUNK_ROWS), np.unique(Y_NP),
+        merge_linear_sgd, hinge, n_replicas=1, sync_every=1, max_epochs=40, tol=1e-3,
+        patience=3,
+    )  # fmt: skip
+    np.testing.assert_allclose([e["train_loss"] for e in result.history], means, rtol=1e-10)
+    np.testing.assert_allclose(result.estimator.coef_, expected.coef_, rtol=1e-10)
+
+
+def test_the_epoch_limit_warns_as_scikit_learn_does():
+    """max_iter reached before the loss settles: ConvergenceWarning, and stats say so."""
+    with pytest.warns(ConvergenceWarning, match="maximum number of epochs"):
+        result = train(
+            SGDClassifier(max_iter=2, random_state=0), *_dask(X_NP, Y_NP), epochs="auto",
+            n_replicas=2, client=False,
+        )  # fmt: skip
+    assert len(result.history) == 2 and result.stats["stopped"] == "2 epochs done"
+
+
+def test_async_auto_stops_on_the_servers_epoch_losses(client):
+    """Async replicas on the cluster: the server adds every push's loss to its epoch and stops
+    the training by the rule; the losses it recorded follow it (no epoch after the stop)."""
+    estimator = SGDClassifier(max_iter=60, tol=1e-3, n_iter_no_change=3, random_state=0)
+    result = train(
+        estimator, *_dask(X_NP, Y_NP), epochs="auto", strategy="async", n_replicas=2,
+        random_state=0, client=client,
+    )  # fmt: skip
+    losses = [entry["train_loss"] for entry in result.history if "train_loss" in entry]
+    # scikit-learn's rule, written here, says the last recorded epoch is the one to stop at
+    best, count, stop_at = np.inf, 0, None
+    for epoch, value in enumerate(losses, start=1):
+        count = count + 1 if value > best - 1e-3 else 0
+        best = min(best, value)
+        if count >= 3 and stop_at is None:
+            stop_at = epoch
+    assert stop_at == result.history[-1]["epoch"] < 60
+    assert "did not improve" in result.stats["stopped"]
+
+
+def test_one_pass_family_equals_its_fit(client):
+    """GaussianNB: "auto" is one pass (its fit makes one), and the merged model equals
+    GaussianNB.fit on all rows."""
+    X, y = load_digits(return_X_y=True)
+    model = DataParallel(GaussianNB()).fit(da.from_array(X, chunks=450), da.from_array(y, 450))
+    reference = GaussianNB().fit(X, y)
+    assert model.n_epochs_ == 1 and model.strategy_ == "sync"
+    np.testing.assert_allclose(model.estimator_.theta_, reference.theta_, rtol=1e-10)
+    np.testing.assert_allclose(model.estimator_.var_, reference.var_, rtol=1e-8)
+
+
+def test_small_in_memory_data_is_fitted_here_like_fit(client):
+    """In-memory data of a few hundred KiB: DataParallel's default is est.fit where the data
+    lies, so the model is scikit-learn's, bit for bit, and it says why."""
+    estimator = SGDClassifier(random_state=0)
+    model = DataParallel(estimator).fit(X_NP, Y_NP)
+    reference = clone(estimator).fit(X_NP, Y_NP)
+    np.testing.assert_array_equal(model.estimator_.coef_, reference.coef_)
+    assert model.strategy_ == "fit" and model.n_epochs_ == reference.n_iter_
+    assert "in-memory data" in model.stats_["local"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # explicit epochs keep their meaning: replicas
+        explicit = DataParallel(clone(estimator), epochs=2, random_state=0).fit(X_NP, Y_NP)
+    assert explicit.strategy_ == "sync" and explicit.n_epochs_ == 2
