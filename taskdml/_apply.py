@@ -14,7 +14,7 @@ objects, or futures pinned where a part lives; :func:`make_task` for one) and :f
 (the per-part results as one dask array of rows).
 
 Models whose parts live on workers are not applied here: they answer through
-:mod:`taskdml._parts`, computing where their parts are (with :func:`map_parts` and
+:mod:`taskdml._parts`, computing where their parts are (with :func:`make_task` and
 :func:`stacked`).
 """
 
