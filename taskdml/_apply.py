@@ -8,8 +8,14 @@ it, not once per chunk), the output's dtype and trailing shape come from a probe
 is. Preprocessing applied before a model (:func:`transformed`) is the same thing with
 ``transform`` over a list of fitted transformers.
 
+Chunks that are not one dask array are applied with the same pieces: :func:`map_parts` (a
+task per part, for the partitions of a table or the chunks a model's shards predict on: delayed
+objects, or futures pinned where a part lives; :func:`make_task` for one) and :func:`stacked`
+(the per-part results as one dask array of rows).
+
 Models whose parts live on workers are not applied here: they answer through
-:mod:`taskdml._parts`, computing where their parts are.
+:mod:`taskdml._parts`, computing where their parts are (with :func:`make_task` and
+:func:`stacked`).
 """
 
 import numpy as np
@@ -104,3 +110,85 @@ def transformed(X, transformers):
         chunks=(X.chunks[0], (n_features,)),
         name=_keys.key_name("transform", X.name, fitted.key, phase="transform"),
     )
+
+
+def map_parts(function, parts, *args, keys, client=None, **where):
+    """``function(*args, part)`` for every part, one task each.
+
+    Parameters
+    ----------
+    function : callable
+        Module-level, so that it pickles.
+    parts : list
+        Delayed objects or futures (the row chunks of a table, the blocks of an array), or
+        in-memory values.
+    *args
+        Leading arguments, the same for every part (a model, a transformer).
+    keys : list
+        The key of each part's task (see :func:`taskdml._keys.key_name`).
+    client : distributed.Client, optional
+        Submit the tasks now, as futures (with *where*'s ``workers=`` and
+        ``allow_other_workers=``, to run where a model's part lives); delayed objects without.
+
+    Returns
+    -------
+    list
+        One delayed object or future per part.
+
+    Examples
+    --------
+    >>> import dask
+    >>> parts = [dask.delayed(list)(range(n)) for n in (2, 3)]
+    >>> dask.compute(*map_parts(len, parts, keys=[("demo-len", 0), ("demo-len", 1)]))
+    (2, 3)
+    """
+    return [
+        make_task(function, *args, part, key=key, client=client, **where)
+        for part, key in zip(parts, keys)
+    ]
+
+
+def make_task(function, *args, key, client=None, **where):
+    """``function(*args)`` as one task named *key*: a future submitted by *client* (with
+    *where*'s ``workers=`` and ``allow_other_workers=``), or a delayed object without one."""
+    if client is not None:
+        return client.submit(function, *args, key=key, **where)
+    import dask
+
+    return dask.delayed(function, pure=True)(*args, dask_key_name=key)
+
+
+def stacked(values, rows, *, dtype, width=None):
+    """One dask array of rows from per-part results, without computing them.
+
+    Parameters
+    ----------
+    values : list
+        Delayed objects or futures, one per part, each computing a NumPy array of that
+        part's rows.
+    rows : sequence of int
+        The rows of each part.
+    dtype : dtype
+    width : int, optional
+        Columns of each result; 1-D results without.
+
+    Returns
+    -------
+    dask.array.Array
+        Chunked as the parts.
+
+    Examples
+    --------
+    >>> import dask
+    >>> import numpy as np
+    >>> values = [dask.delayed(np.ones)((n, 2)) for n in (2, 3)]
+    >>> stacked(values, [2, 3], dtype=float, width=2).chunks
+    ((2, 3), (2,))
+    """
+    import dask.array as da
+
+    pieces = [
+        da.from_delayed(value, shape=(n,) if width is None else (n, width), dtype=dtype)
+        for value, n in zip(values, rows)
+    ]
+    return da.concatenate(pieces) if len(pieces) > 1 else pieces[0]

@@ -74,6 +74,30 @@ def test_connect_warms_only_the_clusters_it_starts(cluster):
         assert all("taskdml-warm" not in names for names in client.run(_plugins).values())
 
 
+@pytest.mark.parametrize(
+    "block",
+    [
+        {"dashboard_address": ":0"},
+        {"spec": {"class": "distributed:LocalCluster", "kwargs": {"dashboard_address": "0"}}},
+        {"spec": {"class": "distributed:LocalCluster", "kwargs": {}}},
+    ],
+    ids=["port-only", "spec-port-only", "spec-default"],
+)
+def test_embedded_dashboard_binds_loopback(block):
+    """A LocalCluster started here serves its dashboard on 127.0.0.1 when the file gives a
+    port without a host (which distributed binds to 0.0.0.0) or nothing (LocalCluster's own
+    default is ":8787")."""
+    from taskdml.cluster._connect import _start
+
+    options = {"n_workers": 1, "processes": False, "threads_per_worker": 1}
+    if "spec" in block:
+        block["spec"]["kwargs"].update(options)
+    else:
+        block = {**block, **options}
+    with _start(block, None, None) as cluster:
+        assert cluster.scheduler.http_server.address == "127.0.0.1"
+
+
 def _plugins(dask_worker):
     return sorted(name for name in dask_worker.plugins if name.startswith("taskdml-warm"))
 

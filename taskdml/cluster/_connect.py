@@ -3,8 +3,10 @@
 Precedence: an explicit ``Client`` > an address given on the command line (``--scheduler``) >
 the pipeline's ``cluster`` block (``taskdml run --cluster MODULE:CLASS`` sets its ``spec.class``)
 (``address``, ``spec`` or LocalCluster settings) > a LocalCluster with one single-threaded
-worker process per core. Everything taskdml starts itself binds to 127.0.0.1; a cluster class
-named in ``spec`` is the user's choice and binds where it is told.
+worker process per core. Everything taskdml starts itself binds to 127.0.0.1, the dashboard
+too unless its address names a host (:func:`loopback_dashboard`: distributed serves a port
+alone on every interface), a ``spec`` LocalCluster's as well; any other cluster class named in
+``spec`` is the user's choice and binds where it is told.
 
 Any deployment, one pipeline file: an address may be ``tcp://`` or ``tls://``, the latter with
 the block's ``security`` (the keyword arguments of ``distributed.security.Security``, also given
@@ -467,6 +469,10 @@ def _start(cluster, n_workers, security):
             kwargs["n_workers"] = n_workers
         if security is not None:
             kwargs.setdefault("security", security)
+        if isinstance(cls, type) and issubclass(cls, LocalCluster):  # its default is ":8787"
+            kwargs["dashboard_address"] = loopback_dashboard(
+                kwargs.get("dashboard_address", DASHBOARD_ADDRESS)
+            )
         return _guarded(cls, kwargs)
     kwargs = {
         "n_workers": n_workers or cluster.get("n_workers") or default_workers(),
@@ -474,12 +480,41 @@ def _start(cluster, n_workers, security):
         "processes": cluster.get("processes", True),
         "memory_limit": cluster.get("memory_limit", "auto"),
         "host": "127.0.0.1",
-        "dashboard_address": cluster.get("dashboard_address", "127.0.0.1:8787"),
+        "dashboard_address": loopback_dashboard(
+            cluster.get("dashboard_address", DASHBOARD_ADDRESS)
+        ),
         "silence_logs": logging.ERROR,
     }
     if not kwargs["processes"]:  # threads in this process: inproc:// cannot take a host
         kwargs["protocol"] = "tcp://"
     return _guarded(LocalCluster, kwargs)
+
+
+DASHBOARD_ADDRESS = "127.0.0.1:8787"
+"""Where a LocalCluster started here serves its dashboard when the file does not say."""
+
+
+def loopback_dashboard(address):
+    """*address* for a LocalCluster's dashboard, on 127.0.0.1 unless it names a host.
+
+    distributed serves a dashboard address without a host (``":8787"``, ``"8787"``, the
+    default of ``LocalCluster``) on every interface, 0.0.0.0: the cluster's state, task code
+    and profiles open to the network. A port alone is taken as a port on 127.0.0.1; an
+    address that names a host (``"0.0.0.0:8787"`` to serve the network on purpose) and
+    ``None`` (no dashboard) are kept.
+
+    Examples
+    --------
+    >>> loopback_dashboard(":8787"), loopback_dashboard(0), loopback_dashboard("0.0.0.0:8787")
+    ('127.0.0.1:8787', '127.0.0.1:0', '0.0.0.0:8787')
+    """
+    if address is None:
+        return None
+    addresses = []
+    for part in str(address).split(","):  # distributed takes a comma-separated list
+        host, _, port = part.strip().rpartition(":")
+        addresses.append(part.strip() if host else f"127.0.0.1:{port}")
+    return ",".join(addresses)
 
 
 def _add_silo_workers(cluster, silos):

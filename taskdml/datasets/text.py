@@ -23,6 +23,7 @@ densifies them.
 
 import numpy as np
 
+from taskdml._apply import stacked
 from taskdml._keys import key_name
 
 __all__ = ["TOPICS", "hash_text", "make_documents"]
@@ -80,7 +81,6 @@ def make_documents(
     ((100,), ((50, 50),))
     """
     import dask
-    import dask.array as da
     import xarray as xr
 
     bounds = list(range(0, n_documents, chunk_size)) + [n_documents]
@@ -93,10 +93,8 @@ def make_documents(
         for index, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:]))
     ]
     rows = [stop - start for start, stop in zip(bounds[:-1], bounds[1:])]
-    text = da.concatenate(
-        [da.from_delayed(part[0], (n,), dtype=object) for part, n in zip(parts, rows)]
-    )
-    y = da.concatenate([da.from_delayed(part[1], (n,), dtype=int) for part, n in zip(parts, rows)])
+    text = stacked([part[0] for part in parts], rows, dtype=object)
+    y = stacked([part[1] for part in parts], rows, dtype=int)
     return xr.Dataset({"text": ("sample", text), "y": ("sample", y)})
 
 

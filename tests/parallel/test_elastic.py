@@ -154,6 +154,64 @@ def _held(client, name):
         raise TimeoutError(f"the training never reached its hold {name!r}")
 
 
+class _Holder:
+    """Any actor: the collective of the replica below, never called."""
+
+
+def _waiting_replica(rank, chunks, collective, plan):
+    """A replica task (see ``_train._submit_together``) that says it runs, then waits."""
+    started, go = plan
+    Event(started).set()
+    Event(go).wait()
+    return type(collective).__name__, chunks[0].X.shape
+
+
+def _hold_chunk(chunk, go):
+    """Occupy the chunk's own worker with a task that reads it (so its copy stays there)."""
+    Event(go).wait()
+    return chunk.shape
+
+
+def test_a_replica_outlives_its_collectives_worker_with_its_chunks(wait_for):
+    """The replicas get their actor (the all-reduce or the parameter server) without
+    depending on its key. When the actor's worker leaves, a replica still running elsewhere
+    stays processing to the scheduler, so its worker's copy of the chunks it reads is kept
+    by the active memory manager; a replica depending on the actor was erred with it, the
+    copy dropped while the replica was still executing, and that worker shut down
+    ("Cannot remove replica of ... while ... in state 'executing'")."""
+    from taskdml.parallel.engine import _train
+
+    with (
+        LocalCluster(
+            n_workers=3, processes=False, protocol="tcp://", host="127.0.0.1",
+            threads_per_worker=1, dashboard_address=None,
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):  # fmt: skip
+        server, home, replica = sorted(client.nthreads())
+        actor_future = client.submit(_Holder, actor=True, workers=[server])
+        actor = actor_future.result()
+        chunk = client.submit(np.ones, (4, 2), workers=[home], key="chunk-of-the-replica")
+        started, go = f"started-{uuid.uuid4().hex}", f"go-{uuid.uuid4().hex}"
+        holder = client.submit(_hold_chunk, chunk, go, workers=[home], pure=False)
+        (task,) = _train._submit_together(
+            client, _waiting_replica, (), [[Chunk(chunk, None, None, 0)]], None, actor,
+            (started, go), [replica], "train-replica-test",
+        )  # fmt: skip
+        Event(started, client=client).wait(30)
+        assert set(client.who_has([chunk])[chunk.key]) == {home, replica}
+        (lost,) = [w for w in cluster.workers.values() if w.address == server]
+        client.sync(lost.close)
+        wait_for(lambda: server not in client.nthreads(), 30, "the actor's worker to leave")
+        client.amm.run_once()
+        assert task.status == "pending"  # not erred with the actor: still running
+        assert set(client.who_has([chunk])[chunk.key]) == {home, replica}
+        Event(go, client=client).set()
+        assert task.result(timeout=30) == ("Actor", (4, 2))
+        assert holder.result(timeout=30) == (4, 2)
+        assert replica in client.nthreads()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_worker_joins_and_another_is_killed_during_a_pipelines_training(

@@ -228,3 +228,14 @@ def test_numeric_dask_dataframe_without_a_pipeline(cancer):
     assert list(model.feature_names_in_) == numeric
     assert model.predict(scaled).chunks[0] == tuple(len(p) for p in X.partitions)
     assert model.score(scaled, cancer.label.to_numpy()) > 0.85
+
+
+def test_the_chunkwise_apply_examples_run():
+    """The examples of ``taskdml._apply`` (the one chunk-wise apply: blocks of an array,
+    parts of a table or of a sharded model's chunks) run, without a client."""
+    import doctest
+
+    import taskdml._apply
+
+    failures, tried = doctest.testmod(taskdml._apply)
+    assert tried >= 3 and failures == 0

@@ -32,6 +32,7 @@ from typing import NamedTuple
 import numpy as np
 
 from taskdml import _events, _keys
+from taskdml._apply import stacked
 from taskdml.parallel.engine._stream import is_streamed, read_ahead, read_part
 from taskdml.parallel.engine._tasks import (
     concatenate_parts,
@@ -444,22 +445,14 @@ class ClusterBackend:
 
     def _arrays(self, indices):
         """Dask arrays over the persisted chunks *indices* (no data moves)."""
-        import dask.array as da
-
-        rows, n_features, (x_dtype, y_dtype) = (
-            self.layout.rows,
-            self.layout.n_features,
-            self.plan.dtypes,
-        )
-        X = da.concatenate(
-            [da.from_delayed(self.chunks[i].X, (rows[i], n_features), x_dtype) for i in indices]
+        rows = [self.layout.rows[i] for i in indices]
+        x_dtype, y_dtype = self.plan.dtypes
+        X = stacked(
+            [self.chunks[i].X for i in indices], rows, dtype=x_dtype, width=self.layout.n_features
         )
         if not self.layout.supervised:
             return X, None
-        y = da.concatenate(
-            [da.from_delayed(self.chunks[i].y, (rows[i],), y_dtype) for i in indices]
-        )
-        return X, y
+        return X, stacked([self.chunks[i].y for i in indices], rows, dtype=y_dtype)
 
     def _dataset(self, indices):
         import xarray as xr

@@ -43,6 +43,7 @@ from collections.abc import Callable
 import numpy as np
 
 from taskdml import _keys
+from taskdml._apply import map_parts, stacked
 from taskdml._client import resolve_client
 from taskdml._registry import ClassRegistry
 from taskdml.exceptions import DataError
@@ -422,17 +423,10 @@ class _Chunks:
         return list(dask.compute(*values))
 
     def map(self, function, *args, phase):
-        import dask
-
+        """``function(*args, chunk)`` on every chunk (:func:`taskdml._apply.map_parts`)."""
         name = _keys.key_name("train", function.__name__, args, self.parts, phase=phase)
-        return _Chunks(
-            [
-                dask.delayed(function, pure=True)(*args, part, dask_key_name=(name, i))
-                for i, part in enumerate(self.parts)
-            ],
-            self.rows,
-            self.client,
-        )
+        keys = [(name, i) for i in range(len(self.parts))]
+        return _Chunks(map_parts(function, self.parts, *args, keys=keys), self.rows, self.client)
 
 
 def fit_transformers(estimator, chunks, path=()):
@@ -567,17 +561,11 @@ def chunks_of(X, client):
 def transformed(transformer, chunks):
     """The chunks transformed by the fitted *transformer*, as a dense float64 dask array."""
     import dask
-    import dask.array as da
 
     blocks = chunks.map(_dense, transformer, phase="transform")
     # Only the width of the first block comes back (the blocks stay where they are made).
     width = chunks.compute([dask.delayed(np.shape)(blocks.parts[0])])[0][1]
-    return da.concatenate(
-        [
-            da.from_delayed(part, shape=(rows, width), dtype=np.float64)
-            for part, rows in zip(blocks.parts, chunks.rows)
-        ]
-    )
+    return stacked(blocks.parts, chunks.rows, dtype=np.float64, width=width)
 
 
 def is_pipeline(estimator):

@@ -351,6 +351,42 @@ class ParameterServerLocal(_LocalCollective):
     result = ParameterServerActor.result
 
 
+class Handed:
+    """An actor handed to a task without making the task depend on the actor's key.
+
+    dask reads an ``Actor`` among a task's arguments as a dependency on the actor's key. When
+    the actor's worker dies, the scheduler marks every task depending on it as erred and
+    forgets where they run, without telling their workers, which go on executing them. The
+    chunks a replica task read (copied to its worker) then look unused to the scheduler, whose
+    active memory manager drops the copy; the worker, still executing the replica, refuses
+    ("Cannot remove replica of ... while ... in state 'executing'") with an error that ends
+    its connection, and the worker shuts down. Handed this way, the replicas stay what the
+    scheduler believes: processing until they end or the engine cancels them, which their
+    workers are told. The actor is built again in the task from what pickling it keeps (its
+    class, worker and key), as dask builds it for a dependency.
+    """
+
+    def __init__(self, actor):
+        self.rebuild = actor.__reduce__()
+
+    def received(self):
+        """The actor, in the task that got it."""
+        function, args = self.rebuild
+        return function(*args)
+
+
+def handed(collective):
+    """*collective* as a task's argument: an actor :class:`Handed`, anything else as it is."""
+    from distributed import Actor
+
+    return Handed(collective) if isinstance(collective, Actor) else collective
+
+
+def received(collective):
+    """The collective a task got through :func:`handed`."""
+    return collective.received() if isinstance(collective, Handed) else collective
+
+
 def call(collective, method, *args, stop=None):
     """Call *method* of a collective, an actor (waiting for its result) or a local object alike.
 

@@ -1373,7 +1373,7 @@ def _submit_together(client, function, start_args, owned, left, collective, plan
     after the first, and the others would wait for it."""
     import dask
 
-    tasks = []
+    tasks, collective = [], _collective.handed(collective)  # not a dependency: see Handed
     for rank, (chunks, worker) in enumerate(zip(owned, workers)):
         resume = None if left is None else [_as_argument(c) for c in left[rank]]
         with dask.annotate(workers=[worker], allow_other_workers=False):
@@ -1400,7 +1400,7 @@ def _replica_task_entry(function, rank, start_args, chunks, collective, plan, re
     """A replica task. Its chunks come as plain tuples, where a graph finds their futures
     (it passes a NamedTuple's fields on unread); *resume*: those left of the first epoch
     (sync), or the epoch of each chunk (async, after a lost worker)."""
-    chunks = [Chunk(*c) for c in chunks]
+    chunks, collective = [Chunk(*c) for c in chunks], _collective.received(collective)
     if resume is None:
         return function(rank, *start_args, chunks, collective, plan)
     if function is _replica.async_replica:  # *resume*: the epoch of each chunk

@@ -70,6 +70,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from taskdml import _keys
+from taskdml._apply import make_task, stacked
 from taskdml.parallel.engine._period import check_sync_every
 from taskdml.parallel.merge._registry import register_merge
 
@@ -495,7 +496,6 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
     def _parts(self, X, function):
         """``function(shard, chunk)`` per (chunk, shard): lists of delayed per chunk, the
         dask array of *X* and whether *X* was chunked."""
-        import dask
         import dask.array as da
 
         from taskdml._data import as_dask, is_chunked, unwrap
@@ -521,25 +521,17 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
         phase = function.__name__.strip("_").replace("_", "-")
         token = X.name if isinstance(X, da.Array) else X
         name = _keys.key_name("predict", [_shard_key(s) for s in shards], token, phase=phase)
-        homes = _homes(self.shards_)
+        homes, client = _homes(self.shards_), None
         if any(homes):  # shards on workers: each (chunk, shard) task runs where its shard is
-            client = self.shards_[0].client
+            client, shards = self.shards_[0].client, self.shards_
             blocks = client.compute(blocks) if isinstance(X, da.Array) else [client.scatter(X)]
-            per_chunk = [
-                [
-                    client.submit(function, shard, block, key=(name, i, s), **homes[s])
-                    for s, shard in enumerate(self.shards_)
-                ]
-                for i, block in enumerate(blocks)
+        per_chunk = [
+            [
+                make_task(function, shard, block, key=(name, i, s), client=client, **homes[s])
+                for s, shard in enumerate(shards)
             ]
-        else:
-            per_chunk = [
-                [
-                    dask.delayed(function, pure=True)(shard, block, dask_key_name=(name, i, s))
-                    for s, shard in enumerate(shards)
-                ]
-                for i, block in enumerate(blocks)
-            ]
+            for i, block in enumerate(blocks)
+        ]
         rows = X.chunks[0] if isinstance(X, da.Array) else (X.shape[0],)
         return per_chunk, rows, chunked
 
@@ -562,7 +554,6 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
         """*method*'s result on every chunk of *X*: per chunk a future computing where the
         shards are (a delayed without a client); the rows per chunk; whether *X* was
         chunked. Whoever computes from the futures must hold them until it is done."""
-        import dask
         from dask.delayed import Delayed
 
         function, combine, args, _ = self._plan(method)
@@ -570,12 +561,8 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
         name = _keys.key_name("predict", [str(p[0].key) for p in per_chunk], phase="combine")
         values = []
         for i, parts in enumerate(per_chunk):
-            if isinstance(parts[0], Delayed):
-                values.append(
-                    dask.delayed(combine, pure=True)(*args, *parts, dask_key_name=(name, i))
-                )
-            else:
-                values.append(parts[0].client.submit(combine, *args, *parts, key=(name, i)))
+            client = None if isinstance(parts[0], Delayed) else parts[0].client
+            values.append(make_task(combine, *args, *parts, key=(name, i), client=client))
         return values, rows, chunked
 
     def __taskdml_parts__(self):
@@ -597,19 +584,9 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
         return self._chunk_values(X, method)
 
     def _combined(self, X, method):
-        import dask.array as da
-
         values, rows, chunked = self._chunk_values(X, method)
-        width = self._plan(method)[3]
-        pieces = [
-            da.from_delayed(
-                value,
-                shape=(n,) if width is None else (n, width),
-                dtype=self.classes_.dtype if method == "predict" else np.float64,
-            )
-            for value, n in zip(values, rows)
-        ]
-        result = da.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+        dtype = self.classes_.dtype if method == "predict" else np.float64
+        result = stacked(values, rows, dtype=dtype, width=self._plan(method)[3])
         return result if chunked else result.compute()
 
     def decision_function(self, X):
