@@ -113,6 +113,19 @@ def test_three_thread_replicas_equal_batch_pca_and_keep_training():
     np.testing.assert_allclose(model.mean_, np.concatenate([X, more]).mean(axis=0))
 
 
+def test_the_async_parameter_server_equals_batch_pca():
+    """Pushes merged with the server's state as two replicas of one start: still PCA."""
+    result = train(
+        IncrementalPCA(n_components=3),
+        da.from_array(X, chunks=(CHUNKS, 8)),
+        strategy="async",
+        n_replicas=3,
+        epochs=2,
+        client=False,
+    )
+    _assert_batch_pca(result.estimator, np.concatenate([X, X]), 3)
+
+
 def test_fewer_rows_than_features_is_one_block_and_exact():
     """7 rows of 12 features: one block, replicas keep one component per row, still PCA."""
     rows = _rng.normal(size=(7, 12))
