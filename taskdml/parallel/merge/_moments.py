@@ -44,6 +44,9 @@ features, 800 MB at 10,000; the round-start record holds as many again), each ``
 is an SVD of ``(n_features + rows + 1) x n_features`` -- ``O((n_features + rows)
 n_features**2)`` against ``O((n_components + rows) n_features**2)`` when truncating, under 2x
 once blocks hold ``n_features`` rows -- and a merge of K replicas is ``O(K n_features**3)``.
+Measured on 2 cores, blocks of ``n_features`` rows, ``n_components=5``: at 256 features a
+``partial_fit`` takes 20 ms (10 ms truncating) and a merge of 2 replicas 32 ms; at 1,000
+features 394 ms (227 ms) and 0.52 s.
 An untrained replica's first batch must hold every component, so the rule's ``min_rows`` is
 ``n_features``: the engine joins smaller chunks into blocks of that many rows (all the data
 is one block when it has fewer rows than features; the replicas then keep one component per
