@@ -14,7 +14,13 @@ import numpy as np
 
 from taskdml._compat import _num_samples, _safe_indexing
 from taskdml.parallel import MergeRule, get_merge_rule, unmergeable_reason
-from taskdml.parallel.merge._registry import _START_ATTR, _merge_with, _prepare_with
+from taskdml.parallel.merge._registry import (
+    _START_ATTR,
+    _finish_with,
+    _merge_with,
+    _prepare_with,
+    _same_value,
+)
 
 __all__ = ["check_merge"]
 
@@ -426,6 +432,60 @@ def _check_round(
     return merged
 
 
+_NO_PARAM = object()
+_PLAIN_PARAMS = (type(None), bool, int, float, complex, str, bytes, np.number, np.ndarray)
+
+
+def _param_differences(asked, got, prefix=""):
+    """The parameters (``get_params(deep=False)``, recursing into estimators) that differ;
+    random generators are skipped, and other objects compared by type only."""
+    differ = []
+    ours, theirs = asked.get_params(deep=False), got.get_params(deep=False)
+    for name in sorted(set(ours) | set(theirs)):
+        a, b = ours.get(name, _NO_PARAM), theirs.get(name, _NO_PARAM)
+        if _is_random_state(a) or _is_random_state(b):
+            continue
+        if hasattr(a, "get_params") and not isinstance(a, type):
+            if type(a) is not type(b):
+                differ.append(prefix + name)
+            else:
+                differ.extend(_param_differences(a, b, f"{prefix}{name}."))
+        elif isinstance(a, (*_PLAIN_PARAMS, list, tuple, dict)):
+            if not _same_value(a, b):
+                differ.append(prefix + name)
+        elif type(a) is not type(b):
+            differ.append(prefix + name)
+    return differ
+
+
+def _check_handed_back(estimator, merged, rule, chunk, X_probe, classes, name, rtol, atol):
+    """Law (k) on the estimator a training would hand back after *merged*; returns it."""
+    handed = _finish_with(rule, copy.deepcopy(merged))
+    if type(handed) is not type(estimator):
+        raise AssertionError(
+            f"{name}: the estimator handed back is a {type(handed).__name__}, not a "
+            f"{type(estimator).__name__}"
+        )
+    differ = _param_differences(estimator, handed)
+    if differ:
+        raise AssertionError(
+            f"{name}: the estimator handed back has other parameters than the one asked "
+            f"for: {differ}; a rule whose prepare changes parameters needs a finish that "
+            f"restores them."
+        )
+    again = _finish_with(rule, copy.deepcopy(handed))
+    _assert_same_state(again, handed, rule, f"{name}: finishing twice", rtol, atol)
+    try:
+        _use_output(handed, X_probe)
+        _partial_fit(copy.deepcopy(handed), *chunk, classes)
+    except Exception as error:
+        raise AssertionError(
+            f"{name}: the estimator handed back cannot predict/transform or partial_fit "
+            f"again: {type(error).__name__}: {error}"
+        ) from error
+    return handed
+
+
 def _exact_for(rule, fitted):
     """The rule's exactness for this configuration, once a fitted replica tells."""
     if rule.exact and rule.exact_when is not None:
@@ -477,9 +537,20 @@ def check_merge(
         unequal weights changes it;
 
     and for exact rules, (d) the final merge equals one pass over all chunks in order
-    (``partial_fit`` chunk by chunk, or one ``partial_fit`` on all rows for a rule whose
-    ``reference`` is ``"one_call"``). States are compared attribute by attribute: every
-    attribute ending in ``_`` plus the rule's ``private_state``.
+    (``partial_fit`` chunk by chunk from the prepared start, or one ``partial_fit`` on all
+    rows for a rule whose ``reference`` is ``"one_call"``), and so do the two as a training
+    hands them back (the rule's ``finish`` applied). States are compared attribute by
+    attribute: every attribute ending in ``_`` plus the rule's ``private_state``. Finally
+
+    (k) the estimator a training hands back (the round-2 merge without its round-start
+        record, finished by the rule's ``finish``) is of the estimator's class, has the
+        parameters asked for (a ``prepare`` that changes them, as IncrementalPCA's gives its
+        replicas every component, needs a ``finish`` that restores them), is unchanged by
+        finishing it again, and can predict/transform and ``partial_fit`` again.
+
+    IncrementalPCA's law is (d) at any ``n_components``: the replicas of its prepared start
+    keep every component, so two merged rounds equal the serial pass of that start, and
+    handed back (truncated once) they equal batch PCA of the rows.
 
     Parameters
     ----------
@@ -508,7 +579,7 @@ def check_merge(
     Returns
     -------
     estimator
-        The merged estimator of round 2.
+        The merged estimator of round 2, as a training hands it back (law (k)).
 
     Raises
     ------
@@ -577,4 +648,14 @@ def check_merge(
             rtol,
             atol,
         )
-    return global_
+        _assert_same_state(
+            _finish_with(rule, copy.deepcopy(global_)),
+            _finish_with(rule, serial),
+            rule,
+            f"{name}: two merged rounds vs {pass_name} over all rows, as handed back",
+            rtol,
+            atol,
+        )
+    return _check_handed_back(
+        estimator, global_, rule, chunks[0], X_probe, classes, f"{name}, handed back", rtol, atol
+    )

@@ -45,6 +45,7 @@ from taskdml.parallel import (
     get_merge_rule,
     merge_replicas,
     prepare_start,
+    register_incremental_pca_merge,
     register_merge,
     register_unmergeable,
     round_start,
@@ -81,6 +82,12 @@ def _deprecated_passive_aggressive():
         return PassiveAggressiveClassifier(random_state=0)
 
 
+class TruncatingIncrementalPCA(IncrementalPCA):
+    """IncrementalPCA under the opt-out rule: replicas keep only n_components."""
+
+
+register_incremental_pca_merge(TruncatingIncrementalPCA, every_component=False)
+
 # (id, estimator, X, y, classes)
 EXACT_CASES = [
     ("GaussianNB", GaussianNB(), X_DENSE, Y_THREE, [0, 1, 2]),
@@ -97,6 +104,7 @@ EXACT_CASES = [
     ("MinMaxScaler", MinMaxScaler(feature_range=(-1, 2)), X_DENSE, None, None),
     ("MaxAbsScaler", MaxAbsScaler(), X_NAN, None, None),
     ("IncrementalPCA", IncrementalPCA(n_components=4), X_DENSE, None, None),
+    ("IncrementalPCA-fewer-components", IncrementalPCA(n_components=2), X_DENSE, None, None),
     ("HashingVectorizer", HashingVectorizer(n_features=32), TEXTS, None, None),
     ("OneVsRest-MultinomialNB", OneVsRestClassifier(MultinomialNB()), X_COUNTS, Y_THREE, [0, 1, 2]),
     ("OneVsOne-GaussianNB", OneVsOneClassifier(GaussianNB()), X_DENSE, Y_THREE, [0, 1, 2]),
@@ -129,7 +137,13 @@ APPROXIMATE_CASES = [
         Y_REAL,
         None,
     ),
-    ("IncrementalPCA-truncated", IncrementalPCA(n_components=2), X_DENSE, None, None),
+    (
+        "IncrementalPCA-truncating-replicas",
+        TruncatingIncrementalPCA(n_components=2),
+        X_DENSE,
+        None,
+        None,
+    ),
     ("SGDRegressor-average", SGDRegressor(average=True, random_state=0), X_DENSE, Y_REAL, None),
     ("SGDOneClassSVM", SGDOneClassSVM(random_state=0), X_DENSE, None, None),
     ("SGDOneClassSVM-average", SGDOneClassSVM(average=True, random_state=0), X_DENSE, None, None),
@@ -638,6 +652,7 @@ def test_check_merge_fails_every_known_wrong_rule(case, wrong):
         exact=registered.exact,
         exact_when=registered.exact_when,
         prepare=registered.prepare,
+        finish=registered.finish,
         family="wrong",
         reference=registered.reference,
         private_state=registered.private_state,
@@ -985,15 +1000,20 @@ def test_exact_merges_with_sample_weight(estimator, X, y, classes, atol):
     _assert_fitted_close(merged, reference, rtol=1e-10, atol=atol)
 
 
-def test_incremental_pca_is_exact_only_without_truncation():
-    """IncrementalPCA's rule is exact when every component is kept, approximate otherwise: and
-    so it is, against one partial_fit pass over the same chunks."""
-    assert get_merge_rule(IncrementalPCA(n_components=4).partial_fit(X_DENSE)).exact
-    assert not get_merge_rule(IncrementalPCA(n_components=2).partial_fit(X_DENSE)).exact
-    assert get_merge_rule(IncrementalPCA(n_components=2)).exact  # cannot tell before fitting
+def test_incremental_pca_is_exact_at_any_n_components_unless_replicas_truncate():
+    """IncrementalPCA's rule is exact at any n_components; the opt-out, whose replicas keep
+    only n_components, is exact when that is every feature: and so they are, against one
+    partial_fit pass over the same chunks from the same prepared start."""
+    assert get_merge_rule(IncrementalPCA(n_components=2).partial_fit(X_DENSE)).exact
+    assert get_merge_rule(TruncatingIncrementalPCA(n_components=4).partial_fit(X_DENSE)).exact
+    assert not get_merge_rule(TruncatingIncrementalPCA(n_components=2).partial_fit(X_DENSE)).exact
+    assert get_merge_rule(TruncatingIncrementalPCA(n_components=2)).exact  # cannot tell yet
     splits = [[np.arange(0, 80), np.arange(80, 160), np.arange(160, 240)]]
-    for n_components, exact in ((4, True), (2, False)):
-        estimator = IncrementalPCA(n_components=n_components)
+    for estimator, exact in (
+        (IncrementalPCA(n_components=2), True),
+        (TruncatingIncrementalPCA(n_components=4), True),
+        (TruncatingIncrementalPCA(n_components=2), False),
+    ):
         merged = _train_rounds(estimator, X_DENSE, None, None, splits)
         serial = _serial(estimator, X_DENSE, None, None, splits)
         _assert_exact_as_claimed(merged, serial, exact)

@@ -21,7 +21,7 @@ from taskdml.parallel.engine._elastic import requested
 from taskdml.parallel.engine._period import Period
 from taskdml.parallel.engine._stream import read_ahead, read_chunk
 from taskdml.parallel.engine._tasks import epoch_order, fit_chunk
-from taskdml.parallel.merge._registry import prepare_start
+from taskdml.parallel.merge._registry import handed_back, prepare_start
 from taskdml.parallel.merge._stopping import stop_reason
 
 
@@ -233,7 +233,9 @@ def replan_wanted(plan, rank, segment_s):
 
 
 def epoch_scores(estimator, validation, plan):
-    """Training loss (when the estimator keeps one) and validation score after an epoch."""
+    """Training loss (when the estimator keeps one) and validation score after an epoch, of
+    the estimator the training would hand back now (IncrementalPCA truncated)."""
+    estimator = handed_back(estimator)
     scores = {}
     if getattr(estimator, "loss_", None) is not None:
         scores["train_loss"] = float(estimator.loss_)

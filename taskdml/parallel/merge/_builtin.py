@@ -18,13 +18,15 @@ The engine makes two calls, both pure functions of their inputs:
 
 Rules are looked up along the estimator's MRO (:func:`get_merge_rule`); estimators that
 cannot be merged say why (:func:`unmergeable_reason`) and the engine falls back to a
-sequential pass. Exact rules (naive Bayes, scalers, IncrementalPCA with all components)
-equal one ``partial_fit`` pass over all the data; the others (SGD, MLP, k-means, LDA, ...)
-are model averaging, with the schedule counters (``t_``, Adam's step, ``n_batch_iter_``,
-``n_steps_``) made global so a run continues where a serial one would be.
+sequential pass. Exact rules (naive Bayes, scalers, IncrementalPCA) equal one ``partial_fit``
+pass over all the data (IncrementalPCA's replicas keep every component, and the estimator
+handed back is truncated once to ``n_components``: batch PCA of all the rows); the others
+(SGD, MLP, k-means, LDA, ...) are model averaging, with the schedule counters (``t_``,
+Adam's step, ``n_batch_iter_``, ``n_steps_``) made global so a run continues where a serial
+one would be.
 :func:`taskdml.testing.check_merge` checks a rule, built-in or user-registered. A rule may
 also state the smallest batch its estimator accepts (``min_rows``: IncrementalPCA's
-``n_components``, MiniBatchKMeans' ``n_clusters``, an MLP's integer ``batch_size``); the
+``n_features``, MiniBatchKMeans' ``n_clusters``, an MLP's integer ``batch_size``); the
 engine merges smaller chunks into blocks that hold it (:mod:`taskdml.parallel.engine._blocks`).
 
 =============================  =========  ================================================
@@ -41,7 +43,8 @@ BernoulliNB, CategoricalNB
 GaussianNB                     yes        Chan merge per class, epsilon_ of all rows
 StandardScaler, MinMaxScaler,  yes        Chan merge per feature / elementwise min, max
 MaxAbsScaler
-IncrementalPCA                 yes [1]_   SVD of the pooled scatter matrix
+IncrementalPCA                 yes [1]_   replicas keep every component; SVD of the
+                                          pooled scatter matrix, truncated once
 MiniBatchKMeans                no         shared init; centres pool absorbed points
 LatentDirichletAllocation      no         shared init; lambda averaged; global schedule
 MiniBatchNMF                   no         shared init; update sums added
@@ -53,7 +56,10 @@ MultiOutput*/SelectFromModel
 Birch                          --         unmergeable (see ``unmergeable_reason``)
 =============================  =========  ================================================
 
-.. [1] when ``n_components = n_features``; otherwise each replica's truncation remains.
+.. [1] batch PCA of every row seen, at any ``n_components``; not scikit-learn's serial
+   ``partial_fit``, which truncates after every batch (see :mod:`._moments`). Replicas hold
+   ``n_features**2`` numbers; ``register_incremental_pca_merge(..., every_component=False)``
+   keeps ``n_components`` instead (exact only when that is ``n_features``).
 """
 
 from sklearn.cluster import Birch, MiniBatchKMeans
@@ -87,6 +93,7 @@ from taskdml.parallel.merge import _meta as _merge_meta
 from taskdml.parallel.merge import _moments as _merge_moments
 from taskdml.parallel.merge import _neural as _merge_neural
 from taskdml.parallel.merge import _stopping
+from taskdml.parallel.merge._moments import register_incremental_pca_merge
 from taskdml.parallel.merge._neural import register_mlp_merge
 from taskdml.parallel.merge._registry import (
     MergeRule,
@@ -104,6 +111,7 @@ __all__ = [
     "get_merge_rule",
     "merge_replicas",
     "prepare_start",
+    "register_incremental_pca_merge",
     "register_merge",
     "register_mlp_merge",
     "register_unmergeable",
@@ -189,16 +197,7 @@ def _register_builtin_rules():
         notes=_merge_moments.MAX_ABS_NOTES,
         start_state=("n_samples_seen_",),
     )
-    register_merge(
-        IncrementalPCA,
-        _merge_moments.merge_incremental_pca,
-        exact=True,
-        exact_when=_merge_moments.ipca_keeps_every_component,
-        family="incremental-pca",
-        notes=_merge_moments.IPCA_NOTES,
-        start_state=("n_samples_seen_", "mean_", "var_", "components_", "singular_values_"),
-        min_rows=_merge_moments.ipca_min_rows,
-    )
+    _merge_moments.register_incremental_pca_merge(IncrementalPCA)
     register_merge(
         MiniBatchKMeans,
         _merge_cluster.merge_minibatch_kmeans,

@@ -14,6 +14,10 @@ broadcasts that estimator, each worker ``partial_fit``\\s its copy (which leaves
 alone), and the next merge reads it back with :func:`round_start`. No snapshot means the round
 started from an unfitted estimator.
 
+When the training ends, :func:`without_round_start` drops the snapshot and applies the rule's
+``finish``, for rules whose replicas carry more than the user asked for (IncrementalPCA's keep
+every component, and are truncated to ``n_components`` once, there).
+
 The built-in rules live in :mod:`taskdml.parallel.merge._builtin`, which registers them when
 it is imported; it is the registry's lazy loader (:class:`taskdml._registry.ClassRegistry`), so
 the rules are known in any process that merges, a worker that has unpickled only a replica's
@@ -61,8 +65,9 @@ class MergeRule:
         ``reference``), up to floating-point rounding.
     exact_when : callable or None
         ``exact_when(estimator) -> bool | None`` narrows ``exact`` for one configuration
-        (IncrementalPCA is exact only without truncation); None means it cannot tell yet
-        (an unfitted estimator), and ``exact`` stands.
+        (IncrementalPCA's opt-out rule, whose replicas keep only ``n_components``, is exact
+        only without truncation); None means it cannot tell yet (an unfitted estimator),
+        and ``exact`` stands.
     prepare : callable or None
         ``prepare(estimator, X_first_chunk, y_first_chunk, classes) -> estimator``: a new,
         initialised but untrained estimator, so that every replica starts from the same
@@ -83,9 +88,19 @@ class MergeRule:
         start of the round the rule needs; read them with :func:`round_start`.
     min_rows : callable or None
         ``min_rows(estimator, n_features) -> int``: the fewest rows one ``partial_fit`` batch
-        of this configuration accepts (``IncrementalPCA``: ``n_components``). The engine
-        merges smaller chunks with their neighbours so that every block a replica trains on
-        holds at least that many. None means any non-empty batch.
+        of this configuration accepts (``IncrementalPCA``: ``n_features``, as its replicas
+        keep every component). The engine merges smaller chunks with their neighbours so
+        that every block a replica trains on holds at least that many. None means any
+        non-empty batch.
+    finish : callable or None
+        ``finish(estimator) -> None``: turns, in place, the global estimator of a finished
+        training into the one handed back to the user, for rules whose ``prepare`` gives the
+        replicas more state than the user asked for (IncrementalPCA's replicas keep every
+        component; ``finish`` truncates once to ``n_components``). It is applied by
+        :func:`without_round_start`, so the engine, the federated training and the scores
+        taken between epochs all see the finished estimator. It must leave alone an
+        estimator that ``prepare`` never saw (a sequential pass) or that it already
+        finished. None: the global estimator is handed back as it is.
     stopping : callable or None
         ``stopping(estimator, n_samples) -> Stopping``: how far this family's own ``fit``
         trains, read from the estimator's parameters
@@ -104,6 +119,7 @@ class MergeRule:
     start_state: tuple = ()
     min_rows: Callable | None = None
     stopping: Callable | None = None
+    finish: Callable | None = None
 
     def __post_init__(self):
         if not callable(self.fn):
@@ -114,6 +130,8 @@ class MergeRule:
             raise TypeError(f"MergeRule.prepare must be callable or None, got {self.prepare!r}.")
         if self.stopping is not None and not callable(self.stopping):
             raise TypeError(f"MergeRule.stopping must be callable or None, got {self.stopping!r}.")
+        if self.finish is not None and not callable(self.finish):
+            raise TypeError(f"MergeRule.finish must be callable or None, got {self.finish!r}.")
         if self.reference not in ("serial", "one_call"):
             raise ValueError(
                 f"MergeRule.reference must be 'serial' or 'one_call', got {self.reference!r}."
@@ -134,6 +152,7 @@ def register_merge(
     start_state=(),
     min_rows=None,
     stopping=None,
+    finish=None,
 ):
     """Register how replicas of ``estimator_class`` (and its subclasses) are merged.
 
@@ -143,9 +162,11 @@ def register_merge(
         The estimator class; subclasses inherit the rule unless they register their own.
     merge_fn : callable
         ``merge_fn(replicas, weights) -> estimator``; see :class:`MergeRule`.
-    exact, exact_when, prepare, family, notes, reference, private_state, start_state, min_rows, \
-stopping
+    exact, exact_when, prepare, finish, family, notes, reference, private_state, start_state,
+    stopping
         See :class:`MergeRule`. ``family`` defaults to the class name.
+    min_rows
+        See :class:`MergeRule`.
 
     Returns
     -------
@@ -182,6 +203,7 @@ stopping
         start_state=tuple(start_state),
         min_rows=min_rows,
         stopping=stopping,
+        finish=finish,
     )
     RULES.register(estimator_class, rule)
     return rule
@@ -385,9 +407,31 @@ def restart_from(estimator, replica):
 
 
 def without_round_start(estimator):
-    """*estimator* without the round-start record, as handed back to users (in place)."""
+    """*estimator* as handed back to users, in place: without the round-start record, and
+    finished by its rule's ``finish`` (IncrementalPCA truncated to ``n_components``).
+
+    Idempotent. Score an estimator between epochs through :func:`handed_back`, which leaves
+    the global estimator (the next round's start) alone.
+    """
+    rule = get_merge_rule(estimator) if hasattr(estimator, "partial_fit") else None
+    return _finish_with(rule, estimator)
+
+
+def _finish_with(rule, estimator):
+    """:func:`without_round_start` with *rule*'s ``finish`` (none when *rule* is None)."""
     estimator.__dict__.pop(_START_ATTR, None)
+    if rule is not None and rule.finish is not None:
+        rule.finish(estimator)
     return estimator
+
+
+def handed_back(estimator):
+    """What a training that stopped now would hand back: *estimator* itself when its rule
+    has no ``finish``, else a finished copy (the global estimator stays the next start)."""
+    rule = get_merge_rule(estimator) if hasattr(estimator, "partial_fit") else None
+    if rule is None or rule.finish is None:
+        return estimator
+    return without_round_start(copy.deepcopy(estimator))
 
 
 def round_start(replicas):
