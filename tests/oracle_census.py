@@ -45,7 +45,12 @@ How values are labelled (a forward data flow through each function, loops read t
     ``unique``, ``load``, ``random``, ... pass their inputs' labels through), ``math`` and
     ``statistics`` functions, the computing methods of arrays (``mean``, ``sum``, ``std``,
     ``dot``, ...), the loops of ``tests/parallel/reference_loops.py``, and arithmetic formulas
-    (a ``*``, ``/``, ``//``, ``**``, ``%`` or ``@`` of numbers). A value mixed from T and R is T.
+    (a ``*``, ``/``, ``//``, ``**``, ``%`` or ``@`` with a named number or array in it: ``2 ** 30``
+    is a literal). A value mixed from T and R is T.
+
+    An estimator the test hands to the code stays the test's: taskdml clones what it is
+    given (scikit-learn's contract for meta-estimators), so a copy of it fitted in the test is
+    a reference; a fitted attribute (``coef_``) of an estimator only the test fitted is R.
 
     Neutral: literals, test data (``np.random``, ``sklearn.datasets.make_*``, fixtures that
     do not call the code), unfitted scikit-learn estimators, and whatever a *probe* returns:
@@ -196,7 +201,10 @@ class Reader:
             origin = self.origin(node)
             if origin and origin.split(".")[0] in CODE_MODULES:
                 return frozenset({T})
-            return self.labels(node.value)
+            owner = self.labels(node.value)
+            if owner == {S} and node.attr.endswith("_") and not node.attr.startswith("__"):
+                return frozenset({R})  # a fitted attribute of an estimator only the test fitted
+            return owner
         if isinstance(node, ast.Call):
             return self.call(node)
         if isinstance(node, ast.BinOp):
@@ -204,12 +212,16 @@ class Reader:
             both = left | right
             if T in both:
                 return both - {R}
-            strings = any(
-                isinstance(side, ast.JoinedStr)
+            strings = any(  # "%s" % x and [0] * n are no formulas
+                isinstance(side, ast.JoinedStr | ast.List | ast.Tuple | ast.ListComp)
                 or (isinstance(side, ast.Constant) and isinstance(side.value, str | bytes))
                 for side in (node.left, node.right)
             )
-            if isinstance(node.op, FORMULA_OPS) and not strings:
+            constants = all(  # 2 ** 30 is a literal
+                isinstance(n, ast.Constant | ast.operator | ast.unaryop | ast.BinOp | ast.UnaryOp)
+                for n in ast.walk(node)
+            )
+            if isinstance(node.op, FORMULA_OPS) and not strings and not constants:
                 return both | {R}
             return both
         if isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
