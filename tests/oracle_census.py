@@ -52,8 +52,13 @@ How values are labelled (a forward data flow through each function, loops read t
     given (scikit-learn's contract for meta-estimators), so a copy of it fitted in the test is
     a reference; a fitted attribute (``coef_``) of an estimator only the test fitted is R.
 
-    Neutral: literals, test data (``np.random``, ``sklearn.datasets.make_*``, fixtures that
-    do not call the code), unfitted scikit-learn estimators, and whatever a *probe* returns:
+    *Test data* (D): what ``np.random`` and ``sklearn.datasets.make_*`` draw, and values built
+    from it. It is no reference in itself, except as the exact expectation of an equality:
+    the code giving the test's own data back (``assert_array_equal(read_csv(path).y, y)``).
+    A computation on test data (``X.mean(0)``, ``SGDClassifier().fit(X, y)``) is R.
+
+    Neutral: literals, fixtures that do not call the code, unfitted scikit-learn estimators, and
+    whatever a *probe* returns:
     ``len``, ``type``, ``isinstance``, ``str``, ``repr``, ``.shape``, ``.dtype``, ``.chunks``,
     ... -- a shape computed with NumPy is not a reference.
 
@@ -76,7 +81,7 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 
-T, R, S = "T", "R", "S"  # code under test, independent, an unfitted scikit-learn object
+T, R, S, D = "T", "R", "S", "D"  # code under test, independent, unfitted estimator, test data
 CODE_MODULES = ("taskdml", "cli")
 REFERENCE_MODULES = ("reference_loops",)
 PEER_SUITES = {"model_selection/test_sklearn_search_suite.py"}
@@ -109,7 +114,6 @@ SKLEARN_PLUMBING_MODULES = (
     "sklearn.utils",
     "sklearn.base",
     "sklearn.exceptions",
-    "sklearn.datasets.make_",
     "sklearn.config_context",
     "sklearn.set_config",
     "sklearn.get_config",
@@ -272,9 +276,9 @@ class Reader:
     def _mix(self, labels):
         """T swallows R: a value mixed from the code and a reference is the code's."""
         if T in labels:
-            return frozenset(labels - {R, S})
+            return frozenset(labels - {R, S, D})
         if R in labels:
-            return frozenset(labels - {S})
+            return frozenset(labels - {S, D})
         return frozenset(labels)
 
     def call(self, node):
@@ -306,14 +310,14 @@ class Reader:
                 return arg_labels
             last = origin.rsplit(".", 1)[-1]
             if origin.startswith("sklearn.datasets."):
-                return frozenset({R}) if last.startswith(("load_", "fetch_")) else arg_labels
+                return frozenset({R}) if last.startswith(("load_", "fetch_")) else frozenset({D})
             if last[:1].isupper():  # a class: an unfitted estimator (or a splitter, a grid)
-                return self._mix(arg_labels | {S})
+                return self._mix((arg_labels - {D}) | {S})
             return self._mix(arg_labels | {R})
         if root in ("numpy", "scipy", "math", "statistics"):
             parts = origin.split(".")
             if root == "numpy" and (parts[1:2] and parts[1] in RANDOM_ROOTS):
-                return arg_labels - {R}
+                return (arg_labels - {R}) | {D}
             if root == "numpy" and parts[-1] in NUMPY_PLUMBING:
                 return arg_labels
             if root == "scipy" and "sparse" in parts:
@@ -324,7 +328,7 @@ class Reader:
         if isinstance(func, ast.Attribute):
             owner = self.labels(func.value)
             if name in COMPUTE_METHODS and T not in owner:
-                if S in owner or R in owner or (not owner and name not in ("fit", "split")):
+                if S in owner or R in owner or (not owner - {D} and name not in ("fit", "split")):
                     return self._mix(owner | arg_labels | {R})
             if name in ("copy", "deepcopy") or origin in ("copy.copy", "copy.deepcopy"):
                 return self._mix(owner | arg_labels)
@@ -359,6 +363,8 @@ class Reader:
         coded = [c for c, _ in scans]
         if any(coded) and any(r for _, r in scans):
             return "reference"
+        if kind == "eq" and any(coded) and any(self.labels(op) == {D} for op in operands):
+            return "reference"  # the code gives back the test's own data, exactly
         n_coded = sum(coded)
         if kind == "eq" and n_coded >= 2:
             return "self-comparison"
