@@ -44,9 +44,14 @@ How values are labelled (a forward data flow through each function, loops read t
     computations (not the plumbing: ``asarray``, ``concatenate``, ``zeros``, ``arange``,
     ``unique``, ``load``, ``random``, ... pass their inputs' labels through), ``math`` and
     ``statistics`` functions, the computing methods of arrays (``mean``, ``sum``, ``std``,
-    ``dot``, ...), the loops of ``tests/parallel/reference_loops.py``, and arithmetic formulas
-    (a ``*``, ``/``, ``//``, ``**``, ``%`` or ``@`` with a named number or array in it: ``2 ** 30``
-    is a literal). A value mixed from T and R is T.
+    ``dot``, ...), the loops of ``tests/parallel/reference_loops.py`` (``replay_async``
+    replays the order a run recorded: that record is its input, not a result it checks), and
+    arithmetic formulas (a ``*``, ``/``, ``//``, ``**``, ``%`` or ``@`` with a named number or
+    array in it: ``2 ** 30`` is a literal). A value mixed from T and R is T, except that a
+    scikit-learn computation is R whatever its inputs: an estimator the test builds and fits
+    on the output of an earlier step (the split a run made) is the reference of the step under
+    test, and ``r2_score(y, model.predict(X))`` the reference of ``model.score(X, y)``; NumPy
+    on the code's output is not (``np.mean(output)`` is T).
 
     An estimator the test hands to the code stays the test's: taskdml clones what it is
     given (scikit-learn's contract for meta-estimators), so a copy of it fitted in the test is
@@ -84,6 +89,7 @@ TESTS = Path(__file__).resolve().parent
 T, R, S, D = "T", "R", "S", "D"  # code under test, independent, unfitted estimator, test data
 CODE_MODULES = ("taskdml", "cli")
 REFERENCE_MODULES = ("reference_loops",)
+RUN_RECORDS = {"replay_async": "pushes"}  # reference loops that replay a record of the run
 PEER_SUITES = {"model_selection/test_sklearn_search_suite.py"}
 # taskdml's data generators and readers make a test's input, not the value it checks, except
 # in their own tests.
@@ -120,6 +126,11 @@ SKLEARN_PLUMBING_MODULES = (
     "sklearn.clone",
 )
 PEER_CHECKS = ("sklearn.utils.estimator_checks",)
+ESTIMATOR_METHODS = {
+    "fit", "partial_fit", "predict", "predict_proba", "predict_log_proba", "decision_function",
+    "transform", "fit_transform", "inverse_transform", "score", "score_samples", "fit_predict",
+    "kneighbors", "split",
+}  # fmt: skip
 COMPUTE_METHODS = {
     "fit", "partial_fit", "predict", "predict_proba", "predict_log_proba", "decision_function",
     "transform", "fit_transform", "inverse_transform", "score", "score_samples", "fit_predict",
@@ -250,6 +261,20 @@ class Reader:
                 out |= self.labels(child)
         return out
 
+    def _reference_inputs(self, origin, node):
+        """Labels of a reference loop's arguments, less the run's record it replays (the
+        order a parameter server merged its pushes is the input of that oracle, by design)."""
+        record = RUN_RECORDS.get(origin.rsplit(".", 1)[-1])
+        params = _reference_params().get(origin.rsplit(".", 1)[-1], [])
+        out = frozenset()
+        for i, arg in enumerate(node.args):
+            if not (record and i < len(params) and params[i] == record):
+                out |= self.labels(arg)
+        for keyword in node.keywords:
+            if keyword.arg != record:
+                out |= self.labels(keyword.value)
+        return out
+
     def inline(self, function, node):
         """Read a helper's body with its parameters labelled as the call's arguments: its
         assertions count as the caller's, its result is what it returns or yields."""
@@ -289,7 +314,10 @@ class Reader:
         origin = self.origin(func) or ""
         root = origin.split(".")[0]
         if not isinstance(func, ast.Name | ast.Attribute):  # f(...)(...): what f returned
-            return self._mix(self.labels(func) | arg_labels)
+            returned = self.labels(func)
+            if R in returned and T not in returned:  # a scorer scikit-learn made
+                return frozenset({R})
+            return self._mix(returned | arg_labels)
         if isinstance(func, ast.Name) and func.id in PROBE_CALLS and func.id not in self.env:
             return frozenset()
         if self.data_is_input and origin.startswith(DATA_FUNCTIONS[0]):
@@ -300,7 +328,7 @@ class Reader:
         if isinstance(func, ast.Name) and func.id in self.helpers and func.id not in self.env:
             return self.inline(self.helpers[func.id], node)
         if root in REFERENCE_MODULES:
-            return self._mix(arg_labels | {R})
+            return self._mix(self._reference_inputs(origin, node) | {R})
         if name == "open" and isinstance(func, ast.Name) or (name in READERS and root != "yaml"):
             return frozenset({T}) if root not in ("numpy",) or name == "load" else arg_labels
         if root == "sklearn":
@@ -312,8 +340,8 @@ class Reader:
             if origin.startswith("sklearn.datasets."):
                 return frozenset({R}) if last.startswith(("load_", "fetch_")) else frozenset({D})
             if last[:1].isupper():  # a class: an unfitted estimator (or a splitter, a grid)
-                return self._mix((arg_labels - {D}) | {S})
-            return self._mix(arg_labels | {R})
+                return frozenset({S})
+            return frozenset({R})  # scikit-learn computes it, whatever its inputs
         if root in ("numpy", "scipy", "math", "statistics"):
             parts = origin.split(".")
             if root == "numpy" and (parts[1:2] and parts[1] in RANDOM_ROOTS):
@@ -327,6 +355,8 @@ class Reader:
             return self._mix(arg_labels | {R})
         if isinstance(func, ast.Attribute):
             owner = self.labels(func.value)
+            if name in ESTIMATOR_METHODS and T not in owner and owner & {S, R}:
+                return frozenset({R})  # an estimator the test built computes it
             if name in COMPUTE_METHODS and T not in owner:
                 if S in owner or R in owner or (not owner - {D} and name not in ("fit", "split")):
                     return self._mix(owner | arg_labels | {R})
@@ -534,6 +564,16 @@ class Reader:
                 self.env[root.id] = self._mix(self.env[root.id] | labels)
         else:
             self.labels(value)
+
+
+def _reference_params():
+    """Parameter names of the reference loops' functions."""
+    if not hasattr(_reference_params, "cache"):
+        tree = ast.parse((TESTS / "parallel" / "reference_loops.py").read_text())
+        _reference_params.cache = {
+            f.name: [a.arg for a in f.args.args] for _, f in _functions(tree)
+        }
+    return _reference_params.cache
 
 
 def _imports(tree):
