@@ -40,7 +40,7 @@ How values are labelled (a forward data flow through each function, loops read t
     *Independent* (R): the result of a computation that does not touch T values:
     scikit-learn functions (``sklearn.metrics``, ``sklearn.model_selection``, ...) and the
     computing methods (``fit``, ``partial_fit``, ``predict``, ``transform``, ``score``, ...) of
-    scikit-learn objects, scikit-learn's bundled-data loaders (``load_*``), NumPy and SciPy
+    scikit-learn objects, NumPy and SciPy
     computations (not the plumbing: ``asarray``, ``concatenate``, ``zeros``, ``arange``,
     ``unique``, ``load``, ``random``, ... pass their inputs' labels through), ``math`` and
     ``statistics`` functions, the computing methods of arrays (``mean``, ``sum``, ``std``,
@@ -57,7 +57,7 @@ How values are labelled (a forward data flow through each function, loops read t
     given (scikit-learn's contract for meta-estimators), so a copy of it fitted in the test is
     a reference; a fitted attribute (``coef_``) of an estimator only the test fitted is R.
 
-    *Test data* (D): what ``np.random`` and ``sklearn.datasets.make_*`` draw, and values built
+    *Test data* (D): what ``np.random`` and ``sklearn.datasets`` draw or load, and values built
     from it. It is no reference in itself, except as the exact expectation of an equality:
     the code giving the test's own data back (``assert_array_equal(read_csv(path).y, y)``).
     A computation on test data (``X.mean(0)``, ``SGDClassifier().fit(X, y)``) is R.
@@ -338,7 +338,7 @@ class Reader:
                 return arg_labels
             last = origin.rsplit(".", 1)[-1]
             if origin.startswith("sklearn.datasets."):
-                return frozenset({R}) if last.startswith(("load_", "fetch_")) else frozenset({D})
+                return frozenset({D})
             if last[:1].isupper():  # a class: an unfitted estimator (or a splitter, a grid)
                 return frozenset({S})
             return frozenset({R})  # scikit-learn computes it, whatever its inputs
@@ -381,6 +381,8 @@ class Reader:
             return False, False
         if isinstance(node, ast.Attribute) and node.attr in PROBE_ATTRS:
             return False, False
+        if isinstance(node, ast.Call) and T in self.labels(node.func):
+            return True, False  # what the code computes from the test's values is the code's
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.expr):
                 c, r = self._scan(child)
