@@ -182,6 +182,7 @@ class Reader:
         self.stack = stack  # the helpers being read, to stop recursion
         self.verdicts = []
         self.returns = set()
+        self.local = {}  # functions defined in the body
 
     data_is_input = True  # see DATA_FUNCTIONS
 
@@ -209,7 +210,7 @@ class Reader:
             origin = self.module.get(node.id, "")
             if origin.split(".")[0] in CODE_MODULES:
                 return frozenset({T})
-            return frozenset()
+            return frozenset({R}) if _sklearn_function(origin) else frozenset()
         if isinstance(node, ast.Attribute):
             if node.attr in PROBE_ATTRS:
                 return frozenset()
@@ -236,8 +237,8 @@ class Reader:
                 isinstance(n, ast.Constant | ast.operator | ast.unaryop | ast.BinOp | ast.UnaryOp)
                 for n in ast.walk(node)
             )
-            if isinstance(node.op, FORMULA_OPS) and not strings and not constants:
-                return both | {R}
+            if isinstance(node.op, FORMULA_OPS) and not strings and not constants and D not in both:
+                return both | {R}  # (a formula on test data, y = X @ w > 0, is test data)
             return both
         if isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
             saved = dict(self.env)
@@ -275,7 +276,7 @@ class Reader:
                 out |= self.labels(keyword.value)
         return out
 
-    def inline(self, function, node):
+    def inline(self, function, node, closure=None):
         """Read a helper's body with its parameters labelled as the call's arguments: its
         assertions count as the caller's, its result is what it returns or yields."""
         if function.name in self.stack or len(self.stack) > 5:
@@ -286,6 +287,9 @@ class Reader:
                 else frozenset()
             )
         reader = Reader(self.module, self.module_env, self.helpers, (*self.stack, function.name))
+        if closure is not None:
+            reader.env.update(closure)
+            reader.local = dict(self.local)
         params = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
         for name in (*params, *(a.arg for a in function.args.kwonlyargs)):
             reader.env[name] = frozenset()
@@ -325,6 +329,8 @@ class Reader:
                 return arg_labels
         if root in CODE_MODULES or root in ("subprocess",) or name in ("invoke", "Popen"):
             return frozenset({T})
+        if isinstance(func, ast.Name) and func.id in self.local and func.id not in self.env:
+            return self.inline(self.local[func.id], node, closure=self.env)
         if isinstance(func, ast.Name) and func.id in self.helpers and func.id not in self.env:
             return self.inline(self.helpers[func.id], node)
         if root in REFERENCE_MODULES:
@@ -364,6 +370,8 @@ class Reader:
                 return self._mix(owner | arg_labels)
             return self._mix((owner - {S}) | arg_labels)
         if isinstance(func, ast.Name) and func.id in self.env:  # a parameter that is callable
+            if self.env[func.id] == {R}:  # a scikit-learn function (a metric) passed in
+                return frozenset({R})
             return self._mix(self.env[func.id] | arg_labels)
         return self._mix(arg_labels - {S})
 
@@ -535,7 +543,8 @@ class Reader:
             self.body(node.orelse)
             self.body(node.finalbody)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            self.env[node.name] = frozenset()
+            self.env.pop(node.name, None)
+            self.local[node.name] = node  # a closure: read where it is called
 
     def _effects(self, value):
         """Assertion calls, yields, and method calls that change their object (``ref.fit``)."""
@@ -566,6 +575,17 @@ class Reader:
                 self.env[root.id] = self._mix(self.env[root.id] | labels)
         else:
             self.labels(value)
+
+
+def _sklearn_function(origin):
+    """Whether *origin* names a scikit-learn function that computes (a metric, a split)."""
+    last = origin.rsplit(".", 1)[-1]
+    return (
+        origin.startswith("sklearn.")
+        and origin.count(".") >= 2  # sklearn.metrics.r2_score, not the module sklearn.metrics
+        and last[:1].islower()
+        and not origin.startswith((*SKLEARN_PLUMBING_MODULES, *PEER_CHECKS, "sklearn.datasets."))
+    )
 
 
 def _reference_params():

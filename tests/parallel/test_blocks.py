@@ -126,15 +126,20 @@ def test_exact_families_on_ragged_chunks_equal_one_pass_over_the_blocks(client, 
 
 
 def test_ragged_chunks_train_reproducibly_for_a_seed(client):
-    """SGD on tiny ragged chunks, shuffled, gives the same model twice for one seed."""
+    """SGD on tiny ragged chunks, shuffled, gives the same model twice for one seed: the sync
+    loop of reference_loops.py over the four blocks."""
+    from reference_loops import chunks_of, merge_linear_sgd, reference_sync
+
     _, estimator, X, y, classes = next(c for c in _ENGINE_CASES if c[0] == "SGDClassifier")
-    models = [
-        train(
-            estimator, *_dask(X, y, RAGGED_ROWS), classes=classes, epochs=2, random_state=3
-        ).estimator
-        for _ in range(2)
-    ]
+    options = dict(classes=classes, epochs=2, sync_every=1, random_state=3)
+    models = [train(estimator, *_dask(X, y, RAGGED_ROWS), **options).estimator for _ in range(2)]
     np.testing.assert_array_equal(models[0].coef_, models[1].coef_)
+    blocks = chunks_of(X, y, [len(rows) for rows in _block_rows(RAGGED_ROWS, RAGGED_BLOCKS)])
+    expected = reference_sync(
+        SGDClassifier(random_state=0), blocks, classes, merge_linear_sgd, n_replicas=2,
+        sync_every=1, epochs=2, shuffle=True, random_state=3,
+    )  # fmt: skip
+    np.testing.assert_array_equal(models[0].coef_, expected.coef_)
 
 
 def test_minibatch_kmeans_first_block_holds_n_clusters(client):
