@@ -203,11 +203,17 @@ def test_make_classification_shift_and_scale(seed):
 
 
 def test_make_regression_is_linear_when_noise_free(seed):
-    """y = X @ coef + bias exactly with noise=0; n_informative non-zero coefficients."""
+    """y = X @ coef + bias exactly with noise=0 (scikit-learn's least squares finds coef and
+    bias again); n_informative non-zero coefficients."""
+    from sklearn.linear_model import LinearRegression
+
     data, coef = datasets.make_regression(
         5_000, 8, n_informative=3, bias=4.0, chunk_size=999, random_state=seed, coef=True
     )
     np.testing.assert_allclose(_local(data.X) @ coef + 4.0, _local(data.y))
+    fitted = LinearRegression().fit(_local(data.X), _local(data.y))
+    np.testing.assert_allclose(fitted.coef_, coef, atol=1e-8)
+    assert fitted.intercept_ == pytest.approx(4.0)
     assert np.count_nonzero(coef) == 3 and (coef[:3] > 0).all() and (coef < 100).all()
 
 
