@@ -40,12 +40,13 @@ How values are labelled (a forward data flow through each function, loops read t
     *Independent* (R): the result of a computation that does not touch T values:
     scikit-learn functions (``sklearn.metrics``, ``sklearn.model_selection``, ...) and the
     computing methods (``fit``, ``partial_fit``, ``predict``, ``transform``, ``score``, ...) of
-    scikit-learn objects, NumPy and SciPy
-    computations (not the plumbing: ``asarray``, ``concatenate``, ``zeros``, ``arange``,
-    ``unique``, ``load``, ``random``, ... pass their inputs' labels through), ``math`` and
+    scikit-learn objects, NumPy and SciPy computations (not the plumbing: ``asarray``,
+    ``concatenate``, ``zeros``, ``arange``, ``unique``, ``load``, ``random``, ... pass their
+    inputs' labels through), ``math`` and
     ``statistics`` functions, the computing methods of arrays (``mean``, ``sum``, ``std``,
-    ``dot``, ...), the loops of ``tests/parallel/reference_loops.py`` (``replay_async``
-    replays the order a run recorded: that record is its input, not a result it checks), and
+    ``dot``, ...), the loops of ``tests/parallel/reference_loops.py`` (their chunks and
+    the order a run recorded are inputs: fed from a run, a loop is still the oracle of what
+    the run trained from them; the model they start from must be the test's), and
     arithmetic formulas (a ``*``, ``/``, ``//``, ``**``, ``%`` or ``@`` with a named number or
     array in it: ``2 ** 30`` is a literal). A value mixed from T and R is T, except that a
     scikit-learn computation is R whatever its inputs: an estimator the test builds and fits
@@ -89,7 +90,12 @@ TESTS = Path(__file__).resolve().parent
 T, R, S, D = "T", "R", "S", "D"  # code under test, independent, unfitted estimator, test data
 CODE_MODULES = ("taskdml", "cli")
 REFERENCE_MODULES = ("reference_loops",)
-RUN_RECORDS = {"replay_async": "pushes"}  # reference loops that replay a record of the run
+# The loops' inputs that may come from a run (its data, the order it recorded): only the
+# model they start from, and the merge, make a loop the code's.
+LOOP_INPUTS = {
+    "reference_sync": {"chunks", "classes"},
+    "replay_async": {"chunks", "classes", "pushes"},
+}
 PEER_SUITES = {"model_selection/test_sklearn_search_suite.py"}
 # taskdml's data generators and readers make a test's input, not the value it checks, except
 # in their own tests.
@@ -263,16 +269,17 @@ class Reader:
         return out
 
     def _reference_inputs(self, origin, node):
-        """Labels of a reference loop's arguments, less the run's record it replays (the
-        order a parameter server merged its pushes is the input of that oracle, by design)."""
-        record = RUN_RECORDS.get(origin.rsplit(".", 1)[-1])
-        params = _reference_params().get(origin.rsplit(".", 1)[-1], [])
+        """Labels of a reference loop's arguments, less those that are its inputs (the data it
+        trains on and the order a parameter server recorded: fed from a run, the loop is
+        still the oracle of what the run trained from them)."""
+        name = origin.rsplit(".", 1)[-1]
+        inputs, params = LOOP_INPUTS.get(name, set()), _reference_params().get(name, [])
         out = frozenset()
         for i, arg in enumerate(node.args):
-            if not (record and i < len(params) and params[i] == record):
+            if not (i < len(params) and params[i] in inputs):
                 out |= self.labels(arg)
         for keyword in node.keywords:
-            if keyword.arg != record:
+            if keyword.arg not in inputs:
                 out |= self.labels(keyword.value)
         return out
 
