@@ -95,8 +95,9 @@ def test_multinomial_nb_on_sparse_chunks_is_exact(client, text):
 
 def test_in_memory_sparse_input_is_chunked_sparse(client, text):
     """A scipy.sparse matrix given to fit is cut into sparse chunks, not densified, and
-    trained as the sync loop of reference_loops.py trains the same sparse chunks."""
-    from reference_loops import chunks_of, merge_linear_sgd, reference_sync
+    trained as the sync loop of reference_loops.py trains the same sparse chunks (with the
+    engine's seed that DataParallel draws from its random_state)."""
+    from reference_loops import chunks_of, engine_seed, merge_linear_sgd, reference_sync
 
     model = DataParallel(
         SparseOnlySGD(random_state=0), epochs=2, sync_every=1, chunk_size=1_000, random_state=0
@@ -105,7 +106,7 @@ def test_in_memory_sparse_input_is_chunked_sparse(client, text):
     expected = reference_sync(
         SGDClassifier(random_state=0), chunks_of(text["X"], text["y"], (1_000,) * 6),
         [0, 1, 2], merge_linear_sgd, n_replicas=2, sync_every=1, epochs=2, shuffle=True,
-        random_state=0,
+        random_state=engine_seed(0),
     )  # fmt: skip
     np.testing.assert_array_equal(model.estimator_.coef_, expected.coef_)
     assert model.score(text["X_test"], text["y_test"]) > 0.8
