@@ -58,8 +58,9 @@ How values are labelled (a forward data flow through each function, loops read t
     given (scikit-learn's contract for meta-estimators), so a copy of it fitted in the test is
     a reference; a fitted attribute (``coef_``) of an estimator only the test fitted is R.
 
-    *Test data* (D): what ``np.random`` and ``sklearn.datasets`` draw or load, and values built
-    from it. It is no reference in itself, except as the exact expectation of an equality:
+    *Test data* (D): what ``np.random``, ``dask.array.random`` and ``sklearn.datasets`` draw or
+    load, and values built from it. It is no reference in itself, except as the exact
+    expectation of an equality:
     the code giving the test's own data back (``assert_array_equal(read_csv(path).y, y)``).
     A computation on test data (``X.mean(0)``, ``SGDClassifier().fit(X, y)``) is R.
 
@@ -355,6 +356,8 @@ class Reader:
             if last[:1].isupper():  # a class: an unfitted estimator (or a splitter, a grid)
                 return frozenset({S})
             return frozenset({R})  # scikit-learn computes it, whatever its inputs
+        if origin.startswith("dask.array.random."):  # test data, drawn chunk by chunk
+            return (arg_labels - {R}) | {D}
         if root in ("numpy", "scipy", "math", "statistics"):
             parts = origin.split(".")
             if root == "numpy" and (parts[1:2] and parts[1] in RANDOM_ROOTS):
