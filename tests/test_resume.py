@@ -121,9 +121,11 @@ def _events(run_dir):
 @pytest.mark.timeout(600)
 def test_cli_killed_after_two_steps_resumes_without_running_them_again(tmp_path, cluster):
     """SIGKILL after data and split completed; `taskdml resume latest` reuses both (no
-    step_started for them), runs the rest, and its models equal an uninterrupted run's."""
-    killed, clean = tmp_path / "killed", tmp_path / "clean"
-    killed.mkdir(), clean.mkdir()
+    step_started for them), runs the rest, and its models are the references on the same
+    rows: scikit-learn's scaler and naive Bayes fitted in memory, the SGD of the sync loop
+    of reference_loops.py on the chunks so scaled."""
+    killed = tmp_path / "killed"
+    killed.mkdir()
     args = ["run", DATA_PARALLEL, *SMALLER, "--run-dir", "runs"]
     where = ["--scheduler", cluster.scheduler_address]  # the session's cluster: 2 x 1 thread
     process = _start(args, killed)  # killed with its embedded cluster
@@ -148,13 +150,32 @@ def test_cli_killed_after_two_steps_resumes_without_running_them_again(tmp_path,
     started = {e["step"] for e in resumed if e["event"] == "step_started"}
     assert started == {"scale", "sgd", "bayes", "sgd_report", "bayes_report"}
     assert {e["step"] for e in resumed if e["event"] == "step_cached"} == {"data", "split"}
-    _run([*args, "--no-cache", *where], clean)
-    uninterrupted = _manifest(clean)
-    for step, attribute in (("sgd", "coef_"), ("bayes", "theta_"), ("scale", "mean_")):
-        np.testing.assert_array_equal(
-            getattr(load_model(killed / "runs" / after["run_id"], step), attribute),
-            getattr(load_model(clean / "runs" / uninterrupted["run_id"], step), attribute),
-        )
+    from reference_loops import chunks_of, merge_linear_sgd, reference_sync
+    from sklearn.linear_model import SGDClassifier
+    from sklearn.naive_bayes import GaussianNB
+    from sklearn.preprocessing import StandardScaler
+
+    from taskdml import datasets
+
+    data = datasets.make_classification(
+        40_000, 30, n_informative=12, n_redundant=6, chunk_size=4_000, random_state=0
+    )
+    train, _ = datasets.train_test_split(data, test_size=0.2, random_state=0)
+    X, y = train.X.values, train.y.values
+    run = killed / "runs" / after["run_id"]
+    scaler = StandardScaler().fit(X)
+    np.testing.assert_allclose(load_model(run, "scale").mean_, scaler.mean_, atol=1e-12)
+    np.testing.assert_allclose(load_model(run, "scale").var_, scaler.var_, rtol=1e-10)
+    bayes = GaussianNB().fit(X, y)
+    np.testing.assert_allclose(load_model(run, "bayes").theta_, bayes.theta_, atol=1e-12)
+    np.testing.assert_allclose(load_model(run, "bayes").var_, bayes.var_, rtol=1e-9)
+    scaled = load_model(run, "scale").transform(X)  # the chunks the run's sgd trained on
+    expected = reference_sync(
+        SGDClassifier(loss="log_loss", alpha=1e-4, random_state=0),
+        chunks_of(scaled, y, train.X.chunks[0]), [0, 1], merge_linear_sgd, n_replicas=2,
+        sync_every=4, epochs=5, shuffle=True, random_state=0,
+    )  # fmt: skip
+    np.testing.assert_array_equal(load_model(run, "sgd").coef_, expected.coef_)
 
 
 @pytest.mark.slow
