@@ -40,7 +40,7 @@ How values are labelled (a forward data flow through each function, loops read t
     *Independent* (R): the result of a computation that does not touch T values:
     scikit-learn functions (``sklearn.metrics``, ``sklearn.model_selection``, ...) and the
     computing methods (``fit``, ``partial_fit``, ``predict``, ``transform``, ``score``, ...) of
-    scikit-learn objects, NumPy and SciPy computations (not the plumbing: ``asarray``,
+    scikit-learn objects and what they yield (``ParameterSampler``'s candidates), NumPy and SciPy computations (not the plumbing: ``asarray``,
     ``concatenate``, ``zeros``, ``arange``, ``unique``, ``load``, ``random``, ... pass their
     inputs' labels through), ``math`` and
     ``statistics`` functions, the computing methods of arrays (``mean``, ``sum``, ``std``,
@@ -250,7 +250,7 @@ class Reader:
         if isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
             saved = dict(self.env)
             for comp in node.generators:
-                self.bind(comp.target, comp.iter)
+                self.iterate(comp.target, comp.iter)
             parts = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
             out = frozenset().union(*(self.labels(p) for p in parts))
             for comp in node.generators:
@@ -332,6 +332,14 @@ class Reader:
             return self._mix(returned | arg_labels)
         if isinstance(func, ast.Name) and func.id in PROBE_CALLS and func.id not in self.env:
             return frozenset()
+        if (
+            isinstance(func, ast.Name)
+            and func.id in ("list", "tuple", "sorted")
+            and func.id not in self.env
+            and len(node.args) == 1
+            and self._yields_reference(node.args[0])
+        ):
+            return frozenset({R})  # list(ParameterGrid(grid))
         if self.data_is_input and origin.startswith(DATA_FUNCTIONS[0]):
             if origin.rsplit(".", 1)[-1].startswith(DATA_FUNCTIONS[1]):
                 return arg_labels
@@ -453,7 +461,7 @@ class Reader:
         ):
             saved = dict(self.env)
             for comp in test.args[0].generators:
-                self.bind(comp.target, comp.iter)
+                self.iterate(comp.target, comp.iter)
             self.assertion(test.args[0].elt)
             self.env = saved
             return
@@ -468,6 +476,21 @@ class Reader:
         return name if name in COMPARISONS else None
 
     # ---- statements -----------------------------------------------------------------------
+    def _yields_reference(self, iterable):
+        """Whether *iterable* is a scikit-learn object built in the test that yields what it
+        computes (``ParameterSampler(...)``, ``KFold(3).split(X)``), or a list of them."""
+        if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name):
+            if iterable.func.id in ("list", "tuple", "sorted") and len(iterable.args) == 1:
+                return self._yields_reference(iterable.args[0])
+        return isinstance(iterable, ast.Call) and self.labels(iterable) in ({S}, {R})
+
+    def iterate(self, target, iterable):
+        """Bind a loop's (or a comprehension's) target to what *iterable* yields."""
+        if self._yields_reference(iterable):
+            self.bind(target, None, frozenset({R}))
+        else:
+            self.bind(target, iterable)
+
     def bind(self, target, value, labels=None):
         if labels is None:
             if (
@@ -531,7 +554,7 @@ class Reader:
             self._effects(node.value)
         elif isinstance(node, ast.For | ast.AsyncFor):
             for _ in range(2):
-                self.bind(node.target, node.iter)
+                self.iterate(node.target, node.iter)
                 self.body(node.body)
             self.body(node.orelse)
         elif isinstance(node, ast.While):
