@@ -38,21 +38,21 @@ How values are labelled (a forward data flow through each function, loops read t
     back what the code wrote). Attributes, items and method results of a T value are T.
 
     *Independent* (R): the result of a computation that does not touch T values:
-    scikit-learn functions (``sklearn.metrics``, ``sklearn.model_selection``, ...) and the
+    scikit-learn functions (``sklearn.metrics``, ``sklearn.model_selection``, ...), the
     computing methods (``fit``, ``partial_fit``, ``predict``, ``transform``, ``score``, ...) of
-    scikit-learn objects and what they yield (``ParameterSampler``'s candidates), NumPy and SciPy computations (not the plumbing: ``asarray``,
-    ``concatenate``, ``zeros``, ``arange``, ``unique``, ``load``, ``random``, ... pass their
-    inputs' labels through), ``math`` and
+    scikit-learn objects and what they yield (``ParameterSampler``'s candidates), NumPy and
+    SciPy computations (not the plumbing: ``asarray``, ``concatenate``, ``zeros``, ``arange``,
+    ``unique``, ``load``, ``random``, ... pass their inputs' labels through), ``math`` and
     ``statistics`` functions, the computing methods of arrays (``mean``, ``sum``, ``std``,
-    ``dot``, ...), the loops of ``tests/parallel/reference_loops.py`` (their chunks and
-    the order a run recorded are inputs: fed from a run, a loop is still the oracle of what
-    the run trained from them; the model they start from must be the test's), and
-    arithmetic formulas (a ``*``, ``/``, ``//``, ``**``, ``%`` or ``@`` with a named number or
-    array in it: ``2 ** 30`` is a literal). A value mixed from T and R is T, except that a
-    scikit-learn computation is R whatever its inputs: an estimator the test builds and fits
-    on the output of an earlier step (the split a run made) is the reference of the step under
-    test, and ``r2_score(y, model.predict(X))`` the reference of ``model.score(X, y)``; NumPy
-    on the code's output is not (``np.mean(output)`` is T).
+    ``dot``, ...), the loops of ``tests/parallel/reference_loops.py`` (their chunks and the
+    order a run recorded are inputs: fed from a run, a loop is still the oracle of what the
+    run trained from them; the model they start from must be the test's), and arithmetic
+    formulas (a ``*``, ``/``, ``//``, ``**``, ``%`` or ``@`` with a named number or array in
+    it: ``2 ** 30`` is a literal). A value mixed from T and R is T, except that a scikit-learn
+    computation is R whatever its inputs: an estimator the test builds and fits on the output
+    of an earlier step (the split a run made) is the reference of the step under test, and
+    ``r2_score(y, model.predict(X))`` the reference of ``model.score(X, y)``; NumPy on the
+    code's output is not (``np.mean(output)`` is T).
 
     An estimator the test hands to the code stays the test's: taskdml clones what it is
     given (scikit-learn's contract for meta-estimators), so a copy of it fitted in the test is
