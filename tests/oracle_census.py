@@ -59,21 +59,21 @@ How values are labelled (a forward data flow through each function, loops read t
     a reference; a fitted attribute (``coef_``) of an estimator only the test fitted is R.
 
     *Test data* (D): what ``np.random``, ``dask.array.random`` and ``sklearn.datasets`` draw or
-    load, and values built from it. It is no reference in itself, except as the exact
-    expectation of an equality:
-    the code giving the test's own data back (``assert_array_equal(read_csv(path).y, y)``).
-    A computation on test data (``X.mean(0)``, ``SGDClassifier().fit(X, y)``) is R.
+    load, and values built from it (a formula on test data, ``y = X @ w > 0``, is test data;
+    taskdml's own generators and readers too, as a test's input, except in their tests). It is
+    no reference in itself, except as the exact expectation of an equality: the code giving
+    the test's own data back (``assert_array_equal(read_csv(path).y, y)``). A computation on
+    test data (``X.mean(0)``, ``SGDClassifier().fit(X, y)``) is R.
 
     Neutral: literals, fixtures that do not call the code, unfitted scikit-learn estimators, and
-    whatever a *probe* returns:
-    ``len``, ``type``, ``isinstance``, ``str``, ``repr``, ``.shape``, ``.dtype``, ``.chunks``,
-    ... -- a shape computed with NumPy is not a reference.
+    whatever a *probe* returns: ``len``, ``type``, ``isinstance``, ``str``, ``repr``,
+    ``.shape``, ``.dtype``, ``.chunks``, ... -- a shape computed with NumPy is not a reference.
 
-    Helpers are followed: a function defined in the test module (or a fixture there or in a
-    ``conftest.py``) labels its result from its body, with its parameters standing for the
-    caller's arguments; a helper that asserts compares the caller's arguments (or a reference
-    it computes) as if the assertion were written at the call. Parameters of ``parametrize``
-    take the labels of their values; other parameters are neutral.
+    Helpers are followed: a function defined in the test module (or in the test, a closure),
+    read where it is called with its parameters labelled as the call's arguments, its
+    assertions counting as the caller's; a fixture there or in a ``conftest.py`` labels the
+    parameter of its name. Parameters of ``parametrize`` take the labels of their values;
+    other parameters are neutral.
 
 Conservative by construction: when the flow is unclear the value is T or neutral, never R, so
 a test can be undercounted but should not be overcounted. The census is a measure to steer by,
