@@ -59,14 +59,14 @@ How values are labelled (a forward data flow through each function, loops read t
     a reference; a fitted attribute (``coef_``) of an estimator only the test fitted is R.
 
     *Test data* (D): what ``np.random``, ``dask.array.random`` and ``sklearn.datasets`` draw or
-    load, and values built from it (a formula on test data, ``y = X @ w > 0``, is test data;
-    taskdml's own generators and readers too, as a test's input, except in their tests). It is
-    no reference in itself, except as the exact expectation of an equality: the code giving
+    load, and values built from it (a formula on test data, ``y = X @ w > 0``, is test data).
+    It is no reference in itself, except as the exact expectation of an equality: the code giving
     the test's own data back (``assert_array_equal(read_csv(path).y, y)``). A computation on
     test data (``X.mean(0)``, ``SGDClassifier().fit(X, y)``) is R.
 
-    Neutral: literals, fixtures that do not call the code, unfitted scikit-learn estimators, and
-    whatever a *probe* returns: ``len``, ``type``, ``isinstance``, ``str``, ``repr``,
+    Neutral: literals, fixtures that do not call the code, unfitted scikit-learn estimators,
+    taskdml's generators and readers where they make a test's input (not in their own tests),
+    and whatever a *probe* returns: ``len``, ``type``, ``isinstance``, ``str``, ``repr``,
     ``.shape``, ``.dtype``, ``.chunks``, ... -- a shape computed with NumPy is not a reference.
 
     Helpers are followed: a function defined in the test module (or in the test, a closure),
