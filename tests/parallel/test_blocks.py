@@ -84,15 +84,20 @@ def test_merge_rules_state_the_minimum_batch(estimator, minimum):
 
 
 def test_well_sized_chunks_are_trained_as_given_and_blocks_are_deterministic():
-    """Large chunks keep their keys; merged blocks get the same keys on every call."""
-    X = da.from_array(np.ones((240, 2)), chunks=(RAGGED_ROWS, 2))
+    """Large chunks keep their keys; merged blocks get the same keys on every call, and hold
+    the rows of their chunks, in order."""
+    X_np = np.random.default_rng(0).normal(size=(240, 2))
+    X = da.from_array(X_np, chunks=(RAGGED_ROWS, 2))
     chunks = [Chunk(x, None, None, i) for i, x in enumerate(X.to_delayed().ravel())]
     as_given = reblock(chunks, [[i] for i in range(len(chunks))])
     assert [block.X.key for block in as_given] == [chunk.X.key for chunk in chunks]
     first, again = reblock(chunks, RAGGED_BLOCKS), reblock(chunks, RAGGED_BLOCKS)
     assert [b.X.key for b in first] == [b.X.key for b in again]
     assert not {b.X.key for b in first} & {c.X.key for c in chunks}
-    assert [len(x) for x in dask.compute(*(b.X for b in first))] == [63, 56, 60, 61]
+    blocks = dask.compute(*(b.X for b in first))
+    assert [len(x) for x in blocks] == [63, 56, 60, 61]
+    for block, rows in zip(blocks, _block_rows(RAGGED_ROWS, RAGGED_BLOCKS)):
+        np.testing.assert_array_equal(block, X_np[rows])
 
 
 def test_well_sized_data_is_one_block_per_chunk(client):

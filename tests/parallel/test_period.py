@@ -226,10 +226,23 @@ def test_async_and_sequential_ignore_the_period(client):
 @pytest.mark.parametrize("sync_every", ["auto", 2])
 def test_data_parallel_keeps_the_periods_in_history(client, sync_every):
     """DataParallel's history_ has each epoch's period (and, with "auto", its inputs);
-    partial_fit appends the next call's."""
+    partial_fit appends the next call's. With an integer period the fit is the sync loop of
+    reference_loops.py (with the engine seed DataParallel draws from its random_state)."""
+    from reference_loops import chunks_of, engine_seed, merge_linear_sgd, reference_sync
+
     X, y = _tiny_chunks()
-    model = DataParallel(SGDClassifier(random_state=0), epochs=2, sync_every=sync_every)
-    model.fit(X, y).partial_fit(X, y)
+    model = DataParallel(
+        SGDClassifier(random_state=0), epochs=2, sync_every=sync_every, random_state=0
+    )
+    model.fit(X, y)
+    if sync_every != "auto":
+        expected = reference_sync(
+            SGDClassifier(random_state=0), chunks_of(X.compute(), y.compute(), X.chunks[0]),
+            [0, 1], merge_linear_sgd, n_replicas=2, sync_every=sync_every, epochs=2,
+            shuffle=True, random_state=engine_seed(0),
+        )  # fmt: skip
+        np.testing.assert_array_equal(model.estimator_.coef_, expected.coef_)
+    model.partial_fit(X, y)
     assert len(model.history_) == 3
     for entry in model.history_:
         assert entry["sync_every"] >= 1
