@@ -144,12 +144,19 @@ def test_streaming_trains_what_persisting_trains(client, small_store, strategy):
 
 def test_data_in_memory_already_is_not_streamed(client, small_store):
     """Arrays built on futures (an earlier step's output) have no graph of their own to read
-    from: asked to stream, the training uses them where they are, and says why."""
+    from: asked to stream, the training uses them where they are, says why, and trains what
+    the sync loop of reference_loops.py trains on the same rows."""
     X, y = small_store
     X_held, y_held = client.persist([X, y])
-    result = train(SGDClassifier(random_state=0), X_held[:, :4] * 2.0, y_held, data="stream")
+    result = train(
+        SGDClassifier(random_state=0), X_held[:, :4] * 2.0, y_held, data="stream", sync_every=1,
+        random_state=0,
+    )  # fmt: skip
     assert result.stats["data"]["mode"] == "persist"
     assert "in the workers' memory already" in result.stats["data"]["reason"]
+    X_np, y_np = dask.compute(X, y)
+    expected = _reference(X_np[:, :4] * 2.0, y_np, X.chunks[0])
+    np.testing.assert_array_equal(result.estimator.coef_, expected.coef_)
 
 
 def test_streaming_without_a_cluster_matches(small_store):
