@@ -1,9 +1,10 @@
 """Resume after a crash: the CLI SIGKILLed (with its embedded cluster) after two steps, or in
 the middle of a long training or search once its first checkpoint file appears, then
 ``taskdml resume``: no completed step runs again, the training or search continues from its
-last checkpoint, and the result equals an uninterrupted run's bit for bit wherever the
-uninterrupted run is itself deterministic (sync SGD with an integer period; async SGD with one
-replica; a synchronous successive halving; an ASHA search trial by trial)."""
+last checkpoint, and the result is the reference's bit for bit wherever an uninterrupted run
+is itself deterministic: the loops of reference_loops.py for sync SGD with an integer period
+and async SGD with one replica (scikit-learn's scaler and naive Bayes beside them), an
+uninterrupted run for a synchronous successive halving and an ASHA search trial by trial."""
 
 import json
 import os
@@ -344,7 +345,7 @@ ONE_REPLICA_ASYNC = LONG_TRAINING.replace("n_workers: 2", "n_workers: 1").replac
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_one_replica_async_training_killed_mid_way_equals_an_uninterrupted_one(tmp_path):
+def test_a_one_replica_async_training_killed_mid_way_equals_the_serial_loop(tmp_path):
     """An async training with one replica (one worker: its pushes are one serial pass, so an
     uninterrupted run is deterministic), SIGKILLed once its server's first copy is written
     and resumed from it, absorbs every chunk of every epoch once and equals, bit for bit, the
