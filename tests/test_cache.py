@@ -14,6 +14,7 @@ import pytest
 import scipy.sparse
 from click.testing import CliRunner
 from sklearn.linear_model import SGDClassifier
+from sklearn.preprocessing import StandardScaler
 
 from cli.main import cli
 from taskdml import Cache, CacheWarning, load_pipeline, run_pipeline
@@ -33,10 +34,22 @@ def _run(*args, cache, runs):
     return result.output
 
 
+def _quickstart_train_rows(n_samples, seed=0):
+    """The quickstart's train rows, made here."""
+    from taskdml import datasets
+
+    data = datasets.make_classification(
+        n_samples=n_samples, n_features=20, n_informative=10, chunk_size=5_000, random_state=seed
+    )
+    train, _ = datasets.train_test_split(data, test_size=0.2, random_state=seed)
+    return train.X.values
+
+
 @pytest.mark.slow
 def test_a_second_run_reuses_every_step_and_a_change_reruns_only_what_it_touches(tmp_path):
-    """Run twice: every step reused, same metrics, models in the run directory; change the
-    model's alpha: the model and the evaluation run, and --explain says why."""
+    """Run twice: every step reused, same metrics, models in the run directory, the reused
+    scaler scikit-learn's on the same rows; change the model's alpha: the model and the
+    evaluation run, and --explain says why."""
     cache, runs = tmp_path / "cache", tmp_path / "runs"
     _run(cache=cache, runs=runs)
     again = _run("--explain", cache=cache, runs=runs)
@@ -51,6 +64,9 @@ def test_a_second_run_reuses_every_step_and_a_change_reruns_only_what_it_touches
     np.testing.assert_array_equal(
         load_model(first["path"], "model").coef_, load_model(second["path"], "model").coef_
     )
+    reference = StandardScaler().fit(_quickstart_train_rows(20_000))  # recomputed in memory
+    np.testing.assert_allclose(load_model(second["path"], "scale").mean_, reference.mean_)
+    np.testing.assert_allclose(load_model(second["path"], "scale").var_, reference.var_)
     changed = _run("steps.model.with.alpha=1e-3", "--explain", cache=cache, runs=runs)
     for step in ("data", "split", "scale"):
         assert f"  {step:<16} reused" in changed

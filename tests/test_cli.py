@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -36,12 +37,8 @@ ENV = {
 }
 
 
-def _in_memory_accuracies(n_samples, test_size, seed, estimator_seeds, **estimator):
-    """The quickstart model fitted in memory by scikit-learn on the quickstart's own rows, once
-    per seed in *estimator_seeds*: its test accuracies."""
-    from sklearn.linear_model import SGDClassifier
-    from sklearn.preprocessing import StandardScaler
-
+def _quickstart_rows(n_samples, test_size=0.2, seed=0):
+    """The quickstart's train and test rows, made here: ``(X_train, y_train, X_test, y_test)``."""
     from taskdml import datasets
 
     data = datasets.make_classification(
@@ -49,14 +46,44 @@ def _in_memory_accuracies(n_samples, test_size, seed, estimator_seeds, **estimat
     )
     train, test = datasets.train_test_split(data, test_size=test_size, random_state=seed)
     train, test = train.compute(), test.compute()
-    scaler = StandardScaler().fit(train["X"].values)
-    X_train, X_test = scaler.transform(train["X"].values), scaler.transform(test["X"].values)
+    return train["X"].values, train["y"].values, test["X"].values, test["y"].values
+
+
+def _in_memory_accuracies(n_samples, test_size, seed, estimator_seeds, **estimator):
+    """The quickstart model fitted in memory by scikit-learn on the quickstart's own rows, once
+    per seed in *estimator_seeds*: its test accuracies."""
+    from sklearn.linear_model import SGDClassifier
+    from sklearn.preprocessing import StandardScaler
+
+    X_train, y_train, X_test, y_test = _quickstart_rows(n_samples, test_size, seed)
+    scaler = StandardScaler().fit(X_train)
+    X_train, X_test = scaler.transform(X_train), scaler.transform(X_test)
     return [
         SGDClassifier(**estimator, random_state=estimator_seed)
-        .fit(X_train, train["y"].values)
-        .score(X_test, test["y"].values)
+        .fit(X_train, y_train)
+        .score(X_test, y_test)
         for estimator_seed in estimator_seeds
     ]
+
+
+def _assert_quickstart_run_is_scikit_learns(run_dir, n_samples):
+    """A quickstart run's scaler is scikit-learn's StandardScaler fitted in memory on the same
+    train rows, and its reported accuracy is scikit-learn's accuracy of its model on the test
+    rows so scaled."""
+    from sklearn.metrics import accuracy_score
+    from sklearn.preprocessing import StandardScaler
+
+    from taskdml.runs._directory import load_model
+
+    X_train, _, X_test, y_test = _quickstart_rows(n_samples)
+    reference = StandardScaler().fit(X_train)
+    scaler = load_model(run_dir, "scale")
+    np.testing.assert_allclose(scaler.mean_, reference.mean_, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(scaler.var_, reference.var_, rtol=1e-10)
+    model = load_model(run_dir, "model")
+    expected = accuracy_score(y_test, model.predict(reference.transform(X_test)))
+    metrics = json.loads((Path(run_dir) / "metrics.json").read_text())
+    assert metrics["report"]["accuracy"] == pytest.approx(expected, rel=1e-12)
 
 
 @pytest.mark.slow
@@ -80,7 +107,8 @@ def test_every_example_pipeline_runs(path, cluster, tmp_path):
 
 @pytest.mark.slow
 def test_quickstart_end_to_end_through_the_entry_point(tmp_path):
-    """The installed `taskdml` runs quickstart on its own embedded cluster and reports accuracy."""
+    """The installed `taskdml` runs quickstart on its own embedded cluster; its scaler and the
+    accuracy it reports are scikit-learn's on the same rows."""
     done = subprocess.run(
         [
             TASKDML,
@@ -101,7 +129,8 @@ def test_quickstart_end_to_end_through_the_entry_point(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "accuracy" in done.stdout and "succeeded" in done.stdout
     assert "dashboard: http://127.0.0.1:" in done.stderr
-    assert len(list(tmp_path.glob("*/manifest.json"))) == 1
+    (manifest,) = tmp_path.glob("*/manifest.json")
+    _assert_quickstart_run_is_scikit_learns(manifest.parent, 40_000)
 
 
 def _free_port():

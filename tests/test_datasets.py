@@ -203,11 +203,17 @@ def test_make_classification_shift_and_scale(seed):
 
 
 def test_make_regression_is_linear_when_noise_free(seed):
-    """y = X @ coef + bias exactly with noise=0; n_informative non-zero coefficients."""
+    """y = X @ coef + bias exactly with noise=0 (scikit-learn's least squares finds coef and
+    bias again); n_informative non-zero coefficients."""
+    from sklearn.linear_model import LinearRegression
+
     data, coef = datasets.make_regression(
         5_000, 8, n_informative=3, bias=4.0, chunk_size=999, random_state=seed, coef=True
     )
     np.testing.assert_allclose(_local(data.X) @ coef + 4.0, _local(data.y))
+    fitted = LinearRegression().fit(_local(data.X), _local(data.y))
+    np.testing.assert_allclose(fitted.coef_, coef, atol=1e-8)
+    assert fitted.intercept_ == pytest.approx(4.0)
     assert np.count_nonzero(coef) == 3 and (coef[:3] > 0).all() and (coef < 100).all()
 
 
@@ -345,11 +351,23 @@ def test_load_sklearn_unknown_name():
 # --------------------------------------------------------------------------------------------
 
 
+def _drawn(n_samples, n_features, chunk_size, seed):
+    """Data of the convention drawn here (not by the generators under test): X uniform,
+    y integer labels, feature names x0, x1, ..."""
+    rng = da.random.default_rng(seed)
+    X = rng.random((n_samples, n_features), chunks=(chunk_size, n_features))
+    y = rng.integers(0, 3, n_samples, chunks=chunk_size)
+    return xr.Dataset(
+        {"X": (("sample", "feature"), X), "y": (("sample",), y)},
+        coords={"feature": [f"x{i}" for i in range(n_features)]},
+    )
+
+
 @pytest.mark.parametrize("fmt", ["zarr", "netcdf"])
 def test_xarray_round_trip(fmt, tmp_path, seed):
     """write_* then read_* gives back the values, names and (zarr) the chunking; xarray's own
     reader finds the same values in the file."""
-    data = datasets.make_classification(1_000, 5, chunk_size=300, random_state=seed)
+    data = _drawn(1_000, 5, chunk_size=300, seed=seed)
     path = tmp_path / f"data.{fmt}"
     write = getattr(datasets, f"write_{fmt}")
     read = getattr(datasets, f"read_{fmt}")
@@ -475,7 +493,7 @@ def test_readers_and_writers_on_cluster(table, tmp_path, client, seed):
     data = datasets.read_csv(path, target="label", blocksize=5_000)
     np.testing.assert_array_equal(data.y.data.compute(), table.label.to_numpy())
 
-    blobs = datasets.make_blobs(2_000, chunk_size=600, random_state=seed)
+    blobs = _drawn(2_000, 2, chunk_size=600, seed=seed)
     expected = _local(blobs.X)
     datasets.write_zarr(blobs, tmp_path / "blobs.zarr")
     np.testing.assert_array_equal(datasets.read_zarr(tmp_path / "blobs.zarr").X.values, expected)

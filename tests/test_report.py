@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import xarray as xr
 from click.testing import CliRunner
+from sklearn.metrics import confusion_matrix
 
 from cli.main import cli
 from taskdml import ReportWarning, StepFailed, load_pipeline, loads_pipeline, run_pipeline
@@ -57,6 +58,18 @@ def _quickstart(client, root, epochs):
     return run_pipeline(pipeline, client, run_root=root)
 
 
+def _quickstart_test_rows(seed=0):
+    """The test rows of quickstart with SMALL, made here."""
+    from taskdml import datasets
+
+    data = datasets.make_classification(
+        n_samples=20_000, n_features=20, n_informative=10, chunk_size=5_000, random_state=seed
+    )
+    _, test = datasets.train_test_split(data, test_size=0.2, random_state=seed)
+    test = test.compute()
+    return test["X"].values, test["y"].values
+
+
 def _is_png(path):
     import matplotlib.image
 
@@ -76,6 +89,9 @@ def test_run_writes_pictures_and_a_self_contained_report(client, tmp_path):
     counts = np.asarray(manifest["steps"]["report"]["diagnostics"]["counts"])
     assert counts.sum() == manifest["steps"]["split"]["summary"]["test"]["n_samples"]
     assert np.trace(counts) / counts.sum() == pytest.approx(run.metrics["report"]["accuracy"])
+    X_test, y_test = _quickstart_test_rows()
+    predicted = run.model("model").predict(run.model("scale").transform(X_test))
+    np.testing.assert_array_equal(counts, confusion_matrix(y_test, predicted))
 
     page = (run.path / manifest["report"]).read_text()
     for step in ("data", "split", "scale", "model", "report"):

@@ -1,9 +1,10 @@
 """Resume after a crash: the CLI SIGKILLed (with its embedded cluster) after two steps, or in
 the middle of a long training or search once its first checkpoint file appears, then
 ``taskdml resume``: no completed step runs again, the training or search continues from its
-last checkpoint, and the result equals an uninterrupted run's bit for bit wherever the
-uninterrupted run is itself deterministic (sync SGD with an integer period; async SGD with one
-replica; a synchronous successive halving; an ASHA search trial by trial)."""
+last checkpoint, and the result is the reference's bit for bit wherever an uninterrupted run
+is itself deterministic: the loops of reference_loops.py for sync SGD with an integer period
+and async SGD with one replica (scikit-learn's scaler and naive Bayes beside them), an
+uninterrupted run for a synchronous successive halving and an ASHA search trial by trial."""
 
 import json
 import os
@@ -121,9 +122,11 @@ def _events(run_dir):
 @pytest.mark.timeout(600)
 def test_cli_killed_after_two_steps_resumes_without_running_them_again(tmp_path, cluster):
     """SIGKILL after data and split completed; `taskdml resume latest` reuses both (no
-    step_started for them), runs the rest, and its models equal an uninterrupted run's."""
-    killed, clean = tmp_path / "killed", tmp_path / "clean"
-    killed.mkdir(), clean.mkdir()
+    step_started for them), runs the rest, and its models are the references on the same
+    rows: scikit-learn's scaler and naive Bayes fitted in memory, the SGD of the sync loop
+    of reference_loops.py on the chunks so scaled."""
+    killed = tmp_path / "killed"
+    killed.mkdir()
     args = ["run", DATA_PARALLEL, *SMALLER, "--run-dir", "runs"]
     where = ["--scheduler", cluster.scheduler_address]  # the session's cluster: 2 x 1 thread
     process = _start(args, killed)  # killed with its embedded cluster
@@ -148,24 +151,44 @@ def test_cli_killed_after_two_steps_resumes_without_running_them_again(tmp_path,
     started = {e["step"] for e in resumed if e["event"] == "step_started"}
     assert started == {"scale", "sgd", "bayes", "sgd_report", "bayes_report"}
     assert {e["step"] for e in resumed if e["event"] == "step_cached"} == {"data", "split"}
-    _run([*args, "--no-cache", *where], clean)
-    uninterrupted = _manifest(clean)
-    for step, attribute in (("sgd", "coef_"), ("bayes", "theta_"), ("scale", "mean_")):
-        np.testing.assert_array_equal(
-            getattr(load_model(killed / "runs" / after["run_id"], step), attribute),
-            getattr(load_model(clean / "runs" / uninterrupted["run_id"], step), attribute),
-        )
+    from reference_loops import chunks_of, merge_linear_sgd, reference_sync
+    from sklearn.linear_model import SGDClassifier
+    from sklearn.naive_bayes import GaussianNB
+    from sklearn.preprocessing import StandardScaler
+
+    from taskdml import datasets
+
+    data = datasets.make_classification(
+        40_000, 30, n_informative=12, n_redundant=6, chunk_size=4_000, random_state=0
+    )
+    train, _ = datasets.train_test_split(data, test_size=0.2, random_state=0)
+    X, y = train.X.values, train.y.values
+    run = killed / "runs" / after["run_id"]
+    scaler = StandardScaler().fit(X)
+    np.testing.assert_allclose(load_model(run, "scale").mean_, scaler.mean_, atol=1e-12)
+    np.testing.assert_allclose(load_model(run, "scale").var_, scaler.var_, rtol=1e-10)
+    bayes = GaussianNB().fit(X, y)
+    np.testing.assert_allclose(load_model(run, "bayes").theta_, bayes.theta_, atol=1e-12)
+    np.testing.assert_allclose(load_model(run, "bayes").var_, bayes.var_, rtol=1e-9)
+    scaled = load_model(run, "scale").transform(X)  # the chunks the run's sgd trained on
+    expected = reference_sync(
+        SGDClassifier(loss="log_loss", alpha=1e-4, random_state=0),
+        chunks_of(scaled, y, train.X.chunks[0]), [0, 1], merge_linear_sgd, n_replicas=2,
+        sync_every=4, epochs=5, shuffle=True, random_state=0,
+    )  # fmt: skip
+    np.testing.assert_array_equal(load_model(run, "sgd").coef_, expected.coef_)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_training_killed_mid_way_continues_from_its_last_checkpoint(tmp_path, cluster):
     """With checkpoints every 0.5 s, SIGKILL once the first is written; the resumed training
-    starts after epoch 1, records every epoch once, and equals an uninterrupted training."""
-    killed, clean = tmp_path / "killed", tmp_path / "clean"
-    for folder in (killed, clean):
-        folder.mkdir()
-        (folder / "long.yaml").write_text(LONG_TRAINING)
+    starts after epoch 1, records every epoch once, and equals, bit for bit, the sync loop of
+    reference_loops.py on the same data (what an uninterrupted training equals:
+    tests/parallel/test_reference.py)."""
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    (killed / "long.yaml").write_text(LONG_TRAINING)
     often = {"DASK_TASKDML__ELASTIC__CHECKPOINT_S": "0.5"}
     args = ["run", "long.yaml", "--run-dir", "runs"]
     where = ["--scheduler", cluster.scheduler_address]  # the session's cluster: 2 x 1 thread
@@ -179,11 +202,25 @@ def test_a_training_killed_mid_way_continues_from_its_last_checkpoint(tmp_path, 
     assert resumed_from["epoch"] > 1 or resumed_from["rounds_before"] > 0
     assert [entry["epoch"] for entry in training["history"]] == list(range(1, 31))
     assert not any(checkpoints.iterdir())  # removed once the step was stored
-    _run([*args, "--no-cache", *where], clean)
-    np.testing.assert_array_equal(
-        load_model(killed / "runs" / _manifest(killed)["run_id"], "model").coef_,
-        load_model(clean / "runs" / _manifest(clean)["run_id"], "model").coef_,
-    )
+    model = load_model(killed / "runs" / _manifest(killed)["run_id"], "model")
+    expected = _long_training_reference(n_replicas=2, sync_every=2, epochs=30)
+    np.testing.assert_array_equal(model.coef_, expected.coef_)
+    np.testing.assert_array_equal(model.intercept_, expected.intercept_)
+
+
+def _long_training_reference(**options):
+    """LONG_TRAINING's model by the loop of reference_loops.py, on its data made here."""
+    from reference_loops import chunks_of, merge_linear_sgd, reference_sync
+    from sklearn.linear_model import SGDClassifier
+
+    from taskdml.datasets import make_classification
+
+    data = make_classification(40_000, 20, chunk_size=2_000, random_state=0)
+    chunks = chunks_of(data.X.values, data.y.values, data.X.chunks[0])
+    return reference_sync(
+        SGDClassifier(random_state=0), chunks, [0, 1], merge_linear_sgd, shuffle=True,
+        random_state=0, **options,
+    )  # fmt: skip
 
 
 @pytest.mark.slow
@@ -308,15 +345,15 @@ ONE_REPLICA_ASYNC = LONG_TRAINING.replace("n_workers: 2", "n_workers: 1").replac
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_one_replica_async_training_killed_mid_way_equals_an_uninterrupted_one(tmp_path):
+def test_a_one_replica_async_training_killed_mid_way_equals_the_serial_loop(tmp_path):
     """An async training with one replica (one worker: its pushes are one serial pass, so an
     uninterrupted run is deterministic), SIGKILLed once its server's first copy is written
-    and resumed from it, absorbs every chunk of every epoch once and equals the uninterrupted
-    run bit for bit."""
-    killed, clean = tmp_path / "killed", tmp_path / "clean"
-    for folder in (killed, clean):
-        folder.mkdir()
-        (folder / "long.yaml").write_text(ONE_REPLICA_ASYNC)
+    and resumed from it, absorbs every chunk of every epoch once and equals, bit for bit, the
+    serial partial_fit loop over the chunks in the engine's order (reference_loops.py, one
+    replica)."""
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    (killed / "long.yaml").write_text(ONE_REPLICA_ASYNC)
     often = {"DASK_TASKDML__ELASTIC__CHECKPOINT_S": "0.5"}
     args = ["run", "long.yaml", "--run-dir", "runs"]
     process = _start(args, killed, **often)
@@ -328,11 +365,10 @@ def test_a_one_replica_async_training_killed_mid_way_equals_an_uninterrupted_one
     assert training["strategy"] == "async" and training["stats"]["replicas"] == 1
     assert 0 < training["stats"]["resumed_from"]["updates"] < 20 * 20
     assert training["stats"]["updates"] == 20 * 20
-    _run([*args, "--no-cache"], clean)
-    np.testing.assert_array_equal(
-        load_model(killed / "runs" / resumed["run_id"], "model").coef_,
-        load_model(clean / "runs" / _manifest(clean)["run_id"], "model").coef_,
-    )
+    model = load_model(killed / "runs" / resumed["run_id"], "model")
+    expected = _long_training_reference(n_replicas=1, sync_every=1, epochs=20)
+    np.testing.assert_array_equal(model.coef_, expected.coef_)
+    np.testing.assert_array_equal(model.intercept_, expected.intercept_)
 
 
 @pytest.mark.slow

@@ -106,7 +106,8 @@ def test_pipeline_runs_and_records_everything(client, tmp_path):
 @pytest.mark.parametrize("sync_every", ["auto", 3])
 def test_the_manifest_records_the_sync_period(client, tmp_path, sync_every):
     """A fit step's manifest entry has each epoch's period in its history and stats; with
-    "auto" also the measurements it was chosen from."""
+    "auto" also the measurements it was chosen from. With an integer period the model is the
+    sync loop of reference_loops.py over the scaled train chunks."""
     text = (
         TRAIN.replace("n_samples: 6000", "n_samples: 16000")
         .replace("chunk_size: 1000", "chunk_size: 500")
@@ -122,6 +123,22 @@ def test_the_manifest_records_the_sync_period(client, tmp_path, sync_every):
         assert len(training["stats"]["block_s"]) == len(training["stats"]["round_s"]) == 2
     else:
         assert training["stats"]["sync_every"] == 3 and periods == [3, 3]
+        from reference_loops import chunks_of, merge_linear_sgd, reference_sync
+        from sklearn.linear_model import SGDClassifier
+
+        from taskdml import datasets
+
+        data = datasets.make_classification(
+            n_samples=16000, n_features=8, chunk_size=500, random_state=0
+        )
+        train, _ = datasets.train_test_split(data, random_state=0)
+        scaled = run.model("scale").transform(train.X.values)  # what the model trained on
+        expected = reference_sync(
+            SGDClassifier(random_state=0), chunks_of(scaled, train.y.values, train.X.chunks[0]),
+            [0, 1], merge_linear_sgd, n_replicas=2, sync_every=3, epochs=2, shuffle=True,
+            random_state=0,
+        )  # fmt: skip
+        np.testing.assert_array_equal(run.model("model").coef_, expected.coef_)
     assert training["stats"]["rounds"] == sum(entry["rounds"] for entry in training["history"])
 
 

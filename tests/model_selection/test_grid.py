@@ -551,15 +551,14 @@ def test_metadata_routing_gives_scikit_learns_results(request, iris, use_client)
     with config_context(enable_metadata_routing=True):
         estimator = LogisticRegression(max_iter=500).set_fit_request(sample_weight=True)
         scoring = make_scorer(accuracy_score).set_score_request(sample_weight=True)
-        searches = [
-            search(estimator, {"C": [0.01, 1]}, cv=3, scoring=scoring).fit(
-                X, y, sample_weight=weights
-            )
-            for search in (GridSearchCV, sk.GridSearchCV)
-        ]
-        ours, theirs = (search.score(X, y, sample_weight=weights) for search in searches)
-    assert_same_results(*searches)
-    assert ours == theirs
+        ours = GridSearchCV(estimator, {"C": [0.01, 1]}, cv=3, scoring=scoring)
+        theirs = sk.GridSearchCV(estimator, {"C": [0.01, 1]}, cv=3, scoring=scoring)
+        ours.fit(X, y, sample_weight=weights)
+        theirs.fit(X, y, sample_weight=weights)
+        score = ours.score(X, y, sample_weight=weights)
+        expected = theirs.score(X, y, sample_weight=weights)
+    assert_same_results(ours, theirs)
+    assert score == expected
 
 
 def test_routed_metadata_reaches_every_scorer_split_with_the_test_rows(iris):

@@ -53,7 +53,7 @@ def fit(estimator, X, y, classes):
         estimator.partial_fit(X, y)
     else:
         estimator.partial_fit(X, y, classes=classes)
-    return len(X)
+    return X.shape[0]  # sparse chunks have no len
 
 
 def mean_by_rows(values, rows):

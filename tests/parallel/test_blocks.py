@@ -86,15 +86,20 @@ def test_merge_rules_state_the_minimum_batch(estimator, minimum):
 
 
 def test_well_sized_chunks_are_trained_as_given_and_blocks_are_deterministic():
-    """Large chunks keep their keys; merged blocks get the same keys on every call."""
-    X = da.from_array(np.ones((240, 2)), chunks=(RAGGED_ROWS, 2))
+    """Large chunks keep their keys; merged blocks get the same keys on every call, and hold
+    the rows of their chunks, in order."""
+    X_np = np.random.default_rng(0).normal(size=(240, 2))
+    X = da.from_array(X_np, chunks=(RAGGED_ROWS, 2))
     chunks = [Chunk(x, None, None, i) for i, x in enumerate(X.to_delayed().ravel())]
     as_given = reblock(chunks, [[i] for i in range(len(chunks))])
     assert [block.X.key for block in as_given] == [chunk.X.key for chunk in chunks]
     first, again = reblock(chunks, RAGGED_BLOCKS), reblock(chunks, RAGGED_BLOCKS)
     assert [b.X.key for b in first] == [b.X.key for b in again]
     assert not {b.X.key for b in first} & {c.X.key for c in chunks}
-    assert [len(x) for x in dask.compute(*(b.X for b in first))] == [63, 56, 60, 61]
+    blocks = dask.compute(*(b.X for b in first))
+    assert [len(x) for x in blocks] == [63, 56, 60, 61]
+    for block, rows in zip(blocks, _block_rows(RAGGED_ROWS, RAGGED_BLOCKS)):
+        np.testing.assert_array_equal(block, X_np[rows])
 
 
 def test_well_sized_data_is_one_block_per_chunk(client):
@@ -129,15 +134,20 @@ def test_exact_families_on_ragged_chunks_equal_one_pass_over_the_blocks(client, 
 
 
 def test_ragged_chunks_train_reproducibly_for_a_seed(client):
-    """SGD on tiny ragged chunks, shuffled, gives the same model twice for one seed."""
+    """SGD on tiny ragged chunks, shuffled, gives the same model twice for one seed: the sync
+    loop of reference_loops.py over the four blocks."""
+    from reference_loops import chunks_of, merge_linear_sgd, reference_sync
+
     _, estimator, X, y, classes = next(c for c in _ENGINE_CASES if c[0] == "SGDClassifier")
-    models = [
-        train(
-            estimator, *_dask(X, y, RAGGED_ROWS), classes=classes, epochs=2, random_state=3
-        ).estimator
-        for _ in range(2)
-    ]
+    options = dict(classes=classes, epochs=2, sync_every=1, random_state=3)
+    models = [train(estimator, *_dask(X, y, RAGGED_ROWS), **options).estimator for _ in range(2)]
     np.testing.assert_array_equal(models[0].coef_, models[1].coef_)
+    blocks = chunks_of(X, y, [len(rows) for rows in _block_rows(RAGGED_ROWS, RAGGED_BLOCKS)])
+    expected = reference_sync(
+        SGDClassifier(random_state=0), blocks, classes, merge_linear_sgd, n_replicas=2,
+        sync_every=1, epochs=2, shuffle=True, random_state=3,
+    )  # fmt: skip
+    np.testing.assert_array_equal(models[0].coef_, expected.coef_)
 
 
 def test_minibatch_kmeans_first_block_holds_n_clusters(client):

@@ -86,7 +86,10 @@ ESTIMATORS = {
 @pytest.mark.parametrize("name", sorted(ESTIMATORS))
 def test_direct_actor_and_threads_train_identical_models(six_threads, name):
     """R = 1..5 replicas all-reducing directly between worker processes, through the actor,
-    and as threads of this process: the same model, bit for bit."""
+    and as threads of this process: the same model, bit for bit; for SGD the sync loop's of
+    reference_loops.py, for the scaler the mean and variance of all the rows."""
+    from reference_loops import chunks_of, merge_linear_sgd, reference_sync
+
     make, attributes = ESTIMATORS[name]
     X, y = _data()
     needs_y = name == "SGDClassifier"
@@ -113,6 +116,17 @@ def test_direct_actor_and_threads_train_identical_models(six_threads, name):
             assert result.stats["collective"] == collective
             models[collective] = result.estimator
         models["threads"] = fit(n_replicas, False).estimator
+        if name == "SGDClassifier":
+            expected = reference_sync(
+                SGDClassifier(random_state=0), chunks_of(*dask.compute(X, y), X.chunks[0]),
+                [0, 1], merge_linear_sgd, n_replicas=n_replicas, sync_every=1, epochs=2,
+                shuffle=True, random_state=0,
+            )  # fmt: skip
+            np.testing.assert_array_equal(models["threads"].coef_, expected.coef_)
+        elif name == "StandardScaler":
+            X_np = X.compute()
+            np.testing.assert_allclose(models["threads"].mean_, X_np.mean(axis=0), rtol=1e-12)
+            np.testing.assert_allclose(models["threads"].var_, X_np.var(axis=0), rtol=1e-10)
         for attribute in attributes:
             reference = getattr(models["threads"], attribute)
             for collective in ("direct", "actor"):

@@ -49,7 +49,10 @@ def client():
 
 @pytest.mark.parametrize("data", ["persist", "stream"])
 def test_checkpoints_change_nothing(client, data):
-    """A segment per round trains the estimator one segment trains, bit for bit."""
+    """A segment per round trains the estimator one segment trains, bit for bit: the sync
+    loop's of reference_loops.py."""
+    from reference_loops import chunks_of, merge_linear_sgd, reference_sync
+
     X, y = linear_data(12_000, 5, 1_000)
     whole = train(
         SGDClassifier(random_state=0), X, y, epochs=2, sync_every=2, random_state=0, data=data
@@ -65,10 +68,18 @@ def test_checkpoints_change_nothing(client, data):
     assert [e["rounds"] for e in cut.history] == [e["rounds"] for e in whole.history] == [3, 3]
     np.testing.assert_array_equal(whole.estimator.coef_, cut.estimator.coef_)
     np.testing.assert_array_equal(whole.estimator.intercept_, cut.estimator.intercept_)
+    expected = reference_sync(
+        SGDClassifier(random_state=0), chunks_of(*dask.compute(X, y), X.chunks[0]), [0, 1],
+        merge_linear_sgd, n_replicas=2, sync_every=2, epochs=2, shuffle=True, random_state=0,
+    )  # fmt: skip
+    np.testing.assert_array_equal(cut.estimator.coef_, expected.coef_)
 
 
 def test_checkpoints_of_fewer_replicas_than_workers_are_no_replans(client):
-    """n_replicas=1 on two workers: segments at every round, none of them a re-plan."""
+    """n_replicas=1 on two workers: segments at every round, none of them a re-plan; the
+    model is the serial loop's (reference_loops.py)."""
+    from reference_loops import chunks_of, merge_linear_sgd, reference_sync
+
     X, y = linear_data(6_000, 5, 1_000)
     with dask.config.set({"taskdml.elastic.checkpoint-s": 0}):
         result = train(
@@ -76,6 +87,11 @@ def test_checkpoints_of_fewer_replicas_than_workers_are_no_replans(client):
         )
     assert result.stats["segments"] == 3
     assert result.stats["replans"] == []
+    expected = reference_sync(
+        SGDClassifier(random_state=0), chunks_of(*dask.compute(X, y), X.chunks[0]), [0, 1],
+        merge_linear_sgd, n_replicas=1, sync_every=2, epochs=1, shuffle=True, random_state=0,
+    )  # fmt: skip
+    np.testing.assert_array_equal(result.estimator.coef_, expected.coef_)
 
 
 def test_the_chunks_left_are_dealt_by_index():

@@ -209,19 +209,13 @@ def test_empty_chunk_is_refused():
         train(StandardScaler(), X, client=False)
 
 
-def test_unmergeable_estimator_falls_back_with_the_reason(client):
-    """Asking sync for an estimator without a merge rule trains it sequentially, with a warning."""
-    X, _ = _data(n_samples=8_000, chunk_size=2_000, n_features=6)
-    with pytest.warns(SequentialFallbackWarning, match="Birch cannot be merged"):
-        result = train(Birch(n_clusters=3), X, strategy="sync")
-    assert result.strategy == "sequential" and hasattr(result.estimator, "subcluster_centers_")
-
-
 def test_the_birch_fallback_equals_the_serial_loop(client):
-    """The sequential fallback's Birch is the serial partial_fit loop's, bit for bit."""
+    """Asking sync for an estimator without a merge rule trains it sequentially, with a
+    warning that says why; the fallback's Birch is the serial partial_fit loop's, bit for bit."""
     X, _ = _data(n_samples=8_000, chunk_size=2_000, n_features=6)
     with pytest.warns(SequentialFallbackWarning, match="Birch cannot be merged"):
         result = train(Birch(n_clusters=3), X, strategy="sync", shuffle=False)
+    assert result.strategy == "sequential"
     reference = _serial(Birch(n_clusters=3), X, None)
     np.testing.assert_array_equal(
         result.estimator.subcluster_centers_, reference.subcluster_centers_
@@ -353,13 +347,39 @@ def test_concurrent_trainings_with_different_parameters_stay_apart(client):
 @pytest.mark.parametrize("strategy", ["sync", "async"])
 def test_repeated_trainings_start_fresh(client, strategy):
     """The same call repeated gets a new actor each time: every run makes its own updates
-    from the start (a reused parameter server went on from the last run's version)."""
+    from the start (a reused parameter server went on from the last run's version), and
+    each run's model is the reference loop's from a fresh start (reference_loops.py: sync's
+    rounds, or async's recorded pushes replayed)."""
+    from reference_loops import (
+        chunks_of,
+        engine_seed,
+        merge_linear_sgd,
+        reference_sync,
+        replay_async,
+    )
+
     X, y = client.persist(_data(n_samples=8_000, chunk_size=1_000))
+    options = {"sync_every": 1} if strategy == "sync" else {}
     runs = [
-        train(SGDClassifier(random_state=0), X, y, strategy=strategy, random_state=0)
+        train(SGDClassifier(random_state=0), X, y, strategy=strategy, random_state=0, **options)
         for _ in range(3)
     ]
     counted = "updates" if strategy == "async" else "rounds"
     expected = 8 if strategy == "async" else 4
     assert [run.stats[counted] for run in runs] == [expected] * 3
     assert all(run.estimator.t_ == 8_001 for run in runs)
+    chunks = chunks_of(X.compute(), y.compute(), X.chunks[0])
+    for run in runs:
+        if strategy == "sync":
+            reference = reference_sync(
+                SGDClassifier(random_state=0), chunks, [0, 1], merge_linear_sgd,
+                n_replicas=2, sync_every=1, epochs=1, shuffle=True, random_state=0,
+            )  # fmt: skip
+        else:
+            pushes = [tuple(push) for push in run.stats["pushes"]]
+            reference = replay_async(
+                SGDClassifier(random_state=0), chunks, [0, 1], merge_linear_sgd, pushes,
+                n_replicas=2, epochs=1, shuffle=True, seed=engine_seed(0),
+            )  # fmt: skip
+        np.testing.assert_array_equal(run.estimator.coef_, reference.coef_)
+        np.testing.assert_array_equal(run.estimator.intercept_, reference.intercept_)

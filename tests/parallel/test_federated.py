@@ -192,12 +192,16 @@ def test_unequal_silos_equal_fedavg_weighted_by_rows(client, secure_aggregation)
 
 
 def test_secure_aggregation_equals_plain_fedavg(client):
-    """With masks, the global model equals plain FedAvg's to the fixed-point rounding."""
+    """With masks, the global model equals plain FedAvg's to the fixed-point rounding, and
+    plain FedAvg is the loop written in the test, bit for bit."""
     options = {"rounds": 2, "local_epochs": 2, "client": client}
     plain = train_federated(SGDClassifier(random_state=0), silos(), **options)
     secure = train_federated(
         SGDClassifier(random_state=0), silos(), secure_aggregation=True, **options
     )
+    expected = fedavg([digits()] * 3, rounds=2, local_epochs=2, classes=np.arange(10))
+    np.testing.assert_array_equal(plain.estimator.coef_, expected.coef_)
+    np.testing.assert_array_equal(plain.estimator.intercept_, expected.intercept_)
     np.testing.assert_allclose(secure.estimator.coef_, plain.estimator.coef_, atol=1e-6)
     np.testing.assert_allclose(secure.estimator.intercept_, plain.estimator.intercept_, atol=1e-6)
     assert secure.estimator.t_ == plain.estimator.t_
@@ -226,13 +230,17 @@ def test_one_silo_equals_partial_fit(client, estimator):
 def test_identical_silos_equal_one_silo(client):
     """Three silos holding the same rows average three identical models: after one round,
     one silo's model; later rounds continue the learning-rate schedule from the global row
-    count (``t_``), as the merge rule does, and the model stays good."""
+    count (``t_``), as the merge rule does (FedAvg written in the test), and the model stays
+    good."""
     three = train_federated(SGDClassifier(random_state=0), silos(), rounds=1, client=client)
     one = train_federated(SGDClassifier(random_state=0), silos()[:1], rounds=1, client=client)
     np.testing.assert_allclose(three.estimator.coef_, one.estimator.coef_, rtol=1e-12)
     assert three.estimator.t_ - 1 == 3 * (one.estimator.t_ - 1)
     X, y = DIGITS.data[HELD_OUT] / 16.0, DIGITS.target[HELD_OUT]
     more = train_federated(SGDClassifier(random_state=0), silos(), rounds=3, client=client)
+    expected = fedavg([digits()] * 3, rounds=3, local_epochs=1, classes=np.arange(10))
+    np.testing.assert_array_equal(more.estimator.coef_, expected.coef_)
+    assert more.estimator.t_ == expected.t_
     assert more.estimator.score(X, y) > 0.8
 
 

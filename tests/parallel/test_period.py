@@ -172,11 +172,18 @@ def test_auto_periods_are_the_policy_applied_to_the_measured_costs(request, use_
 
 
 def test_an_explicit_period_records_itself_and_measures_nothing(client):
-    """An integer is the period of every round: recorded, with the rounds it makes."""
+    """An integer is the period of every round: recorded, with the rounds it makes, and the
+    rounds of the sync loop of reference_loops.py with that period."""
+    from reference_loops import chunks_of, merge_linear_sgd, reference_sync
+
     X, y = _tiny_chunks()
-    result = train(
-        SGDClassifier(random_state=0), X, y, classes=[0, 1], epochs=2, sync_every=4, n_replicas=2
-    )
+    options = dict(epochs=2, sync_every=4, n_replicas=2, random_state=0)
+    result = train(SGDClassifier(random_state=0), X, y, classes=[0, 1], **options)
+    expected = reference_sync(
+        SGDClassifier(random_state=0), chunks_of(X.compute(), y.compute(), X.chunks[0]),
+        [0, 1], merge_linear_sgd, shuffle=True, **options,
+    )  # fmt: skip
+    np.testing.assert_array_equal(result.estimator.coef_, expected.coef_)
     assert result.stats["sync_every"] == 4
     assert [entry["sync_every"] for entry in result.history] == [4, 4]
     assert [entry["rounds"] for entry in result.history] == [7, 7]  # ceil(26 / 4)
@@ -185,20 +192,57 @@ def test_an_explicit_period_records_itself_and_measures_nothing(client):
 
 
 def test_async_and_sequential_ignore_the_period(client):
-    """Neither strategy merges in rounds: no period in their history."""
+    """Neither strategy merges in rounds: no period in their history; the models are the
+    replay of the recorded pushes and the serial loop (reference_loops.py)."""
+    from reference_loops import (
+        chunks_of,
+        engine_seed,
+        merge_linear_sgd,
+        reference_sync,
+        replay_async,
+    )
+
     X, y = _tiny_chunks(n_chunks=8)
+    chunks = chunks_of(X.compute(), y.compute(), X.chunks[0])
     for strategy in ("async", "sequential"):
-        result = train(SGDClassifier(random_state=0), X, y, classes=[0, 1], strategy=strategy)
+        result = train(
+            SGDClassifier(random_state=0), X, y, classes=[0, 1], strategy=strategy, random_state=0
+        )
         assert "sync_every" not in result.history[0] and "sync_every" not in result.stats
+        if strategy == "async":
+            expected = replay_async(
+                SGDClassifier(random_state=0), chunks, [0, 1], merge_linear_sgd,
+                [tuple(push) for push in result.stats["pushes"]], n_replicas=2, epochs=1,
+                shuffle=True, seed=engine_seed(0),
+            )  # fmt: skip
+        else:
+            expected = reference_sync(
+                SGDClassifier(random_state=0), chunks, [0, 1], merge_linear_sgd, n_replicas=1,
+                sync_every=1, epochs=1, shuffle=True, random_state=0,
+            )  # fmt: skip
+        np.testing.assert_array_equal(result.estimator.coef_, expected.coef_)
 
 
 @pytest.mark.parametrize("sync_every", ["auto", 2])
 def test_data_parallel_keeps_the_periods_in_history(client, sync_every):
     """DataParallel's history_ has each epoch's period (and, with "auto", its inputs);
-    partial_fit appends the next call's."""
+    partial_fit appends the next call's. With an integer period the fit is the sync loop of
+    reference_loops.py (with the engine seed DataParallel draws from its random_state)."""
+    from reference_loops import chunks_of, engine_seed, merge_linear_sgd, reference_sync
+
     X, y = _tiny_chunks()
-    model = DataParallel(SGDClassifier(random_state=0), epochs=2, sync_every=sync_every)
-    model.fit(X, y).partial_fit(X, y)
+    model = DataParallel(
+        SGDClassifier(random_state=0), epochs=2, sync_every=sync_every, random_state=0
+    )
+    model.fit(X, y)
+    if sync_every != "auto":
+        expected = reference_sync(
+            SGDClassifier(random_state=0), chunks_of(X.compute(), y.compute(), X.chunks[0]),
+            [0, 1], merge_linear_sgd, n_replicas=2, sync_every=sync_every, epochs=2,
+            shuffle=True, random_state=engine_seed(0),
+        )  # fmt: skip
+        np.testing.assert_array_equal(model.estimator_.coef_, expected.coef_)
+    model.partial_fit(X, y)
     assert len(model.history_) == 3
     for entry in model.history_:
         assert entry["sync_every"] >= 1

@@ -94,15 +94,29 @@ def test_multinomial_nb_on_sparse_chunks_is_exact(client, text):
 
 
 def test_in_memory_sparse_input_is_chunked_sparse(client, text):
-    """A scipy.sparse matrix given to fit is cut into sparse chunks, not densified."""
-    model = DataParallel(SparseOnlySGD(random_state=0), epochs=2, chunk_size=1_000)
+    """A scipy.sparse matrix given to fit is cut into sparse chunks, not densified, and
+    trained as the sync loop of reference_loops.py trains the same sparse chunks (with the
+    engine's seed that DataParallel draws from its random_state)."""
+    from reference_loops import chunks_of, engine_seed, merge_linear_sgd, reference_sync
+
+    model = DataParallel(
+        SparseOnlySGD(random_state=0), epochs=2, sync_every=1, chunk_size=1_000, random_state=0
+    )
     model.fit(text["X"], text["y"])
+    expected = reference_sync(
+        SGDClassifier(random_state=0), chunks_of(text["X"], text["y"], (1_000,) * 6),
+        [0, 1, 2], merge_linear_sgd, n_replicas=2, sync_every=1, epochs=2, shuffle=True,
+        random_state=engine_seed(0),
+    )  # fmt: skip
+    np.testing.assert_array_equal(model.estimator_.coef_, expected.coef_)
     assert model.score(text["X_test"], text["y_test"]) > 0.8
 
 
 def test_searches_on_sparse_chunks(client, text):
     """The adaptive search trains and scores on sparse chunks; the grid search on sparse
-    in-memory data."""
+    in-memory data scores every candidate as scikit-learn's GridSearchCV does."""
+    from sklearn.model_selection import GridSearchCV as SklearnGridSearchCV
+
     asha = ASHASearchCV(
         SparseOnlySGD(random_state=0),
         {"alpha": [1e-5, 1e-4, 1e-3]},
@@ -113,7 +127,12 @@ def test_searches_on_sparse_chunks(client, text):
     assert asha.best_estimator_.score(text["X_test"], text["y_test"]) > 0.8
     grid = GridSearchCV(SGDClassifier(random_state=0), {"alpha": [1e-4, 1e-3]}, cv=3)
     grid.fit(text["X"], text["y"])
-    assert grid.best_score_ > 0.8
+    theirs = SklearnGridSearchCV(SGDClassifier(random_state=0), {"alpha": [1e-4, 1e-3]}, cv=3)
+    theirs.fit(text["X"], text["y"])
+    np.testing.assert_allclose(
+        grid.cv_results_["mean_test_score"], theirs.cv_results_["mean_test_score"]
+    )
+    assert grid.best_params_ == theirs.best_params_ and grid.best_score_ > 0.8
 
 
 def test_nan_in_a_sparse_chunk_is_reported(client, text):

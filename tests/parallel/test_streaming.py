@@ -83,9 +83,35 @@ def small_store(tmp_path_factory):
     return write_store(tmp_path_factory.mktemp("store"), n_chunks=10, chunk_rows=2_000)
 
 
+def _reference(X, y, chunk_rows, *, pushes=None, epochs=1, sync_every=1):
+    """What the engine trains from SGDClassifier(random_state=0) with two replicas, chunks
+    shuffled with random_state=0: the sync loop of reference_loops.py, or the replay of an
+    async run's recorded *pushes*."""
+    from reference_loops import (
+        chunks_of,
+        engine_seed,
+        merge_linear_sgd,
+        reference_sync,
+        replay_async,
+    )
+
+    chunks = chunks_of(X, y, chunk_rows)
+    if pushes is not None:
+        return replay_async(
+            SGDClassifier(random_state=0), chunks, [0, 1], merge_linear_sgd,
+            [tuple(push) for push in pushes], n_replicas=2, epochs=epochs, shuffle=True,
+            seed=engine_seed(0),
+        )  # fmt: skip
+    return reference_sync(
+        SGDClassifier(random_state=0), chunks, [0, 1], merge_linear_sgd, n_replicas=2,
+        sync_every=sync_every, epochs=epochs, shuffle=True, random_state=0,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("strategy", ["sync", "async"])
 def test_streaming_trains_what_persisting_trains(client, small_store, strategy):
-    """A streamed sync training equals a persisted one bit for bit; async trains and says so."""
+    """A streamed sync training equals a persisted one bit for bit, and both the sync loop of
+    reference_loops.py; a streamed async training equals the replay of its recorded pushes."""
     X, y = small_store
     results = {
         data: train(
@@ -103,26 +129,39 @@ def test_streaming_trains_what_persisting_trains(client, small_store, strategy):
     assert results["stream"].stats["data"]["mode"] == "stream"
     assert results["stream"].stats["data"]["streamed"] is True
     assert results["persist"].stats["data"]["streamed"] is False
+    X_np, y_np = dask.compute(X, y)
     if strategy == "sync":
         np.testing.assert_array_equal(
             results["stream"].estimator.coef_, results["persist"].estimator.coef_
         )
+        expected = _reference(X_np, y_np, X.chunks[0], epochs=2, sync_every=2)
     else:
-        assert results["stream"].estimator.score(*dask.compute(X, y)) > 0.9
+        pushes = results["stream"].stats["pushes"]
+        expected = _reference(X_np, y_np, X.chunks[0], pushes=pushes, epochs=2)
+    np.testing.assert_array_equal(results["stream"].estimator.coef_, expected.coef_)
+    np.testing.assert_array_equal(results["stream"].estimator.intercept_, expected.intercept_)
 
 
 def test_data_in_memory_already_is_not_streamed(client, small_store):
     """Arrays built on futures (an earlier step's output) have no graph of their own to read
-    from: asked to stream, the training uses them where they are, and says why."""
+    from: asked to stream, the training uses them where they are, says why, and trains what
+    the sync loop of reference_loops.py trains on the same rows."""
     X, y = small_store
     X_held, y_held = client.persist([X, y])
-    result = train(SGDClassifier(random_state=0), X_held[:, :4] * 2.0, y_held, data="stream")
+    result = train(
+        SGDClassifier(random_state=0), X_held[:, :4] * 2.0, y_held, data="stream", sync_every=1,
+        random_state=0,
+    )  # fmt: skip
     assert result.stats["data"]["mode"] == "persist"
     assert "in the workers' memory already" in result.stats["data"]["reason"]
+    X_np, y_np = dask.compute(X, y)
+    expected = _reference(X_np[:, :4] * 2.0, y_np, X.chunks[0])
+    np.testing.assert_array_equal(result.estimator.coef_, expected.coef_)
 
 
 def test_streaming_without_a_cluster_matches(small_store):
-    """Threads of this process stream too, with the same arithmetic as on a cluster."""
+    """Threads of this process stream too, with the same arithmetic as on a cluster: the
+    persisted training's and the sync loop's of reference_loops.py."""
     X, y = small_store
     streamed, persisted = (
         train(
@@ -140,6 +179,8 @@ def test_streaming_without_a_cluster_matches(small_store):
     )
     assert streamed.stats["data"]["streamed"] is True
     np.testing.assert_array_equal(streamed.estimator.coef_, persisted.estimator.coef_)
+    expected = _reference(*dask.compute(X, y), X.chunks[0], epochs=2, sync_every=1)
+    np.testing.assert_array_equal(streamed.estimator.coef_, expected.coef_)
 
 
 @pytest.mark.parametrize("prefetch", [0, 1, 3])
@@ -357,7 +398,8 @@ def file_sources(tmp_path_factory):
 @pytest.mark.parametrize("source", ["parquet", "netcdf"])
 def test_files_stream_as_they_persist(client, file_sources, source):
     """A Parquet directory read by dask.dataframe and a NetCDF file opened by xarray train
-    the same estimator streamed as persisted."""
+    the same estimator streamed as persisted: the sync loop's of reference_loops.py over the
+    files' rows."""
     import dask.dataframe as dd
     import xarray as xr
 
@@ -374,6 +416,8 @@ def test_files_stream_as_they_persist(client, file_sources, source):
     np.testing.assert_array_equal(
         results["stream"].estimator.coef_, results["persist"].estimator.coef_
     )
+    expected = _reference(*blobs(20_000, seed=5), (2_000,) * 10)
+    np.testing.assert_array_equal(results["stream"].estimator.coef_, expected.coef_)
 
 
 def test_readers_of_one_chunk_at_the_same_time_share_its_read():

@@ -233,7 +233,10 @@ def test_default_staleness_is_bounded():
 @pytest.mark.parametrize("staleness", [0, None])
 def test_versions_behind_are_recorded_per_push(staleness):
     """stats["versions_behind"] is (mean, most) over the pushes; in lock-step with two
-    replicas no push is more than one version behind (the other replica's push)."""
+    replicas no push is more than one version behind (the other replica's push); the model
+    is the replay of the recorded pushes (reference_loops.py)."""
+    from reference_loops import chunks_of, engine_seed, merge_linear_sgd, replay_async
+
     result = train(
         SGDRegressor(random_state=0),
         *_dask(X_STALE, Y_STALE, STALE_ROWS),
@@ -247,6 +250,12 @@ def test_versions_behind_are_recorded_per_push(staleness):
     mean, most = result.stats["versions_behind"]
     assert 0 <= mean <= most <= (1 if staleness == 0 else result.stats["updates"] - 1)
     assert isinstance(most, int)
+    expected = replay_async(
+        SGDRegressor(random_state=0), chunks_of(X_STALE, Y_STALE, STALE_ROWS), None,
+        merge_linear_sgd, [tuple(push) for push in result.stats["pushes"]], n_replicas=2,
+        epochs=2, shuffle=True, seed=engine_seed(0),
+    )  # fmt: skip
+    np.testing.assert_array_equal(result.estimator.coef_, expected.coef_)
 
 
 # -- DataParallel(strategy="async") -------------------------------------------------------
@@ -255,14 +264,17 @@ def test_versions_behind_are_recorded_per_push(staleness):
 @pytest.mark.parametrize("use_client", [True, False], ids=["cluster", "threads"])
 def test_async_with_the_default_staleness_is_within_two_points_of_sync(request, use_client):
     """With the default staleness, two async replicas score within 2 points of sync's
-    holdout accuracy after 1 and 3 epochs, on a cluster and on threads."""
+    holdout accuracy after 1 and 3 epochs, on a cluster and on threads; the async model is
+    the replay of its recorded pushes (reference_loops.py)."""
+    from reference_loops import chunks_of, engine_seed, merge_linear_sgd, replay_async
+
     client = request.getfixturevalue("client") if use_client else False
     X, y = make_classification(
         44_000, 20, n_informative=10, flip_y=0.02, class_sep=1.0, random_state=0
     )
     X_dask, y_dask = _dask(X[:40_000], y[:40_000], (4_000,) * 10)
     for epochs in (1, 3):
-        scores = {
+        results = {
             strategy: train(
                 SGDClassifier(loss="log_loss", alpha=1e-2, random_state=0),
                 X_dask,
@@ -272,10 +284,18 @@ def test_async_with_the_default_staleness_is_within_two_points_of_sync(request, 
                 n_replicas=2,
                 random_state=0,
                 client=client,
-            ).estimator.score(X[40_000:], y[40_000:])
+            )
             for strategy in ("sync", "async")
         }
+        scores = {name: r.estimator.score(X[40_000:], y[40_000:]) for name, r in results.items()}
         assert abs(scores["async"] - scores["sync"]) <= 0.02, (epochs, scores)
+        expected = replay_async(
+            SGDClassifier(loss="log_loss", alpha=1e-2, random_state=0),
+            chunks_of(X[:40_000], y[:40_000], (4_000,) * 10), [0, 1], merge_linear_sgd,
+            [tuple(push) for push in results["async"].stats["pushes"]], n_replicas=2,
+            epochs=epochs, shuffle=True, seed=engine_seed(0),
+        )  # fmt: skip
+        np.testing.assert_array_equal(results["async"].estimator.coef_, expected.coef_)
 
 
 def test_data_parallel_async_accuracy_is_close_to_sync_and_scikit_learn(client):

@@ -1,16 +1,17 @@
 """Feature-sharded linear models: each worker holds a block of the columns and only partial
-margins and gradients move; the steps equal plain gradient descent on all the columns."""
+margins and gradients move; the steps equal plain gradient descent on all the columns,
+written here from the definitions."""
 
 import dask.array as da
 import numpy as np
 import pytest
 from distributed import Client
+from scipy.special import expit
 from sklearn.metrics import accuracy_score, r2_score
 from sklearn.utils import get_tags
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from taskdml.parallel import FeatureSharded
-from taskdml.parallel.estimators._feature_sharded import margin_gradient
 
 
 def _data(n_samples=400, n_features=7, chunk=100, seed=0):
@@ -21,8 +22,26 @@ def _data(n_samples=400, n_features=7, chunk=100, seed=0):
 
 
 def _unsharded_step(X, y, w, b, loss, learning_rate, alpha):
-    gradient, intercept = margin_gradient(y, b, loss, learning_rate, X @ w)
-    return w - learning_rate * (X.T @ gradient / len(y) + alpha * w), intercept
+    """One gradient step on all the columns, from the definitions: the loss's derivative per
+    row (``sigmoid(margin) - y`` for the log loss, ``margin - y`` for the squared error), its
+    mean for the intercept, and ``X.T @ gradient / n + alpha * w`` for the weights."""
+    margin = X @ w + b
+    gradient = expit(margin) - y if loss == "log_loss" else margin - y
+    return (
+        w - learning_rate * (X.T @ gradient / len(y) + alpha * w),
+        b - learning_rate * gradient.mean(),
+    )
+
+
+def _unsharded_epochs(X, y, epochs, learning_rate, alpha, random_state, n_chunks=4):
+    """Epochs of unsharded steps over the chunks of 100 rows in the seeded order."""
+    w, b = np.zeros(X.shape[1]), 0.0
+    rng = np.random.RandomState(random_state)
+    for _ in range(epochs):
+        for i in rng.permutation(n_chunks):
+            rows = slice(100 * i, 100 * (i + 1))
+            w, b = _unsharded_step(X[rows], y[rows], w, b, "log_loss", learning_rate, alpha)
+    return w, b
 
 
 @pytest.mark.parametrize("loss", ["log_loss", "squared_error"])
@@ -43,13 +62,9 @@ def test_epochs_over_chunks_equal_the_same_steps_unsharded_and_learn(client):
     steps in that order, and a classifier better than chance."""
     X, y, dX, dy = _data()
     model = FeatureSharded(n_blocks=3, learning_rate=0.5, epochs=3, random_state=0).fit(dX, dy)
-    w, b = np.zeros(X.shape[1]), 0.0
-    rng = np.random.RandomState(0)
-    for _ in range(3):
-        for i in rng.permutation(4):
-            rows = slice(100 * i, 100 * (i + 1))
-            w, b = _unsharded_step(X[rows], y[rows], w, b, "log_loss", 0.5, 0.0)
+    w, b = _unsharded_epochs(X, y, epochs=3, learning_rate=0.5, alpha=0.0, random_state=0)
     np.testing.assert_allclose(model.coef_, w, rtol=0, atol=1e-10)
+    assert model.intercept_ == pytest.approx(b, abs=1e-10)
     assert (model.predict(X) == y).mean() > 0.8
 
 
@@ -75,7 +90,8 @@ def test_a_bad_configuration_is_refused(client):
 
 def test_without_a_client_the_blocks_train_here_with_the_same_weights(cluster):
     """Without a client (in-memory data, or dask data on the local scheduler) the blocks train
-    in this process: the same steps as on the cluster, the same weights to rounding."""
+    in this process: the same steps as on the cluster, the same weights to rounding, those of
+    the unsharded steps."""
     X, y, dX, dy = _data()
     params = dict(n_blocks=3, learning_rate=0.5, alpha=0.01, epochs=2, random_state=0)
     with Client(cluster, set_as_default=True):
@@ -84,6 +100,8 @@ def test_without_a_client_the_blocks_train_here_with_the_same_weights(cluster):
     assert all(isinstance(weights, np.ndarray) for _, weights in here.blocks_)
     np.testing.assert_allclose(here.coef_, on_cluster.coef_, rtol=0, atol=1e-12)
     assert here.intercept_ == pytest.approx(on_cluster.intercept_, abs=1e-12)
+    w, _ = _unsharded_epochs(X, y, epochs=2, learning_rate=0.5, alpha=0.01, random_state=0)
+    np.testing.assert_allclose(here.coef_, w, rtol=0, atol=1e-10)
     in_memory = FeatureSharded(n_blocks=3, learning_rate=0.5, epochs=2).fit(X, y)
     one_step = FeatureSharded(n_blocks=1, learning_rate=0.5, epochs=2).fit(X, y)
     np.testing.assert_allclose(in_memory.coef_, one_step.coef_, rtol=0, atol=1e-12)

@@ -43,7 +43,12 @@ def csv(tmp_path):
 
 def test_a_factory_fits_a_pipeline_on_a_table(csv, client, tmp_path):
     """`fit:` may name a function that returns a Pipeline; it trains on a CSV table and is
-    evaluated on the test table chunk by chunk."""
+    evaluated on the test table chunk by chunk; its encoder and scaler, fitted chunk-wise,
+    are scikit-learn's fitted in memory on the same train rows."""
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    from taskdml.datasets import read_csv, train_test_split
+
     path, frame = csv
     pipeline = loads_pipeline(FILE.format(path=path, extra=""))
     run = run_pipeline(pipeline, client, run_root=tmp_path / "runs")
@@ -51,6 +56,14 @@ def test_a_factory_fits_a_pipeline_on_a_table(csv, client, tmp_path):
     assert type(model).__name__ == "Pipeline"
     encoder = model[0].named_transformers_["cat"]
     assert encoder.categories_[0].tolist() == ["high", "low", "mid"]
+    table = read_csv(path, target="label", categorical=["grade"], blocksize=4000)
+    train, _ = train_test_split(table, test_size=0.25, random_state=0)
+    rows = train.drop_vars("y").compute().to_dataframe().reset_index(drop=True)
+    categories = OneHotEncoder().fit(rows[["grade"]].astype(object)).categories_
+    assert [c.tolist() for c in encoder.categories_] == [c.tolist() for c in categories]
+    scaler = StandardScaler().fit(rows[["a", "b"]])
+    np.testing.assert_allclose(model[0].named_transformers_["num"].mean_, scaler.mean_)
+    np.testing.assert_allclose(model[0].named_transformers_["num"].var_, scaler.var_)
     accuracy = (model.predict(frame[["a", "b", "grade"]]) == frame.label).mean()
     assert accuracy > 0.9
     report = run.outputs["report"]["metrics"]

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 from sklearn.naive_bayes import GaussianNB
+from sklearn.preprocessing import StandardScaler
 
 from taskdml import PipelineError, PipelineSpec, Step, StepFailed, loads_pipeline, run_pipeline
 from taskdml.datasets import make_classification
@@ -211,7 +212,8 @@ def test_map_steps_are_validated_with_the_file(old, new, fragment):
 
 def test_other_inputs_reach_every_chunk(client):
     """Inputs besides data are keyword arguments of every call: a fit step's model and a plain
-    callable's Future (resolved on the workers)."""
+    callable's Future (resolved on the workers); the output is scikit-learn's scaler, fitted
+    in memory, applied to the data, plus the offset."""
     pipeline = PipelineSpec(
         "map_inputs",
         [
@@ -228,8 +230,10 @@ def test_other_inputs_reach_every_chunk(client):
     )
     run = run_pipeline(pipeline, client, record=False)
     X = make_classification(**DATA).X.values
-    expected = run.outputs["scale"]["model"].transform(X) + 3.0
-    np.testing.assert_allclose(run.outputs["scaled"]["data"].X.values, expected, rtol=1e-12)
+    reference = StandardScaler().fit(X)  # scikit-learn's, in memory
+    np.testing.assert_allclose(run.outputs["scale"]["model"].mean_, reference.mean_, rtol=1e-10)
+    expected = reference.transform(X) + 3.0
+    np.testing.assert_allclose(run.outputs["scaled"]["data"].X.values, expected, atol=1e-10)
 
 
 def test_a_map_step_round_trips_through_the_file_format():

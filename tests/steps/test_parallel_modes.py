@@ -136,11 +136,21 @@ def test_the_automatic_rule(client):
 
 @pytest.mark.slow
 def test_task_mode_trains_in_one_chain(client, tmp_path):
-    """mode: task trains one partial_fit chain (no replicas, no merges)."""
-    run = run_pipeline(_wide("{mode: task, epochs: 1}"), client, run_root=tmp_path / "runs")
+    """mode: task trains one partial_fit chain (no replicas, no merges): scikit-learn's
+    partial_fit over the train chunks in the engine's seeded order (reference_loops.py)."""
+    from reference_loops import merge_linear_sgd, reference_sync
+
+    parallel = "{mode: task, epochs: 1, random_state: 0}"
+    run = run_pipeline(_wide(parallel), client, run_root=tmp_path / "runs")
     record = json.loads((run.path / "manifest.json").read_text())["steps"]["model"]
     assert record["training"]["strategy"] == "sequential"
     assert record["training"]["stats"]["replicas"] == 1
+    expected = reference_sync(
+        SGDClassifier(loss="log_loss", alpha=1e-4, random_state=0),
+        _chunks(run.outputs["split"]["train"]), np.arange(12), merge_linear_sgd, n_replicas=1,
+        sync_every=1, epochs=1, shuffle=True, random_state=0,
+    )  # fmt: skip
+    np.testing.assert_array_equal(run.outputs["model"]["model"].coef_, expected.coef_)
     assert run.metrics["report"]["accuracy"] > 0.5
 
 
