@@ -467,13 +467,14 @@ def _start(cluster, n_workers, security):
         kwargs = dict(spec.get("kwargs", {}))
         if n_workers:
             kwargs["n_workers"] = n_workers
+        asked = dict(kwargs)  # what the file and the command line say, for the message
         if security is not None:
             kwargs.setdefault("security", security)
         if isinstance(cls, type) and issubclass(cls, LocalCluster):  # its default is ":8787"
             kwargs["dashboard_address"] = loopback_dashboard(
                 kwargs.get("dashboard_address", DASHBOARD_ADDRESS)
             )
-        return _guarded(cls, kwargs)
+        return _guarded(cls, kwargs, asked)
     kwargs = {
         "n_workers": n_workers or cluster.get("n_workers") or default_workers(),
         "threads_per_worker": cluster.get("threads_per_worker", 1),
@@ -553,12 +554,15 @@ def _size(deployment, spec):
         ) from error
 
 
-def _guarded(cls, kwargs):
+def _guarded(cls, kwargs, shown=None):
+    """``cls(**kwargs)``, or :class:`ClusterUnavailable` naming the class and *shown* (default
+    *kwargs*: what the file asked for, without what taskdml added to it)."""
     try:
         return cls(**kwargs)
     except Exception as error:  # any failure to deploy is the same failure for the user
+        shown = kwargs if shown is None else shown
         raise ClusterUnavailable(
-            f"could not start {cls.__name__}({_kwargs(kwargs)}): {type(error).__name__}: {error}. "
+            f"could not start {cls.__name__}({_kwargs(shown)}): {type(error).__name__}: {error}. "
             "Check the cluster block of the pipeline file, or pass --scheduler ADDRESS to use a "
             "running scheduler."
         ) from error
