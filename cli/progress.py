@@ -153,8 +153,9 @@ class Progress:
                 if kind == "round"
                 else (event["epoch"], event["epochs"])
             )
+            entry["at_most"] = event.get("at_most", False)
         if not self.live and kind == "epoch":
-            self._line(f"  · {event['step']:<16} epoch {event['epoch']} of {event['epochs']}")
+            self._line(f"  · {event['step']:<16} epoch {_of(event['epoch'], event)}")
 
     def _format(self, name):
         entry = self.state[name]
@@ -211,12 +212,21 @@ def _standing(entry, elapsed):
             return ""
         return f"  {_bar(tasks['done'] / tasks['seen'])} {tasks['done']} of {tasks['seen']} tasks"
     done, total = entry["epoch"]
+    if entry.get("at_most"):  # the training stops when its rule says: no bar, no ETA
+        return f"  epoch {int(done) + 1 if done < total else total} (at most {total})"
     fraction = min(1.0, done / max(total, 1))
     current = min(int(done) + 1, total) if done < total else total
     text = f"  {_bar(fraction)} epoch {current} of {total}"
     if 0 < fraction < 1 and elapsed:
         text += f", ETA {elapsed * (1 - fraction) / fraction:.0f} s"
     return text
+
+
+def _of(epoch, event):
+    """``3 of 5``, or ``3 (at most 1000)`` for a training that stops by its rule."""
+    if event.get("at_most"):
+        return f"{epoch} (at most {event['epochs']})"
+    return f"{epoch} of {event['epochs']}"
 
 
 def _bar(fraction):

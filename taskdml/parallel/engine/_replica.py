@@ -182,7 +182,7 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
                 published = returned
                 publish_from(
                     plan.events, "round", epoch=epoch + 1, epochs=plan.epochs,
-                    round=done, of=period.most_blocks,
+                    round=done, of=period.most_blocks, at_most=plan.stopping.on is not None,
                 )  # fmt: skip
             if any(entry[1] for entry in infos) and period.blocks(done) > 0:
                 position = (epoch, [chunk.index for chunk in order[done:]], period.count)
@@ -221,7 +221,11 @@ def publish_epoch(plan, entry):
         return
     fields = ("epoch", "duration_s", "validation_score", "train_loss", "sync_every", "rounds")
     publish_from(
-        plan.events, "epoch", epochs=plan.epochs, **{k: entry[k] for k in fields if k in entry}
+        plan.events,
+        "epoch",
+        epochs=plan.epochs,
+        at_most=plan.stopping.on is not None,  # epochs is a bound: a rule may stop it earlier
+        **{k: entry[k] for k in fields if k in entry},
     )
 
 
