@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from taskdml import PipelineSpec, Step
-from taskdml.cluster._connect import WARM_MODULES, connect, pipeline_modules, warm
+from taskdml.cluster._connect import WARM_MODULES, connect, pipeline_modules, settle, warm
 
 UNUSED = "sklearn.semi_supervised"  # imported by nothing a worker runs unless asked
 
@@ -41,9 +41,48 @@ def test_warm_imports_the_modules_on_every_worker(fresh_client):
 
 
 def test_warm_returns_before_the_imports_finish(fresh_client):
-    """Without wait the call returns None at once; the plugin's thread imports meanwhile."""
+    """Without wait the call returns None at once; the plugin's thread imports meanwhile,
+    and settle returns once they are done (at once on workers never warmed)."""
+    settle(fresh_client)
     assert warm(fresh_client, [UNUSED]) is None
+    settle(fresh_client)
+    assert fresh_client.run(_imported, [UNUSED]).popitem()[1] == {UNUSED: True}
     assert warm(fresh_client, [UNUSED], wait=True).popitem()[1]["errors"] == {}
+
+
+def _on_path(folder):
+    sys.path.insert(0, folder)
+
+
+def test_held_counts_the_warm_imports_of_a_cluster_just_started(tmp_path):
+    """A step's output is persisted or left lazy against the workers' memory with their warm
+    imports in it, as the step that reads it finds them: on a cluster just started, the
+    imports are under way and no heartbeat has reported them yet. Here an import of 300 MiB
+    makes data persisted against the memory before it (under half) stream (over half)."""
+    import dask.array as da
+    from distributed import Client, LocalCluster, futures_of
+
+    from taskdml.parallel.engine._stream import _process_memory
+    from taskdml.runner._values import held
+
+    (tmp_path / "taskdml_test_ballast.py").write_text('BALLAST = b"x" * (300 * 2**20)\n')
+    limit = 2**30
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            memory_limit=limit,
+            host="127.0.0.1",
+            dashboard_address=None,
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
+        client.run(_on_path, str(tmp_path))
+        (before,) = client.run(_process_memory).values()
+        nbytes = (limit - before) // 2 - 75 * 2**20
+        value = da.zeros(nbytes // 8, chunks=2**20)
+        warm(client, ["taskdml_test_ballast"])
+        assert not futures_of(held(value, client))
 
 
 def test_pipeline_modules_lists_every_named_module_then_the_basics():

@@ -39,9 +39,10 @@ goes on: the imports overlap whatever the client does meanwhile (preparing the r
 data). The runner warms the clusters it starts itself with :func:`pipeline_modules` (the
 modules of every callable and estimator the pipeline names, and the basics of
 :data:`WARM_MODULES`); a cluster reached by address or a client passed in is left as it is
-(call :func:`warm` on it yourself). The user's own packages, unlike these imports, reach every
-cluster, started here or not: the runner ships them after connecting
-(:mod:`taskdml.cluster._project`).
+(call :func:`warm` on it yourself); :func:`settle` waits until the imports are done (the
+runner does, before it weighs a step's output against the workers' memory). The user's own
+packages, unlike these imports, reach every cluster, started here or not: the runner ships
+them after connecting (:mod:`taskdml.cluster._project`).
 
 The imports run on the worker's event loop, just after the plugin's registration has been
 answered, not in a thread of their own: a worker unpickles tasks and data on its event loop,
@@ -791,6 +792,26 @@ def _warm_plugin(modules):
             self.done.set()
 
     return WarmImports(modules)
+
+
+def settle(client):
+    """Wait until every worker of *client*'s cluster has done its warm imports (:func:`warm`);
+    a worker without them answers at once. What a worker's memory holds afterwards includes
+    them (:func:`taskdml.runner._values.held` measures it to choose whether to persist).
+
+    Parameters
+    ----------
+    client : distributed.Client
+    """
+    client.run(_settled)
+
+
+async def _settled(dask_worker):
+    try:
+        plugin = _compat.worker_plugin(dask_worker, WARM_PLUGIN)
+    except KeyError:  # not warmed
+        return
+    await plugin.done.wait()
 
 
 async def _warmed(dask_worker):

@@ -74,8 +74,15 @@ def held(value, client):
         nbytes = value.nbytes  # arrays and Datasets; a dask DataFrame does not know its size
     except (AttributeError, NotImplementedError):
         nbytes = math.nan
-    if not math.isnan(nbytes) and _stream.choose_for(client, "auto", nbytes)[0] == "stream":
-        return value
+    if not math.isnan(nbytes):
+        from taskdml.cluster._connect import settle
+
+        # Measured once the workers hold their warm imports, as the reading step will find
+        # them: on a cluster just started they would not count yet, and a store over half
+        # the free memory could be persisted (then the reading step cannot stream it).
+        settle(client)
+        if _stream.choose_for(client, "auto", nbytes)[0] == "stream":
+            return value
     return client.persist(value)
 
 

@@ -484,10 +484,10 @@ def test_a_pipeline_streams_a_store_larger_than_its_clusters_memory_share(tmp_pa
         "  data:\n    call: taskdml.datasets:read_zarr\n"
         f"    with: {{path: '{tmp_path / 'store.zarr'}'}}\n"
         "  model:\n    fit: sklearn.linear_model:SGDClassifier\n"
-        "    with: {random_state: 0}\n    inputs: {data: data}\n"
+        "    with: {random_state: 0}\n    parallel: {epochs: 1}\n    inputs: {data: data}\n"
     )
     result = CliRunner().invoke(cli, ["run", str(pipeline), "--run-dir", str(tmp_path / "runs")])
     assert result.exit_code == 0, result.output
     (manifest,) = (tmp_path / "runs").glob("*/manifest.json")
     data = json.loads(manifest.read_text())["steps"]["model"]["training"]["stats"]["data"]
-    assert data["mode"] == "stream", data
+    assert data["mode"] == "stream" and data["streamed"], data
