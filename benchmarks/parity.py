@@ -201,8 +201,8 @@ def measure(args):
                 X, y, test_size=0.25, random_state=0, stratify=None if task == "regression" else y
             )
             for family, estimator in estimators(task):
-                if family == "MLPClassifier" and len(X) > 200_000 and args.quick:
-                    continue
+                if family.startswith("IncrementalPCA") and X.shape[1] <= 5:
+                    continue  # iris: 4 features, fewer than the components asked
                 row = compare(family, estimator, data, *split, args.repeats, as_dask=False)
                 rows.append(row)
                 print(_line(row), flush=True)

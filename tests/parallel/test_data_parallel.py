@@ -258,7 +258,7 @@ def test_unmergeable_estimator_falls_back_to_sequential():
     model is scikit-learn's serial partial_fit loop over the same chunks, bit for bit."""
     X_np, y_np, X, y = _data(n_samples=600, chunk_size=200)
     with pytest.warns(SequentialFallbackWarning, match="Birch cannot be merged"):
-        model = DataParallel(Birch(n_clusters=2), shuffle=False).fit(X)
+        model = DataParallel(Birch(n_clusters=2), strategy="sync", shuffle=False).fit(X)
     assert model.strategy_ == "sequential"
     chunks = [X_np[i : i + 200] for i in range(0, 600, 200)]
     reference = _serial(Birch(n_clusters=2), chunks, [None] * 3, epochs=1)

@@ -50,6 +50,7 @@ def test_sync_auto_stops_where_the_reference_loop_does(n_replicas):
         clone(estimator),
         *_dask(X_NP, Y_NP),
         epochs="auto",
+        strategy="sync",  # small data: the default would fit it at once
         n_replicas=n_replicas,
         sync_every=1,
         shuffle=False,
@@ -97,7 +98,7 @@ def test_the_epoch_limit_warns_as_scikit_learn_does():
     with pytest.warns(ConvergenceWarning, match="maximum number of epochs"):
         result = train(
             SGDClassifier(max_iter=2, random_state=0), *_dask(X_NP, Y_NP), epochs="auto",
-            n_replicas=2, client=False,
+            strategy="sync", n_replicas=2, client=False,
         )  # fmt: skip
     assert len(result.history) == 2 and result.stats["stopped"] == "2 epochs done"
 
@@ -126,11 +127,22 @@ def test_one_pass_family_equals_its_fit(client):
     """GaussianNB: "auto" is one pass (its fit makes one), and the merged model equals
     GaussianNB.fit on all rows."""
     X, y = load_digits(return_X_y=True)
-    model = DataParallel(GaussianNB()).fit(da.from_array(X, chunks=450), da.from_array(y, 450))
+    X_dask, y_dask = da.from_array(X, chunks=450), da.from_array(y, 450)
+    model = DataParallel(GaussianNB(), strategy="sync").fit(X_dask, y_dask)
     reference = GaussianNB().fit(X, y)
     assert model.n_epochs_ == 1 and model.strategy_ == "sync"
     np.testing.assert_allclose(model.estimator_.theta_, reference.theta_, rtol=1e-10)
     np.testing.assert_allclose(model.estimator_.var_, reference.var_, rtol=1e-8)
+
+
+def test_small_dask_data_is_fitted_at_once_on_a_worker(client):
+    """Dask data of a few hundred KiB in 6 chunks, defaults: one est.fit on one worker over
+    the chunks in order, which is scikit-learn's fit on the rows, bit for bit."""
+    estimator = SGDClassifier(random_state=0)
+    model = DataParallel(estimator).fit(*_dask(X_NP, Y_NP))
+    reference = clone(estimator).fit(X_NP, Y_NP)
+    np.testing.assert_array_equal(model.estimator_.coef_, reference.coef_)
+    assert model.strategy_ == "fit" and "one worker" in model.stats_["local"]
 
 
 def test_small_in_memory_data_is_fitted_here_like_fit(client):

@@ -167,11 +167,12 @@ OPTIONS = {
             _one_of(*STRATEGIES),
             None,
             "sync: replicas merged every sync_every blocks; async: a parameter server; "
-            "sequential: one replica walks every chunk (default: sync when the estimator "
-            "has a merge rule, else sequential; a search: sequential)",
+            "sequential: one replica walks every chunk (default: chosen: with epochs auto, "
+            "data of one chunk or at most 64 MiB is fitted at once on one worker; else sync "
+            "when the estimator has a merge rule, else sequential; a search: sequential)",
             takers=(*_ENGINE, *_SEARCHES),
             modes=("data",),
-            defaults={"DataParallel": "sync", "search": "sequential", "adaptive": "sequential"},
+            defaults={"search": "sequential", "adaptive": "sequential"},
         ),
         Option(
             "epochs",

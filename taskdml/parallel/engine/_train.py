@@ -58,6 +58,8 @@ import uuid
 import warnings
 import weakref
 
+from dask.utils import format_bytes
+
 from taskdml import _data, _events, _keys
 from taskdml._client import resolve_client
 from taskdml._compat import client_lock, held_keys, relink_birch_views
@@ -391,7 +393,12 @@ def train(
         events=_events.where(),
     )
     n_chunks = len(chunks)
-    strategy = _choose(estimator, "fit" if _fits_at_once(estimator, epochs, n_chunks) else strategy)
+    at_once = (
+        strategy is None
+        and stopping.max_epochs > 1
+        and _fits_at_once(estimator, epochs, n_chunks, _nbytes(arrays), mode)
+    )
+    strategy = "fit" if at_once else _choose(estimator, strategy, epochs)
     clock.lap("inspect_s")
     chunks, block_stats = _training_blocks(estimator, chunks, facts, X, strategy, client)
     if mode == "stream" and strategy in ("sync", "async"):
@@ -418,7 +425,7 @@ def train(
     for entry in result.history:
         entry.pop("stop", None)
         entry["samples_seen"] = rows * entry["epoch"]
-    _record_stop(result, stopping, strategy)
+    _record_stop(result, stopping, strategy, at_once)
     return result
 
 
@@ -458,10 +465,27 @@ def _stopping_rule(estimator, epochs, tol, n_iter_no_change, validation, rows):
     return found
 
 
-def _fits_at_once(estimator, epochs, n_chunks):
-    """Whether ``estimator.fit`` on the one chunk, where it lies, is the training asked for:
-    as far as ``fit`` would go on data of one chunk, from an unfitted estimator."""
-    if epochs != "auto" or n_chunks != 1:
+FIT_AT_ONCE_BYTES = 64 * 2**20
+"""Data up to this size trained with ``epochs="auto"`` is fitted with ``estimator.fit`` on one
+worker (in this process when it is in memory: :class:`~taskdml.DataParallel`): below it,
+replicas and their rounds cost more than they save (``benchmarks/parity.py`` measures where
+the two cross on this machine)."""
+
+
+def _nbytes(arrays):
+    nbytes = sum(array.nbytes for array in arrays)
+    return math.inf if math.isnan(nbytes) else nbytes
+
+
+def _fits_at_once(estimator, epochs, n_chunks, nbytes, mode):
+    """Whether ``estimator.fit`` once on all the chunks, on one worker, is the training asked
+    for and the fastest: as far as ``fit`` would go (``epochs="auto"``) from an unfitted
+    estimator, on data of one chunk or of at most :data:`FIT_AT_ONCE_BYTES` that is not
+    streamed. (The caller asks only for a family that trains more than one pass: a one-pass
+    family's replicas train where the chunks lie, with one merge.)"""
+    if epochs != "auto" or not hasattr(estimator, "fit"):
+        return False
+    if n_chunks != 1 and (nbytes > FIT_AT_ONCE_BYTES or mode == "stream"):
         return False
     from sklearn.utils.validation import check_is_fitted
 
@@ -472,13 +496,19 @@ def _fits_at_once(estimator, epochs, n_chunks):
     return False
 
 
-def _record_stop(result, stopping, strategy):
+def _record_stop(result, stopping, strategy, at_once):
     """``stats["stopping"]`` (the rule) and ``stats["stopped"]`` (why the training ended);
     a ``ConvergenceWarning``, as scikit-learn's, when a rule that watches a value ran out of
     epochs first."""
     if strategy == "fit":
         result.stats["stopping"] = "estimator.fit on all the data at once"
         result.stats["stopped"] = "fitted once"
+        if at_once:
+            result.stats["local"] = (
+                "data of one chunk or at most "
+                f"{format_bytes(FIT_AT_ONCE_BYTES)}: estimator.fit on one worker, as far as "
+                "it trains; replicas and their rounds would cost more than they save"
+            )
         return
     done = result.history[-1]["epoch"] if result.history else 0
     reason = stop_reason(result.history, stopping) or f"{done} epochs done"
@@ -576,9 +606,10 @@ def _numeric_array(frame):
     return frame.to_dask_array(lengths=list(_data.partition_lengths(frame))).astype(np.float64)
 
 
-def _choose(estimator, strategy):
+def _choose(estimator, strategy, epochs=1):
     if not hasattr(estimator, "partial_fit"):
-        if strategy not in (None, "sequential"):
+        asked = strategy not in (None, "sequential") or epochs not in (1, "auto")
+        if asked:  # replicas or epochs asked for: say they cannot be
             warnings.warn(
                 f"{type(estimator).__name__} has no partial_fit: fitting it once on all "
                 "the data instead of data-parallel.",

@@ -69,15 +69,12 @@ from taskdml._meta import estimator_has, wrapped_tags
 from taskdml.exceptions import DataError
 from taskdml.parallel.chunkwise import _tabular
 from taskdml.parallel.engine import _options
-from taskdml.parallel.engine._train import DEFAULT_STALENESS, train
+from taskdml.parallel.engine._train import DEFAULT_STALENESS, FIT_AT_ONCE_BYTES, train
 
 __all__ = ["DataParallel"]
 
 _PREFIX = "dataparallel"
-LOCAL_MAX_BYTES = 64 * 2**20
-"""In-memory data up to this size is fitted with ``estimator.fit`` in this process when
-``epochs="auto"``: below it, shipping the data to replicas and coordinating them costs more
-than the training saves (``benchmarks/parity.py`` measures where the two cross)."""
+
 _OPTIONS = _options.names("DataParallel")
 # In-memory data is split into at most max(2, n_workers) chunks of at least this many rows.
 _MIN_CHUNK_ROWS = 32
@@ -97,10 +94,14 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
     ----------
     estimator : scikit-learn estimator
         The estimator to train; it is cloned, never modified.
-    strategy : {"sync", "async", "sequential"}, default="sync"
+    strategy : {"sync", "async", "sequential"} or None, default=None
         ``"sync"``: model averaging every ``sync_every`` chunks (deterministic for a seed and
         a number of replicas). ``"async"``: a parameter server with a ``staleness`` bound (not
-        deterministic). ``"sequential"``: one replica through every chunk.
+        deterministic). ``"sequential"``: one replica through every chunk. ``None`` chooses:
+        with ``epochs="auto"``, data of at most 64 MiB (``FIT_AT_ONCE_BYTES``) or of one chunk
+        is fitted with ``estimator.fit`` at once, where it lies (this process for in-memory
+        data, one worker for dask data); otherwise ``"sync"`` (``"sequential"`` for an
+        estimator without a merge rule).
     epochs : int or "auto", default="auto"
         Passes over the data. ``"auto"`` trains as far as ``estimator.fit`` would: up to
         its ``max_iter``, stopping with its ``tol`` and ``n_iter_no_change`` on the training
@@ -108,9 +109,9 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         scikit-learn's SGD measures it), or on a held-out ``validation_fraction`` of the rows
         when it sets ``early_stopping``; k-means follows ``max_no_improvement``, naive
         Bayes, scalers and IncrementalPCA make one pass. ``stats_["stopping"]`` says which
-        rule ran and ``stats_["stopped"]`` why training ended. In-memory data of at most
-        ``LOCAL_MAX_BYTES`` (and data of one chunk) is fitted with ``estimator.fit`` where it
-        lies: distributing it cannot pay (``strategy_ == "fit"``, ``stats_["local"]``).
+        rule ran and ``stats_["stopped"]`` why training ended. With ``strategy=None``, small
+        data is fitted with ``estimator.fit`` where it lies: distributing it cannot pay
+        (``strategy_ == "fit"``, ``stats_["local"]`` says why).
     sync_every : int or "auto", default="auto"
         Chunks each replica trains between two merges (``"sync"``). ``"auto"`` chooses the
         period from the measured seconds per chunk and per merge, so that merging takes at
@@ -215,7 +216,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         self,
         estimator,
         *,
-        strategy="sync",
+        strategy=None,
         epochs="auto",
         sync_every="auto",
         staleness=DEFAULT_STALENESS,
@@ -390,15 +391,17 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
     def _fits_here(self, X, y, sample_weight, classes, first, epochs):
         """Why ``estimator.fit`` in this process is the training asked for, or None: data
         in memory and small enough that shipping it to replicas costs more than the
-        training (at most :data:`LOCAL_MAX_BYTES`), a first ``fit`` as far as the
+        training (at most :data:`FIT_AT_ONCE_BYTES`), a first ``fit`` as far as the
         estimator's own would go, no ``validation`` of ours to score, and no ``classes``
         beyond the labels in ``y`` (``fit`` would not know them)."""
-        if not first or epochs != "auto" or self.validation is not None:
+        if not first or epochs != "auto" or self.strategy is not None:
+            return None
+        if self.validation is not None:
             return None
         if is_chunked(X) or any(is_chunked(a) for a in (y, sample_weight) if a is not None):
             return None
         nbytes = sum(_nbytes(a) for a in (X, y, sample_weight) if a is not None)
-        if nbytes > LOCAL_MAX_BYTES:
+        if nbytes > FIT_AT_ONCE_BYTES:
             return None
         if classes is not None and (
             y is None or not np.array_equal(np.unique(classes), np.unique(np.asarray(y)))
@@ -407,7 +410,8 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         if not _tabular.is_pipeline(self.estimator) and not _all_finite(X):
             return None  # the engine names the chunk and the rows
         return (
-            f"in-memory data of {format_bytes(nbytes)} (at most {format_bytes(LOCAL_MAX_BYTES)}): "
+            f"in-memory data of {format_bytes(nbytes)} (at most "
+            f"{format_bytes(FIT_AT_ONCE_BYTES)}): "
             "estimator.fit in this process, where the data lies; shipping it to replicas "
             "would cost more than the training"
         )
@@ -420,7 +424,8 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         estimator.fit(X, **kwargs) if y is None else estimator.fit(X, y, **kwargs)
         wall = time.perf_counter() - began
         rows = _n_rows(X)
-        epochs = int(np.max(getattr(estimator, "n_iter_", 1)))
+        final = estimator[-1] if _tabular.is_pipeline(estimator) else estimator
+        epochs = int(np.max(getattr(final, "n_iter_", 1)))
         self.estimator_ = estimator
         self.history_ = [{"epoch": epochs, "duration_s": wall, "samples_seen": rows * epochs}]
         self.n_epochs_ = epochs
