@@ -63,6 +63,8 @@ class Stopping:
         Where the rule comes from, for ``stats["stopping"]`` and messages.
     validation_fraction : float or None
         The share of rows held out to score when the estimator asks for ``early_stopping``.
+    relative : bool
+        Whether ``tol`` is a share of the best value so far rather than an amount.
     """
 
     max_epochs: int
@@ -72,6 +74,7 @@ class Stopping:
     loss: Callable | None = None
     source: str = ""
     validation_fraction: float | None = None
+    relative: bool = False
 
 
 ONE_PASS = Stopping(1, source="one pass over the data, as fit makes")
@@ -104,7 +107,10 @@ def stop_reason(history, stopping):
             if stopping.on not in entry:
                 continue
             value = sign * entry[stopping.on]
-            count = count + 1 if value < best + stopping.tol else 0
+            tol = (
+                stopping.tol * abs(best) if stopping.relative and best > -math.inf else stopping.tol
+            )
+            count = count + 1 if value < best + tol else 0
             best = max(best, value)
         if count >= stopping.patience:
             return (
@@ -272,11 +278,21 @@ def _inertia(estimator, X, y):
     return float(-estimator.score(X))
 
 
+KMEANS_RELATIVE_TOL = 1e-3
+"""The share of the best inertia an epoch must improve on to count (k-means, ``"auto"``)."""
+
+
 def kmeans_stopping(estimator, n_samples):
     """``MiniBatchKMeans.fit``: up to ``max_iter`` epochs, stopping once the inertia has not
     improved for ``max_no_improvement`` batches of ``batch_size`` rows, which here is that
     many rows, rounded up to whole epochs (at least one); ``max_no_improvement=None`` trains
-    ``max_iter`` epochs. Its ``tol`` on the centres' movement is not followed."""
+    ``max_iter`` epochs. Its ``tol`` on the centres' movement is not followed.
+
+    ``fit`` watches a running average of each batch's inertia, which stops improving once
+    batch-to-batch noise drowns the progress; an epoch's inertia, summed over every chunk, is
+    smooth and keeps improving by ever smaller amounts (measured: 100 epochs, ``max_iter``,
+    on 100,000 rows where ``fit`` took 2). So an epoch counts as an improvement only when it
+    betters the best by :data:`KMEANS_RELATIVE_TOL` of it."""
     patience = estimator.max_no_improvement
     source = (
         f"{type(estimator).__name__}(max_iter={estimator.max_iter}, "
@@ -285,4 +301,8 @@ def kmeans_stopping(estimator, n_samples):
     if patience is None:
         return Stopping(estimator.max_iter, source=source)
     epochs = max(1, math.ceil(patience * estimator.batch_size / max(n_samples, 1)))
-    return Stopping(estimator.max_iter, "train_loss", 0.0, epochs, _inertia, source)
+    return Stopping(
+        estimator.max_iter, "train_loss", KMEANS_RELATIVE_TOL, epochs, _inertia,
+        source + f"; an epoch must better the inertia by {KMEANS_RELATIVE_TOL:g} of it",
+        relative=True,
+    )  # fmt: skip
