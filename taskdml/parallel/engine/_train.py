@@ -58,6 +58,7 @@ import uuid
 import warnings
 import weakref
 
+import numpy as np
 from dask.utils import format_bytes
 
 from taskdml import _data, _events, _keys
@@ -407,7 +408,7 @@ def train(
     clock.lap("blocks_s")
     started = time.perf_counter()
     if strategy == "fit":
-        result = _fit_once(estimator, chunks, plan, client)
+        result = _fit_once(estimator, chunks, plan, client, passes=at_once)
     elif strategy == "sequential":
         result = _sequential(estimator, chunks, plan, client)
     else:
@@ -826,7 +827,7 @@ def _estimator_token(estimator):
     return type(estimator).__name__, joblib.hash(estimator)
 
 
-def _fit_once(estimator, chunks, plan, client):
+def _fit_once(estimator, chunks, plan, client, passes=False):
     import dask
 
     name = _keys.key_name(
@@ -839,7 +840,8 @@ def _fit_once(estimator, chunks, plan, client):
     )
     fitted = _gather(client, [task])[0]
     entry = {
-        "epoch": 1,
+        # the passes fit made over the data, for a family whose n_iter_ counts them
+        "epoch": int(np.max(getattr(fitted, "n_iter_", 1))) if passes else 1,
         "duration_s": time.perf_counter() - began,
         **_replica.epoch_scores(fitted, plan.validation, plan),
     }

@@ -486,12 +486,15 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
 
         def chunked(array):
             chunks = (rows,) + (-1,) * (array.ndim - 1)
-            return da.from_array(
-                array,
-                chunks=chunks,
-                name=key_name(_PREFIX, array, chunks, phase="data"),
-                asarray=not sparse.issparse(array),
-            )
+            name = key_name(_PREFIX, array, chunks, phase="data")
+            if client is None or sparse.issparse(array):
+                return da.from_array(
+                    array, chunks=chunks, name=name, asarray=not sparse.issparse(array)
+                )
+            # Scattered, not embedded in the graph: the rows go to the workers once, as
+            # data, under keys named by their content (a later fit on the same rows reuses
+            # them and their inspection).
+            return _scattered(client, array, rows, name)
 
         return (
             chunked(X),
@@ -910,6 +913,21 @@ def _can_partial_fit(meta):
             "no attribute 'partial_fit'"
         )
     return estimator_has("partial_fit", "estimator_")(meta)
+
+
+def _scattered(client, array, rows, name):
+    """*array* as a dask array of *rows*-row chunks scattered to the workers, keyed
+    ``(name, i, 0...)``."""
+    bounds = list(range(0, array.shape[0], rows)) + [array.shape[0]]
+    parts = [array[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    keys = [(name, i) + (0,) * (array.ndim - 1) for i in range(len(parts))]
+    futures = client.scatter(dict(zip(keys, parts)), hash=False)
+    graph = {key: futures[key] for key in keys}
+    chunks = (tuple(b - a for a, b in zip(bounds[:-1], bounds[1:])),) + tuple(
+        (n,) for n in array.shape[1:]
+    )
+    meta = array[:0]
+    return da.Array(graph, name, chunks, meta=meta)
 
 
 def _nbytes(data):
