@@ -6,7 +6,13 @@ import sys
 import pytest
 
 from taskdml import PipelineSpec, Step
-from taskdml.cluster._connect import WARM_MODULES, connect, pipeline_modules, warm
+from taskdml.cluster._connect import (
+    KIND_MODULES,
+    WARM_MODULES,
+    connect,
+    pipeline_modules,
+    warm,
+)
 
 UNUSED = "sklearn.semi_supervised"  # imported by nothing a worker runs unless asked
 
@@ -47,7 +53,8 @@ def test_warm_returns_before_the_imports_finish(fresh_client):
 
 
 def test_pipeline_modules_lists_every_named_module_then_the_basics():
-    """The modules of the call, fit and search targets in step order, then WARM_MODULES."""
+    """The modules of the call, fit and search targets in step order (each followed by the one
+    that defines the target), then what the kinds run on the workers, then WARM_MODULES."""
     pipeline = PipelineSpec(
         "named",
         [
@@ -59,8 +66,12 @@ def test_pipeline_modules_lists_every_named_module_then_the_basics():
     )
     assert pipeline_modules(pipeline) == [
         "taskdml.datasets",
+        "taskdml.datasets._bundled",
         UNUSED,
+        "sklearn.semi_supervised._label_propagation",
         "sklearn.naive_bayes",
+        *KIND_MODULES["fit"],
+        *KIND_MODULES["evaluate"],
         *WARM_MODULES,
     ]
 
@@ -248,3 +259,35 @@ def test_the_dry_run_shows_the_capped_cluster(tmp_path):
     assert f"with {_allowed()} workers" in result.output, result.output
     result = CliRunner().invoke(cli, ["run", str(path), "--dry-run", "--workers", "500"])
     assert "with 500 workers" in result.output, result.output
+
+
+def test_a_training_asks_a_fresh_cluster_for_its_imports_once(fresh_client):
+    """train() on a client registers, first thing, one plugin that imports the engine's, the
+    estimator's and its merge rule's modules on every worker; a second training with the same
+    estimator on the same client registers nothing more."""
+    import dask.array as da
+    from sklearn.linear_model import SGDClassifier
+
+    from taskdml.parallel import train
+    from taskdml.parallel.engine._warmup import worker_modules
+
+    X = da.random.default_rng(0).standard_normal((400, 3), chunks=(100, 3))
+    y = (X[:, 0] > 0).astype(int)
+    for _ in range(2):
+        train(SGDClassifier(random_state=0), X, y, epochs=1, client=fresh_client)
+        (plugins,) = fresh_client.run(_prepared).values()
+        assert len(plugins) == 1, plugins
+    (modules,) = plugins.values()
+    assert modules == worker_modules(SGDClassifier())
+    assert "sklearn.linear_model._stochastic_gradient" in modules
+    assert all(fresh_client.run(_imported, modules).popitem()[1].values())
+
+
+def _prepared(dask_worker):
+    from taskdml._warm import PREPARED_PREFIX
+
+    return {
+        name: list(plugin.modules)
+        for name, plugin in dask_worker.plugins.items()
+        if name.startswith(PREPARED_PREFIX)
+    }
