@@ -450,7 +450,7 @@ def test_the_embedded_cluster_warms_what_the_pipeline_names(tmp_path):
         imports=ALLOW,
         cluster={"n_workers": 1, "threads_per_worker": 1, "dashboard_address": "127.0.0.1:0"},
     )
-    run_pipeline(pipeline, record=False)
+    run_pipeline(pipeline, record=False, cache=False)
     imported = json.loads(target.read_text())
     assert list(imported) == pipeline_modules(pipeline)
     assert {"sklearn.semi_supervised", "taskdml.parallel.engine._train"} <= set(imported)

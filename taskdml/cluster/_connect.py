@@ -694,13 +694,16 @@ def _kwargs(kwargs):
     return ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
 
 
-def pipeline_modules(pipeline):
+def pipeline_modules(pipeline, skip=()):
     """The modules a pipeline's workers need: its callables' and estimators', what its step
     kinds run there, then the basics.
 
     Parameters
     ----------
     pipeline : PipelineSpec
+    skip : collection of str, optional
+        Steps that will not run (the plan reuses their outputs from the cache): their modules
+        are left out, unless another step needs them.
 
     Returns
     -------
@@ -721,7 +724,7 @@ def pipeline_modules(pipeline):
     >>> pipeline_modules(pipe)[:3]
     ['taskdml.datasets', 'taskdml.datasets._bundled', 'sklearn.naive_bayes']
     """
-    steps = pipeline.ordered_steps()
+    steps = [step for step in pipeline.ordered_steps() if step.name not in skip]
     named = []
     for step in steps:
         if step.kind != "evaluate":

@@ -360,8 +360,9 @@ def run_pipeline(
     started = time.perf_counter()
     status = "failed"
     try:
+        reused = {planned.name for planned in plan.steps if planned.reuse}
         with clusters.open_target(
-            plan.cluster, warm_modules=clusters.pipeline_modules(pipeline)
+            plan.cluster, warm_modules=clusters.pipeline_modules(pipeline, skip=reused)
         ) as active:
             if plan.cluster.kind in ("local", "spec"):
                 _client_imports()  # while the workers import theirs (open_target warmed them)
