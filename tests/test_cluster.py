@@ -55,7 +55,7 @@ def test_warm_returns_before_the_imports_finish(fresh_client):
 def test_pipeline_modules_lists_every_named_module_then_the_basics():
     """The modules of the call, fit and search targets in step order (each followed by the one
     that defines the target), then what the kinds run on the workers, then WARM_MODULES; the
-    steps to skip (reused from the cache) add nothing."""
+    steps to skip (reused from the cache) add nothing, and with none left nothing is warmed."""
     pipeline = PipelineSpec(
         "named",
         [
@@ -65,6 +65,7 @@ def test_pipeline_modules_lists_every_named_module_then_the_basics():
             Step("score", evaluate=["accuracy"], inputs={"model": "bayes", "data": "data"}),
         ],
     )
+    assert pipeline_modules(pipeline, skip={"data", "spread", "bayes", "score"}) == []
     assert pipeline_modules(pipeline, skip={"spread", "bayes"}) == [
         "taskdml.datasets",
         "taskdml.datasets._bundled",

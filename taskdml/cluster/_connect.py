@@ -712,7 +712,7 @@ def pipeline_modules(pipeline, skip=()):
         followed by the module that defines the target when another does (a lazy package such
         as ``taskdml.datasets`` imports nothing until an attribute is asked for); then
         :data:`KIND_MODULES` of the pipeline's kinds; then :data:`WARM_MODULES`; without
-        repeats.
+        repeats. Empty when every step is skipped.
 
     Examples
     --------
@@ -725,6 +725,8 @@ def pipeline_modules(pipeline, skip=()):
     ['taskdml.datasets', 'taskdml.datasets._bundled', 'sklearn.naive_bayes']
     """
     steps = [step for step in pipeline.ordered_steps() if step.name not in skip]
+    if not steps:  # a rerun read from the cache: the workers need only what reading needs
+        return []
     named = []
     for step in steps:
         if step.kind != "evaluate":
