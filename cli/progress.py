@@ -98,6 +98,8 @@ class Progress:
                 dashboard = (
                     f"dashboard: {event['dashboard']}" if event["dashboard"] else NO_DASHBOARD
                 )
+                if event.get("dashboard_port_taken"):
+                    dashboard += f" (port {event['dashboard_port_taken']} is taken)"
                 if event.get("taskdml_page"):
                     dashboard += f"; taskdml page: {event['taskdml_page']}"
                 self._line(

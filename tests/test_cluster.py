@@ -6,7 +6,14 @@ import sys
 import pytest
 
 from taskdml import PipelineSpec, Step
-from taskdml.cluster._connect import WARM_MODULES, connect, pipeline_modules, settle, warm
+from taskdml._warm import warmed
+from taskdml.cluster._connect import (
+    KIND_MODULES,
+    WARM_MODULES,
+    connect,
+    pipeline_modules,
+    warm,
+)
 
 UNUSED = "sklearn.semi_supervised"  # imported by nothing a worker runs unless asked
 
@@ -42,10 +49,10 @@ def test_warm_imports_the_modules_on_every_worker(fresh_client):
 
 def test_warm_returns_before_the_imports_finish(fresh_client):
     """Without wait the call returns None at once; the plugin's thread imports meanwhile,
-    and settle returns once they are done (at once on workers never warmed)."""
-    settle(fresh_client)
+    and warmed returns once they are done (at once on workers never warmed)."""
+    warmed(fresh_client)
     assert warm(fresh_client, [UNUSED]) is None
-    settle(fresh_client)
+    warmed(fresh_client)
     assert fresh_client.run(_imported, [UNUSED]).popitem()[1] == {UNUSED: True}
     assert warm(fresh_client, [UNUSED], wait=True).popitem()[1]["errors"] == {}
 
@@ -86,7 +93,9 @@ def test_held_counts_the_warm_imports_of_a_cluster_just_started(tmp_path):
 
 
 def test_pipeline_modules_lists_every_named_module_then_the_basics():
-    """The modules of the call, fit and search targets in step order, then WARM_MODULES."""
+    """The modules of the call, fit and search targets in step order (each followed by the one
+    that defines the target), then what the kinds run on the workers, then WARM_MODULES; the
+    steps to skip (reused from the cache) add nothing, and with none left nothing is warmed."""
     pipeline = PipelineSpec(
         "named",
         [
@@ -96,10 +105,21 @@ def test_pipeline_modules_lists_every_named_module_then_the_basics():
             Step("score", evaluate=["accuracy"], inputs={"model": "bayes", "data": "data"}),
         ],
     )
+    assert pipeline_modules(pipeline, skip={"data", "spread", "bayes", "score"}) == []
+    assert pipeline_modules(pipeline, skip={"spread", "bayes"}) == [
+        "taskdml.datasets",
+        "taskdml.datasets._bundled",
+        *KIND_MODULES["evaluate"],
+        *WARM_MODULES,
+    ]
     assert pipeline_modules(pipeline) == [
         "taskdml.datasets",
+        "taskdml.datasets._bundled",
         UNUSED,
+        "sklearn.semi_supervised._label_propagation",
         "sklearn.naive_bayes",
+        *KIND_MODULES["fit"],
+        *KIND_MODULES["evaluate"],
         *WARM_MODULES,
     ]
 
@@ -311,3 +331,35 @@ def test_the_dry_run_shows_the_capped_cluster(tmp_path):
     assert f"with {_allowed()} workers" in result.output, result.output
     result = CliRunner().invoke(cli, ["run", str(path), "--dry-run", "--workers", "500"])
     assert "with 500 workers" in result.output, result.output
+
+
+def test_a_training_asks_a_fresh_cluster_for_its_imports_once(fresh_client):
+    """train() on a client registers, first thing, one plugin that imports the engine's, the
+    estimator's and its merge rule's modules on every worker; a second training with the same
+    estimator on the same client registers nothing more."""
+    import dask.array as da
+    from sklearn.linear_model import SGDClassifier
+
+    from taskdml.parallel import train
+    from taskdml.parallel.engine._warmup import worker_modules
+
+    X = da.random.default_rng(0).standard_normal((400, 3), chunks=(100, 3))
+    y = (X[:, 0] > 0).astype(int)
+    for _ in range(2):
+        train(SGDClassifier(random_state=0), X, y, epochs=1, client=fresh_client)
+        (plugins,) = fresh_client.run(_prepared).values()
+        assert len(plugins) == 1, plugins
+    (modules,) = plugins.values()
+    assert modules == worker_modules(SGDClassifier())
+    assert "sklearn.linear_model._stochastic_gradient" in modules
+    assert all(fresh_client.run(_imported, modules).popitem()[1].values())
+
+
+def _prepared(dask_worker):
+    from taskdml._warm import PREPARED_PREFIX
+
+    return {
+        name: list(plugin.modules)
+        for name, plugin in dask_worker.plugins.items()
+        if name.startswith(PREPARED_PREFIX)
+    }

@@ -452,7 +452,8 @@ def test_graph_builders_run_in_the_client_and_plain_callables_on_workers(client)
 
 def test_the_embedded_cluster_warms_what_the_pipeline_names(tmp_path):
     """run_pipeline's own cluster imports, on its worker, the modules of every callable and
-    estimator the pipeline names (and the basics), from the plugin it registered at start."""
+    estimator the pipeline names, what its fit steps run there (the engine) and the basics,
+    from the plugin it registered at start: all imported when the first step runs."""
     from taskdml.cluster._connect import pipeline_modules
 
     target = tmp_path / "warm.json"
@@ -466,10 +467,11 @@ def test_the_embedded_cluster_warms_what_the_pipeline_names(tmp_path):
         imports=ALLOW,
         cluster={"n_workers": 1, "threads_per_worker": 1, "dashboard_address": "127.0.0.1:0"},
     )
-    run_pipeline(pipeline, record=False)
+    run_pipeline(pipeline, record=False, cache=False)
     imported = json.loads(target.read_text())
     assert list(imported) == pipeline_modules(pipeline)
-    assert "sklearn.semi_supervised" in imported and all(imported.values()), imported
+    assert {"sklearn.semi_supervised", "taskdml.parallel.engine._train"} <= set(imported)
+    assert all(imported.values()), imported
 
 
 def test_a_failed_step_names_the_frames_of_the_users_code(tmp_path, client):

@@ -37,31 +37,26 @@ step that needs it. :func:`warm` registers a worker plugin that imports a list o
 every worker (and on workers that join later) as soon as it is registered, while the client
 goes on: the imports overlap whatever the client does meanwhile (preparing the run, loading
 data). The runner warms the clusters it starts itself with :func:`pipeline_modules` (the
-modules of every callable and estimator the pipeline names, and the basics of
-:data:`WARM_MODULES`); a cluster reached by address or a client passed in is left as it is
-(call :func:`warm` on it yourself); :func:`settle` waits until the imports are done (the
-runner does, before it weighs a step's output against the workers' memory). The user's own
-packages, unlike these imports, reach every cluster, started here or not: the runner ships
-them after connecting (:mod:`taskdml.cluster._project`).
+modules of every callable and estimator the pipeline names, what its step kinds run on the
+workers, and the basics of :data:`WARM_MODULES`), and its first step waits until they are
+imported; a cluster reached by address or a client passed in is left as it is
+(call :func:`warm` on it yourself). The user's own packages, unlike these imports, reach every
+cluster, started here or not: the runner ships them after connecting
+(:mod:`taskdml.cluster._project`). :func:`taskdml._warm.warmed` waits until the imports
+are done (the runner does, before it weighs a step's output against the workers' memory).
 
-The imports run on the worker's event loop, just after the plugin's registration has been
-answered, not in a thread of their own: a worker unpickles tasks and data on its event loop,
-and two threads importing one package at once (taskdml's modules import each other) can see
-it half-initialised and fail ("cannot import name ... from partially initialized module").
-Messages that arrive meanwhile wait for the imports, which their tasks need anyway. The plugin
-travels by value, so that unpickling it does not import taskdml: that is the cost hidden.
+How the plugin imports, and why on the worker's event loop, is in :mod:`taskdml._warm`.
 """
 
-import asyncio
 import contextlib
 import dataclasses
-import importlib
 import logging
 import os
-import time
 import warnings
+import weakref
 
 from taskdml import _compat
+from taskdml._warm import warm
 from taskdml.exceptions import (
     ClusterLimitWarning,
     ClusterUnavailable,
@@ -85,13 +80,21 @@ CONNECT_TIMEOUT = "10s"
 WARM_MODULES = ("taskdml", "sklearn.base", "sklearn.utils", "sklearn.metrics")
 """What every run's workers need whatever the pipeline names: taskdml's task functions (which
 import scikit-learn's base, utilities and metrics)."""
+KIND_MODULES = {
+    "fit": ("taskdml.parallel.engine._train", "taskdml.parallel.merge._builtin"),
+    "search": ("taskdml.parallel.engine._train", "taskdml.parallel.merge._builtin"),
+    "evaluate": ("taskdml.metrics",),
+}
+"""What the tasks of a step kind unpickle on the workers, by kind: the training engine's
+replicas and the merge rules (whose registry loads every built-in family at its first
+lookup), the chunk-wise metrics."""
 THREADS_PER_CORE = 2
 """Threads (workers × threads_per_worker) per core a pipeline file may ask of this machine."""
 MIN_THREADS = 4
 """Threads a pipeline file may always ask of this machine, however few its cores."""
-WARM_PLUGIN = "taskdml-warm"
-WARM_DELAY = 0.05
-"""Seconds between the plugin's setup and its imports: its registration is answered first."""
+PORT_TAKEN = r"Port \d+ is already in use"
+"""The start of distributed's warning when a dashboard port is taken (a regular expression)."""
+_ASKED_DASHBOARD = weakref.WeakKeyDictionary()  # cluster started here -> dashboard port it asked
 
 
 def machine():
@@ -559,7 +562,13 @@ def _guarded(cls, kwargs, shown=None):
     """``cls(**kwargs)``, or :class:`ClusterUnavailable` naming the class and *shown* (default
     *kwargs*: what the file asked for, without what taskdml added to it)."""
     try:
-        return cls(**kwargs)
+        with warnings.catch_warnings():
+            # distributed warns, with its source line, when the dashboard's port is taken and
+            # it binds another: describe() says so in taskdml's words instead. The filter is
+            # process-wide while it lasts, which it must be: the scheduler starts (and warns)
+            # in the cluster's own event-loop thread.
+            warnings.filterwarnings("ignore", message=PORT_TAKEN, category=UserWarning)
+            deployment = cls(**kwargs)
     except Exception as error:  # any failure to deploy is the same failure for the user
         shown = kwargs if shown is None else shown
         raise ClusterUnavailable(
@@ -567,6 +576,28 @@ def _guarded(cls, kwargs, shown=None):
             "Check the cluster block of the pipeline file, or pass --scheduler ADDRESS to use a "
             "running scheduler."
         ) from error
+    asked = _port(kwargs.get("dashboard_address"))
+    if asked is not None:
+        with contextlib.suppress(TypeError):  # a cluster class that cannot be weakly referenced
+            _ASKED_DASHBOARD[deployment] = asked
+    return deployment
+
+
+def _port(address):
+    """The port a ``dashboard_address`` asks for (``"127.0.0.1:8787"``, ``":8787"``, 8787), or
+    ``None`` for none, any (0) or one not written as a number.
+
+    Examples
+    --------
+    >>> _port("127.0.0.1:8787"), _port(":0"), _port(None), _port(8787)
+    (8787, None, None, 8787)
+    """
+    if address is None or isinstance(address, bool):
+        return None
+    try:
+        return int(str(address).rpartition(":")[2]) or None
+    except ValueError:
+        return None
 
 
 def _client(target, what, security=None):
@@ -641,16 +672,25 @@ def describe(client):
     dict
         ``scheduler`` (address), ``dashboard`` (the link, or ``None`` when the scheduler serves
         no dashboard), ``workers``, ``threads`` and ``cluster`` (the deployment's class name,
-        or ``"address"`` for a scheduler reached by address).
+        or ``"address"`` for a scheduler reached by address); ``dashboard_port_taken``, the
+        port a cluster started here asked for its dashboard, when something else held it and
+        the dashboard went to another port (distributed's own warning is silenced).
     """
     threads = client.nthreads()
-    return {
+    described = {
         "scheduler": _compat.scheduler_address(client),
         "dashboard": client.dashboard_link if serves_dashboard(client) else None,
         "workers": len(threads),
         "threads": sum(threads.values()),
         "cluster": type(client.cluster).__name__ if client.cluster is not None else "address",
     }
+    asked = _ASKED_DASHBOARD.get(client.cluster) if client.cluster is not None else None
+    if asked is not None and described["dashboard"]:
+        from urllib.parse import urlsplit
+
+        if urlsplit(described["dashboard"]).port != asked:
+            described["dashboard_port_taken"] = asked
+    return described
 
 
 NO_DASHBOARD = (
@@ -694,60 +734,25 @@ def _kwargs(kwargs):
     return ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
 
 
-def warm(client, modules, *, wait=False):
-    """Import *modules* on every worker of *client*'s cluster, in a background thread.
-
-    Registers a worker plugin (``distributed.WorkerPlugin``) named ``taskdml-warm``: each
-    worker, and each worker that joins later, imports the modules in order on its event loop
-    just after answering the registration (see the module docstring for why not in a thread),
-    so a task that arrives later finds them imported, or waits only for what is left of the
-    import. The call returns at once unless *wait*. A module that fails to import is skipped
-    and reported (the task that needs it will raise the real error). Calling it again replaces
-    the list. On a cluster whose workers are busy, the worker's event loop is held for the
-    import (distributed may log that it was unresponsive).
-
-    Parameters
-    ----------
-    client : distributed.Client
-    modules : sequence of str
-        Module names, e.g. ``["sklearn.linear_model", "taskdml"]``
-        (:func:`pipeline_modules` lists those of a pipeline).
-    wait : bool, default False
-        Wait until every current worker has imported them.
-
-    Returns
-    -------
-    dict or None
-        With *wait*: ``{worker address: {"seconds": s, "errors": {module: message}}}``.
-
-    Examples
-    --------
-    >>> from distributed import Client, LocalCluster
-    >>> from taskdml.cluster._connect import warm
-    >>> with LocalCluster(n_workers=1, host="127.0.0.1", dashboard_address=None) as cluster:
-    ...     with Client(cluster) as client:
-    ...         report = warm(client, ["sklearn.linear_model"], wait=True)
-    ...         [entry["errors"] for entry in report.values()]
-    [{}]
-    """
-    client.register_plugin(_warm_plugin(tuple(modules)), name=WARM_PLUGIN)
-    if wait:
-        return client.run(_warmed)
-    return None
-
-
-def pipeline_modules(pipeline):
-    """The modules a pipeline's workers need: its callables' and estimators', then the basics.
+def pipeline_modules(pipeline, skip=()):
+    """The modules a pipeline's workers need: its callables' and estimators', what its step
+    kinds run there, then the basics.
 
     Parameters
     ----------
     pipeline : PipelineSpec
+    skip : collection of str, optional
+        Steps that will not run (the plan reuses their outputs from the cache): their modules
+        are left out, unless another step needs them.
 
     Returns
     -------
     list of str
-        The module of every ``call``, ``fit`` and ``search`` target, in step order, then
-        :data:`WARM_MODULES`; without repeats.
+        The module of every ``call``, ``fit`` and ``search`` target in step order, each
+        followed by the module that defines the target when another does (a lazy package such
+        as ``taskdml.datasets`` imports nothing until an attribute is asked for); then
+        :data:`KIND_MODULES` of the pipeline's kinds; then :data:`WARM_MODULES`; without
+        repeats. Empty when every step is skipped.
 
     Examples
     --------
@@ -756,65 +761,32 @@ def pipeline_modules(pipeline):
     ...     Step("data", call="taskdml.datasets:load_sklearn", with_={"name": "iris"}),
     ...     Step("model", fit="sklearn.naive_bayes:GaussianNB", inputs={"data": "data"}),
     ... ])
-    >>> pipeline_modules(pipe)[:2]
-    ['taskdml.datasets', 'sklearn.naive_bayes']
+    >>> pipeline_modules(pipe)[:3]
+    ['taskdml.datasets', 'taskdml.datasets._bundled', 'sklearn.naive_bayes']
     """
-    named = [
-        step.target.partition(":")[0]
-        for step in pipeline.ordered_steps()
-        if step.kind != "evaluate"
-    ]
-    return list(dict.fromkeys(named + list(WARM_MODULES)))
+    steps = [step for step in pipeline.ordered_steps() if step.name not in skip]
+    if not steps:  # a rerun read from the cache: the workers need only what reading needs
+        return []
+    named = []
+    for step in steps:
+        if step.kind != "evaluate":
+            named += [step.target.partition(":")[0], _defining_module(step.target)]
+    kinds = [module for step in steps for module in KIND_MODULES.get(step.kind, ())]
+    return [m for m in dict.fromkeys(named + kinds + list(WARM_MODULES)) if m is not None]
 
 
-def _warm_plugin(modules):
-    """A plugin instance of a class built here, so that it is pickled by value (see above)."""
-    from distributed.diagnostics.plugin import WorkerPlugin
+def _defining_module(target):
+    """The module that defines ``"module:attr"``, if its module is imported here already (the
+    pipeline's validation imported it): no import of the user's code happens for this."""
+    import sys
 
-    class WarmImports(WorkerPlugin):
-        name = WARM_PLUGIN
-
-        def __init__(self, modules):
-            self.modules = modules
-
-        def setup(self, worker):
-            self.seconds, self.errors, self.done = None, {}, asyncio.Event()
-            asyncio.get_running_loop().call_later(WARM_DELAY, self.run)
-
-        def run(self):
-            started = time.perf_counter()
-            for module in self.modules:
-                try:
-                    importlib.import_module(module)
-                except Exception as error:  # the task that needs it raises the real error
-                    self.errors[module] = f"{type(error).__name__}: {error}"
-            self.seconds = time.perf_counter() - started
-            self.done.set()
-
-    return WarmImports(modules)
-
-
-def settle(client):
-    """Wait until every worker of *client*'s cluster has done its warm imports (:func:`warm`);
-    a worker without them answers at once. What a worker's memory holds afterwards includes
-    them (:func:`taskdml.runner._values.held` measures it to choose whether to persist).
-
-    Parameters
-    ----------
-    client : distributed.Client
-    """
-    client.run(_settled)
-
-
-async def _settled(dask_worker):
+    module, _, attr = target.partition(":")
+    loaded = sys.modules.get(module)
+    if loaded is None or not attr:
+        return None
     try:
-        plugin = _compat.worker_plugin(dask_worker, WARM_PLUGIN)
-    except KeyError:  # not warmed
-        return
-    await plugin.done.wait()
-
-
-async def _warmed(dask_worker):
-    plugin = _compat.worker_plugin(dask_worker, WARM_PLUGIN)
-    await plugin.done.wait()
-    return {"seconds": plugin.seconds, "errors": dict(plugin.errors)}
+        found = getattr(loaded, attr.partition(".")[0])
+    except Exception:  # a lazy attribute that fails: the step will say so
+        return None
+    defining = getattr(found, "__module__", None)
+    return defining if isinstance(defining, str) else None

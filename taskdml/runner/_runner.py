@@ -15,7 +15,9 @@ and every worker, the workers' package versions are compared with the client's
 (:func:`taskdml.cluster._versions.check_cluster`), and every module the pipeline names is checked to
 import there (:mod:`taskdml.cluster._project`); a package missing or too far apart, or a module that
 does not import, is a :class:`ClusterUnavailable` (exit 4) that names it, the process and the
-fix, with nothing run.
+fix, with nothing run. On a cluster the run started itself, the workers began importing what
+the steps need when they started (:func:`taskdml.cluster._connect.pipeline_modules`), and the
+first step waits until they are done: its seconds are its own, not the workers' start.
 
 When a step fails, steps that do not depend on it still run (what can be computed is kept);
 its dependants are skipped. The run directory (:mod:`taskdml.runs._directory`) is updated at every
@@ -33,7 +35,7 @@ import time
 import traceback
 import uuid
 
-from taskdml import _events, _keys
+from taskdml import _events, _keys, _warm
 from taskdml.cache import _checkpoints as _checkpoint
 from taskdml.cluster._versions import check_cluster, required_distributions, versions
 from taskdml.exceptions import ClusterUnavailable, StepFailed, TaskdmlError
@@ -358,9 +360,12 @@ def run_pipeline(
     started = time.perf_counter()
     status = "failed"
     try:
+        reused = {planned.name for planned in plan.steps if planned.reuse}
         with clusters.open_target(
-            plan.cluster, warm_modules=clusters.pipeline_modules(pipeline)
+            plan.cluster, warm_modules=clusters.pipeline_modules(pipeline, skip=reused)
         ) as active:
+            if plan.cluster.kind in ("local", "spec"):
+                _client_imports()  # while the workers import theirs (open_target warmed them)
             info = clusters.describe(active)
             info["taskdml_page"] = _follow(recorder, active)
             inputs = pipeline.dependencies()
@@ -392,6 +397,8 @@ def run_pipeline(
                 )
                 _project.check(active, pipeline, shipped=shipped)
                 recorder.reuse.check_reach(active)
+                if plan.cluster.kind in ("local", "spec"):  # warmed by open_target
+                    _warm.warmed(active)  # the first step finds its workers ready
             except ClusterUnavailable as error:
                 if directory is not None:
                     directory.update_manifest(error=str(error))
@@ -434,6 +441,19 @@ def run_pipeline(
             f"step {failed[0]!r} failed: {first['error']}", step=failed[0], run_dir=run.path
         )
     return run
+
+
+CLIENT_MODULES = ("skops.io",)
+"""What a run's client imports in any case, and early: skops writes and reads the models of the
+run directory and the step cache (about half a second, which a cached step paid alone)."""
+
+
+def _client_imports():
+    import importlib
+
+    for module in CLIENT_MODULES:
+        with contextlib.suppress(ImportError):  # the step that needs it says so
+            importlib.import_module(module)
 
 
 def resume_run(run, *, run_root=None, cache=True, **options):

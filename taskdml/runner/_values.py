@@ -75,12 +75,12 @@ def held(value, client):
     except (AttributeError, NotImplementedError):
         nbytes = math.nan
     if not math.isnan(nbytes):
-        from taskdml.cluster._connect import settle
+        from taskdml._warm import warmed
 
         # Measured once the workers hold their warm imports, as the reading step will find
         # them: on a cluster just started they would not count yet, and a store over half
         # the free memory could be persisted (then the reading step cannot stream it).
-        settle(client)
+        warmed(client)
         if _stream.choose_for(client, "auto", nbytes)[0] == "stream":
             return value
     return client.persist(value)

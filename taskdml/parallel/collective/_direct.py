@@ -406,6 +406,7 @@ class CollectivePlugin(WorkerPlugin):
     later)."""
 
     name = "taskdml-collective"
+    idempotent = True  # another client of the cluster registers it again: nothing to redo
 
     def setup(self, worker):
         _compat.set_worker_handler(worker, HANDLER, receive)

@@ -77,6 +77,7 @@ from taskdml.parallel.engine import (
     _replica,
     _stream,
     _tasks,
+    _warmup,
 )
 from taskdml.parallel.engine._chunks import Chunk
 from taskdml.parallel.merge._registry import (
@@ -335,6 +336,7 @@ def train(
     )
     sync_every = sync_every if isinstance(sync_every, str) else int(sync_every)
     client = resolve_client(client)
+    _warmup.prepare(client, estimator)  # the workers' imports, while this call goes on
     X, y, sample_weight = _data.as_dask(
         X if _data.is_chunked(X) else _as_array(X), y, sample_weight
     )
