@@ -45,15 +45,32 @@ def engine_seed(random_state):
     return int(check_random_state(random_state).randint(2**31 - 1))
 
 
+MINI_BATCH_FAMILIES = (
+    "MiniBatchKMeans", "MiniBatchNMF", "MiniBatchDictionaryLearning", "BernoulliRBM"
+)  # fmt: skip
+"""Estimators whose ``partial_fit`` takes its whole argument as one mini-batch while their
+``fit`` steps in mini-batches of ``batch_size`` rows."""
+
+
 def fit(estimator, X, y, classes):
-    """``partial_fit`` *estimator* in place on one chunk; the rows it saw."""
-    if y is None:
-        estimator.partial_fit(X)
-    elif classes is None:
-        estimator.partial_fit(X, y)
-    else:
-        estimator.partial_fit(X, y, classes=classes)
-    return X.shape[0]  # sparse chunks have no len
+    """``partial_fit`` *estimator* in place on one chunk; the rows it saw.
+
+    A mini-batch family gets the chunk as its ``fit`` would take it: ``ceil(n / batch_size)``
+    consecutive slices, slice ``i`` from row ``i * n // parts`` to ``(i + 1) * n // parts``.
+    """
+    n = X.shape[0]  # sparse chunks have no len
+    parts = 1
+    if type(estimator).__name__ in MINI_BATCH_FAMILIES and n > estimator.batch_size:
+        parts = -(-n // estimator.batch_size)
+    for i in range(parts):
+        rows = slice(i * n // parts, (i + 1) * n // parts)
+        if y is None:
+            estimator.partial_fit(X[rows])
+        elif classes is None:
+            estimator.partial_fit(X[rows], y[rows])
+        else:
+            estimator.partial_fit(X[rows], y[rows], classes=classes)
+    return n
 
 
 def mean_by_rows(values, rows):

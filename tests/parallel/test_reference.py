@@ -126,6 +126,11 @@ CASES = {
         classes=None, merge=merge_kmeans, warm=True, exact=False,
         names=["cluster_centers_", "_counts", "n_steps_"],
     ),
+    "MiniBatchKMeans-batches": dict(  # chunks of 250-320 rows go in slices of at most 128
+        estimator=MiniBatchKMeans(n_clusters=3, n_init=1, batch_size=128, random_state=0),
+        X=X_NP, y=None, classes=None, merge=merge_kmeans, warm=True, exact=False,
+        names=["cluster_centers_", "_counts", "n_steps_"],
+    ),
     "LatentDirichletAllocation": dict(
         estimator=LatentDirichletAllocation(n_components=2, random_state=0), X=X_COUNTS,
         y=None, classes=None, merge=merge_lda, warm=True, exact=False,

@@ -17,6 +17,7 @@ import numpy as np
 
 from taskdml._apply import transform_chunk
 from taskdml._compat import relink_birch_views
+from taskdml.parallel.merge._registry import batch_rows
 
 
 def partial_fit_chunk(estimator, X, y, transformers, fit_kwargs, weight=None, row_seed=None):
@@ -46,10 +47,12 @@ def fit_chunk(estimator, X, y, transformers, fit_kwargs, weight=None, row_seed=N
 
     The chunk's rows are permuted first when *row_seed* (a seed for
     :func:`numpy.random.default_rng`) is given, then *transformers* apply; *weight* goes to
-    ``partial_fit`` as ``sample_weight``. *loss* is ``loss(estimator, X, y)``, the summed
-    loss of the transformed chunk under the model as it is before this ``partial_fit`` (the
-    progressive loss of :mod:`taskdml.parallel.merge._stopping`); an estimator not fitted
-    yet has none.
+    ``partial_fit`` as ``sample_weight``. A family whose ``partial_fit`` takes its whole
+    argument as one mini-batch gets the chunk in slices of its own ``fit``'s mini-batch
+    (the merge rule's ``batch_rows``, :func:`batch_slices`). *loss* is
+    ``loss(estimator, X, y)``, the summed loss of the transformed chunk under the model as
+    it is before this ``partial_fit`` (the progressive loss of
+    :mod:`taskdml.parallel.merge._stopping`); an estimator not fitted yet has none.
     """
     if row_seed is not None:
         rows = np.random.default_rng(row_seed).permutation(X.shape[0])
@@ -60,12 +63,36 @@ def fit_chunk(estimator, X, y, transformers, fit_kwargs, weight=None, row_seed=N
     before = None
     if loss is not None and _fitted(estimator):
         before = loss(estimator, X, y)
-    kwargs = dict(fit_kwargs, **({} if weight is None else {"sample_weight": weight}))
-    if y is None:
-        estimator.partial_fit(X, **kwargs)
-    else:
-        estimator.partial_fit(X, y, **kwargs)
+    for rows in batch_slices(X.shape[0], batch_rows(estimator)):
+        kwargs = dict(fit_kwargs)
+        if weight is not None:
+            kwargs["sample_weight"] = weight[rows]
+        if y is None:
+            estimator.partial_fit(X[rows], **kwargs)
+        else:
+            estimator.partial_fit(X[rows], y[rows], **kwargs)
     return X.shape[0], before
+
+
+def batch_slices(n_rows, batch):
+    """The row slices in which a block of *n_rows* goes to ``partial_fit``: one slice of
+    everything when *batch* is None or covers it, else ``ceil(n_rows / batch)`` consecutive
+    slices of nearly equal size (none much smaller than *batch*, so a family's minimum
+    batch holds whenever the block holds it).
+
+    Examples
+    --------
+    >>> from taskdml.parallel.engine._tasks import batch_slices
+    >>> batch_slices(5, None)
+    [slice(None, None, None)]
+    >>> [(s.start, s.stop) for s in batch_slices(2500, 1024)]
+    [(0, 833), (833, 1666), (1666, 2500)]
+    """
+    if batch is None or n_rows <= batch:
+        return [slice(None)]
+    parts = -(-n_rows // batch)
+    bounds = [i * n_rows // parts for i in range(parts + 1)]
+    return [slice(a, b) for a, b in zip(bounds, bounds[1:])]
 
 
 def _fitted(estimator):

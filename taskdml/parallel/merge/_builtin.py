@@ -27,7 +27,10 @@ one would be.
 :func:`taskdml.testing.check_merge` checks a rule, built-in or user-registered. A rule may
 also state the smallest batch its estimator accepts (``min_rows``: IncrementalPCA's
 ``n_features``, MiniBatchKMeans' ``n_clusters``, an MLP's integer ``batch_size``); the
-engine merges smaller chunks into blocks that hold it (:mod:`taskdml.parallel.engine._blocks`).
+engine merges smaller chunks into blocks that hold it (:mod:`taskdml.parallel.engine._blocks`),
+and the mini-batch its ``fit`` steps by (``batch_rows``: MiniBatchKMeans, MiniBatchNMF,
+MiniBatchDictionaryLearning and BernoulliRBM, whose ``partial_fit`` takes all it is given as
+one mini-batch); the engine feeds each block in slices of that size.
 
 =============================  =========  ================================================
 estimator                      exact      rule
@@ -105,6 +108,7 @@ from taskdml.parallel.merge._registry import (
     round_start,
     unmergeable_reason,
 )
+from taskdml.parallel.merge._util import batch_size
 
 __all__ = [
     "MergeRule",
@@ -145,6 +149,7 @@ def _register_builtin_rules():
         family="rbm",
         notes=_merge_neural.RBM_NOTES,
         stopping=_stopping.passes("n_iter"),
+        batch_rows=batch_size,
     )
     for cls in (MultinomialNB, ComplementNB, BernoulliNB):
         register_merge(
@@ -208,6 +213,7 @@ def _register_builtin_rules():
         start_state=("cluster_centers_", "_counts", "n_steps_"),
         min_rows=_merge_cluster.minibatch_kmeans_min_rows,
         stopping=_stopping.kmeans_stopping,
+        batch_rows=batch_size,
     )
     register_merge(
         LatentDirichletAllocation,
@@ -226,6 +232,7 @@ def _register_builtin_rules():
         notes=_merge_decomposition.NMF_NOTES,
         private_state=("_components_numerator", "_components_denominator"),
         start_state=("n_steps_", "_components_numerator", "_components_denominator"),
+        batch_rows=batch_size,
     )
     register_merge(
         MiniBatchDictionaryLearning,
@@ -235,6 +242,7 @@ def _register_builtin_rules():
         notes=_merge_decomposition.DICTIONARY_NOTES,
         private_state=("_A", "_B"),
         start_state=("n_steps_",),
+        batch_rows=batch_size,
     )
     register_merge(
         HashingVectorizer,

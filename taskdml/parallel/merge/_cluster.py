@@ -2,7 +2,9 @@
 
 k-means centres are only comparable between replicas if they started from the same
 centres (labels are permutation-ambiguous), so ``prepare`` runs the initialisation
-(k-means++ or the given ``init``) once on the first chunk.
+(k-means++ or the given ``init``) once on the first chunk, keeping the best of ``n_init``
+draws on a validation sample as ``fit`` does. Replicas then step in mini-batches of
+``batch_size`` rows (the rule's ``batch_rows``), as ``fit`` does, not one step per chunk.
 
 Sculley's mini-batch update keeps each centre at the weighted mean of the points it has
 absorbed, its weight in ``_counts``. A replica holds ``W_k c_k = W_0 c_0 + (points it added)``,
@@ -59,19 +61,40 @@ def prepare_minibatch_kmeans(estimator, X, y, classes):
         init = check_array(init, dtype=X.dtype, copy=True, order="C")
         _compat.validate_center_shape(km, X, init)
     _compat.check_mkl_vcomp(km, X, X.shape[0])
-    km.cluster_centers_ = _compat.init_centroids(
-        km,
-        X,
-        x_squared_norms=row_norms(X, squared=True),
-        init=init,
-        random_state=km._random_state,
-        init_size=km._init_size,
-        sample_weight=sample_weight,
-    )
+    km.cluster_centers_ = _best_init(km, X, init, sample_weight)
     km._counts = np.zeros(km.n_clusters, dtype=X.dtype)
     km._n_since_last_reassign = 0
     km._n_features_out = km.cluster_centers_.shape[0]
     return km
+
+
+def _best_init(km, X, init, sample_weight):
+    """The best of ``n_init`` initialisations, as ``MiniBatchKMeans.fit`` chooses it: each
+    drawn from a subsample of ``init_size`` rows, the one of least inertia on a validation
+    sample of ``init_size`` rows kept (``partial_fit`` draws one; a replica's ``fit`` is
+    what DataParallel stands in for)."""
+    random_state = km._random_state
+    valid = random_state.randint(0, X.shape[0], km._init_size)
+    X_valid, weight_valid = X[valid], sample_weight[valid]
+    norms = row_norms(X, squared=True)
+    valid_norms = norms[valid]
+    best, best_inertia = None, np.inf
+    for _ in range(km._n_init):
+        centres = _compat.init_centroids(
+            km,
+            X,
+            x_squared_norms=norms,
+            init=init,
+            random_state=random_state,
+            init_size=km._init_size,
+            sample_weight=sample_weight,
+        )
+        distances = valid_norms[:, None] - 2 * np.asarray(X_valid @ centres.T)
+        distances += (centres**2).sum(axis=1)
+        inertia = float(weight_valid @ np.maximum(distances.min(axis=1), 0))
+        if inertia < best_inertia:
+            best, best_inertia = centres, inertia
+    return best
 
 
 def merge_minibatch_kmeans(replicas, weights):

@@ -101,6 +101,15 @@ class MergeRule:
         taken between epochs all see the finished estimator. It must leave alone an
         estimator that ``prepare`` never saw (a sequential pass) or that it already
         finished. None: the global estimator is handed back as it is.
+    batch_rows : callable or None
+        ``batch_rows(estimator) -> int``: the rows of one mini-batch as the family's own
+        ``fit`` takes them, for families whose ``partial_fit`` takes all it is given as one
+        mini-batch (MiniBatchKMeans, MiniBatchNMF, MiniBatchDictionaryLearning,
+        BernoulliRBM: their ``batch_size``). The engine feeds a training block to
+        ``partial_fit`` in consecutive slices of about that many rows
+        (:func:`~taskdml.parallel.engine._tasks.fit_chunk`), so a block of 100,000 rows is
+        a hundred steps, as in ``fit``, rather than one. None: one call per block (SGD steps
+        row by row, an MLP and LDA slice their argument themselves).
     stopping : callable or None
         ``stopping(estimator, n_samples) -> Stopping``: how far this family's own ``fit``
         trains, read from the estimator's parameters
@@ -120,6 +129,7 @@ class MergeRule:
     min_rows: Callable | None = None
     stopping: Callable | None = None
     finish: Callable | None = None
+    batch_rows: Callable | None = None
 
     def __post_init__(self):
         if not callable(self.fn):
@@ -130,8 +140,10 @@ class MergeRule:
             raise TypeError(f"MergeRule.prepare must be callable or None, got {self.prepare!r}.")
         if self.stopping is not None and not callable(self.stopping):
             raise TypeError(f"MergeRule.stopping must be callable or None, got {self.stopping!r}.")
-        if self.finish is not None and not callable(self.finish):
-            raise TypeError(f"MergeRule.finish must be callable or None, got {self.finish!r}.")
+        for name in ("finish", "batch_rows"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise TypeError(f"MergeRule.{name} must be callable or None, got {value!r}.")
         if self.reference not in ("serial", "one_call"):
             raise ValueError(
                 f"MergeRule.reference must be 'serial' or 'one_call', got {self.reference!r}."
@@ -153,6 +165,7 @@ def register_merge(
     min_rows=None,
     stopping=None,
     finish=None,
+    batch_rows=None,
 ):
     """Register how replicas of ``estimator_class`` (and its subclasses) are merged.
 
@@ -163,7 +176,7 @@ def register_merge(
     merge_fn : callable
         ``merge_fn(replicas, weights) -> estimator``; see :class:`MergeRule`.
     exact, exact_when, prepare, finish, family, notes, reference, private_state, start_state,
-    stopping
+    stopping, batch_rows
         See :class:`MergeRule`. ``family`` defaults to the class name.
     min_rows
         See :class:`MergeRule`.
@@ -204,6 +217,7 @@ def register_merge(
         min_rows=min_rows,
         stopping=stopping,
         finish=finish,
+        batch_rows=batch_rows,
     )
     RULES.register(estimator_class, rule)
     return rule
@@ -313,6 +327,16 @@ def min_batch_rows(estimator, n_features):
     if rule.min_rows is None or isinstance(estimator, type):
         return 1
     return max(1, int(rule.min_rows(estimator, n_features)))
+
+
+def batch_rows(estimator):
+    """The rows of one ``partial_fit`` mini-batch as *estimator*'s ``fit`` takes them, or
+    None where one ``partial_fit`` call per block is what ``fit`` would do (see
+    :class:`MergeRule`'s ``batch_rows``; a meta-estimator's: None)."""
+    rule = get_merge_rule(estimator)
+    if rule is None or rule.batch_rows is None or isinstance(estimator, type):
+        return None
+    return max(1, int(rule.batch_rows(estimator)))
 
 
 def unmergeable_reason(estimator):

@@ -49,3 +49,8 @@ def seen_since_start(counter_values, start_value, weights):
     if np.all(seen >= 0) and seen.sum() > 0:
         return seen
     return np.asarray(weights, dtype=float)
+
+
+def batch_size(estimator):
+    """The estimator's ``batch_size``: the mini-batch of its ``fit`` (a rule's ``batch_rows``)."""
+    return estimator.batch_size
