@@ -16,6 +16,7 @@ from sklearn.datasets import load_breast_cancer, load_digits
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import SGDClassifier
 from sklearn.naive_bayes import GaussianNB
+from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from taskdml import DataParallel
@@ -142,6 +143,31 @@ def test_small_dask_data_is_fitted_at_once_on_a_worker(client):
     model = DataParallel(estimator).fit(*_dask(X_NP, Y_NP))
     reference = clone(estimator).fit(X_NP, Y_NP)
     np.testing.assert_array_equal(model.estimator_.coef_, reference.coef_)
+    assert model.strategy_ == "fit" and "one worker" in model.stats_["local"]
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [
+        make_pipeline(StandardScaler(), SGDClassifier(random_state=0)),  # the whole Pipeline
+        GaussianNB(),  # a one-pass family too
+    ],
+    ids=["pipeline", "one-pass"],
+)
+def test_small_dask_data_fits_whole_pipelines_and_one_pass_families_at_once(client, estimator):
+    """A Pipeline on small dask data is fitted whole in one task (no chunk-wise rounds for its
+    scaler), as is a one-pass family: scikit-learn's fit on the rows, weights included."""
+    weight = np.linspace(0.5, 1.5, len(Y_NP))
+    X, y = _dask(X_NP, Y_NP)
+    model = DataParallel(estimator).fit(
+        X, y, sample_weight=da.from_array(weight, chunks=X.chunks[0])
+    )
+    last = estimator.steps[-1][0] + "__" if hasattr(estimator, "steps") else ""
+    reference = clone(estimator).fit(X_NP, Y_NP, **{last + "sample_weight": weight})
+    final = model.estimator_[-1] if hasattr(estimator, "steps") else model.estimator_
+    expected = reference[-1] if hasattr(estimator, "steps") else reference
+    learned = "coef_" if hasattr(expected, "coef_") else "theta_"
+    np.testing.assert_array_equal(getattr(final, learned), getattr(expected, learned))
     assert model.strategy_ == "fit" and "one worker" in model.stats_["local"]
 
 

@@ -138,7 +138,10 @@ def fit_concatenated(estimator, chunks, transformers=()):
     X = transform_chunk(concatenate_parts(*X_parts), transformers)
     kwargs = {}
     if weight_parts and weight_parts[0][0] is not None:
-        kwargs["sample_weight"] = np.concatenate(weight_parts[0])
+        # a Pipeline routes fit parameters by step name: the weights are its last step's
+        steps = getattr(estimator, "steps", None)
+        name = f"{steps[-1][0]}__sample_weight" if steps else "sample_weight"
+        kwargs[name] = np.concatenate(weight_parts[0])
     if y_parts[0] is None:
         return estimator.fit(X, **kwargs)
     return estimator.fit(X, np.concatenate(y_parts), **kwargs)
