@@ -201,13 +201,19 @@ def _sgd_loss(estimator, X, y):
 def sgd_stopping(estimator, n_samples):
     """The SGD family's ``fit``: up to ``max_iter`` epochs, ``tol`` and ``n_iter_no_change``
     on the training loss, or on the validation score with ``early_stopping``."""
-    name = type(estimator).__name__
+    return _tol_rule(estimator, _sgd_loss)
+
+
+def _tol_rule(estimator, loss):
+    """The rule of ``fit`` for an estimator with ``max_iter``, ``tol``, ``n_iter_no_change``
+    and ``early_stopping``/``validation_fraction`` (SGD, MLP): ``tol=None`` trains
+    ``max_iter`` epochs."""
     tol = estimator.tol
     source = (
-        f"{name}(max_iter={estimator.max_iter}, tol={tol}, "
+        f"{type(estimator).__name__}(max_iter={estimator.max_iter}, tol={tol}, "
         f"n_iter_no_change={estimator.n_iter_no_change}"
     )
-    if tol is None:  # no stopping rule: max_iter epochs
+    if tol is None:
         return Stopping(estimator.max_iter, source=source + ")")
     if getattr(estimator, "early_stopping", False):
         return Stopping(
@@ -219,14 +225,8 @@ def sgd_stopping(estimator, n_samples):
             f"{estimator.validation_fraction})",
             validation_fraction=estimator.validation_fraction,
         )
-    return Stopping(
-        estimator.max_iter,
-        "train_loss",
-        tol,
-        estimator.n_iter_no_change,
-        _sgd_loss,
-        source + ")",
-    )
+    return Stopping(estimator.max_iter, "train_loss", tol, estimator.n_iter_no_change, loss,
+                    source + ")")  # fmt: skip
 
 
 def _mlp_loss(estimator, X, y):
@@ -249,29 +249,7 @@ def mlp_stopping(estimator, n_samples):
     """An MLP's ``fit``: up to ``max_iter`` epochs, ``tol`` and ``n_iter_no_change`` on the
     training loss, or on the validation score with ``early_stopping`` (solver ``sgd`` or
     ``adam``; ``lbfgs`` has no ``partial_fit``)."""
-    name = type(estimator).__name__
-    source = (
-        f"{name}(max_iter={estimator.max_iter}, tol={estimator.tol}, "
-        f"n_iter_no_change={estimator.n_iter_no_change}"
-    )
-    if estimator.early_stopping:
-        return Stopping(
-            estimator.max_iter,
-            "validation_score",
-            estimator.tol,
-            estimator.n_iter_no_change,
-            source=source + f", early_stopping=True, validation_fraction="
-            f"{estimator.validation_fraction})",
-            validation_fraction=estimator.validation_fraction,
-        )
-    return Stopping(
-        estimator.max_iter,
-        "train_loss",
-        estimator.tol,
-        estimator.n_iter_no_change,
-        _mlp_loss,
-        source + ")",
-    )
+    return _tol_rule(estimator, _mlp_loss)
 
 
 def _inertia(estimator, X, y):
