@@ -372,7 +372,14 @@ def test_chunked_search_trains_with_the_engine_on_chunk_folds(request, chunked, 
     X, y, X_np, y_np = chunked
     grid = {"alpha": [1e-4, 1e-2, 1.0]}
     given = {} if use_client else {"classes": np.unique(y_np)}  # else found chunk-wise
-    search = GridSearchCV(SGDClassifier(random_state=0), grid, cv=5, return_train_score=True)
+    search = GridSearchCV(
+        SGDClassifier(random_state=0),
+        grid,
+        cv=5,
+        return_train_score=True,
+        strategy="sequential",
+        epochs=1,
+    )
     search.fit(X, y, **given)
     expected, expected_train = reference_scores(SGDClassifier(random_state=0), grid, X, y, 5)
     for fold in range(5):
@@ -390,6 +397,27 @@ def test_chunked_search_trains_with_the_engine_on_chunk_folds(request, chunked, 
     np.testing.assert_array_equal(search.best_estimator_.coef_, refit.coef_)
     assert search.score(X, y) == pytest.approx(refit.score(X_np, y_np), abs=1e-12)
     assert search.predict(X_np[:10]).shape == (10,)
+
+
+def test_chunked_search_defaults_fit_each_candidate_as_scikit_learn_does(client, chunked):
+    """Defaults (epochs "auto", the strategy chosen): small folds are fitted at once, so every
+    candidate's score is scikit-learn's fit on its training chunks, and the refit is fit on
+    every row, trained as far as fit trains (not one epoch)."""
+    X, y, X_np, y_np = chunked
+    grid = {"alpha": [1e-4, 1e-2]}
+    search = GridSearchCV(SGDClassifier(random_state=0), grid, cv=3).fit(X, y)
+    bounds = np.cumsum((0, *X.chunks[0]))
+    for c, params in enumerate(sk.ParameterGrid(grid)):
+        for fold, (train, test) in enumerate(sk.KFold(3).split(np.zeros((X.numblocks[0], 1)))):
+            rows = [np.arange(bounds[i], bounds[i + 1]) for i in train]
+            held = [np.arange(bounds[i], bounds[i + 1]) for i in test]
+            train_rows, test_rows = np.concatenate(rows), np.concatenate(held)
+            model = SGDClassifier(random_state=0, **params).fit(X_np[train_rows], y_np[train_rows])
+            expected = model.score(X_np[test_rows], y_np[test_rows])
+            assert search.cv_results_[f"split{fold}_test_score"][c] == pytest.approx(expected)
+    best = SGDClassifier(random_state=0, **search.best_params_).fit(X_np, y_np)
+    np.testing.assert_array_equal(search.best_estimator_.coef_, best.coef_)
+    assert best.n_iter_ > 1
 
 
 def test_chunked_dataset_with_several_metrics_and_a_whole_fit(chunked):

@@ -364,9 +364,10 @@ def test_train_names_a_bad_option_before_it_trains(options, message):
 
 
 def test_a_default_always_passes_its_entry_points_check():
-    """strategy=None is train's and DataParallel's default ("choose"), so they take it; a
-    search, whose default is "sequential", does not."""
+    """strategy=None is train's, DataParallel's and the grid searches' default ("choose"),
+    so they take it; an adaptive search, whose default is "sequential", does not."""
     assert _options.check("train", {"strategy": None}) == {"strategy": None}
     assert _options.check("DataParallel", {"strategy": None}) == {"strategy": None}
-    with pytest.raises(ValueError, match="GridSearchCV: strategy must be one of"):
-        _options.check("search", {"strategy": None}, "GridSearchCV")
+    assert _options.check("search", {"strategy": None}) == {"strategy": None}
+    with pytest.raises(ValueError, match="ASHASearchCV: strategy must be one of"):
+        _options.check("adaptive", {"strategy": None}, "ASHASearchCV")

@@ -80,8 +80,8 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
         pre_dispatch="2*n_jobs",
         error_score=np.nan,
         return_train_score=False,
-        strategy="sequential",
-        epochs=1,
+        strategy=None,
+        epochs="auto",
         sync_every="auto",
         staleness=0,
         shuffle=False,
@@ -567,13 +567,18 @@ class GridSearchCV(BaseSearchCV):
         stops the search with the error instead.
     return_train_score : bool, default=False
         Also score each fit on its training rows.
-    strategy : {"sequential", "sync", "async"}, default="sequential"
+    strategy : {"sequential", "sync", "async"} or None, default=None
         Chunked data only, as every engine option below: how each candidate trains with
-        :func:`taskdml.parallel.train`. ``"sequential"`` is a chain of tasks per candidate, so
-        that candidates run side by side; ``"sync"`` and ``"async"`` train replicas, which
-        take turns on the cluster.
-    epochs : int, default=1
-        Passes over the training chunks.
+        :func:`taskdml.parallel.train`. ``None`` lets the engine choose: with ``epochs="auto"``
+        a fold's training data of one chunk or at most 64 MiB is fitted at once with the
+        estimator's ``fit`` in one task (scikit-learn's own fit, so candidates run side by
+        side), larger data by sync replicas. ``"sequential"`` is a chain of tasks per
+        candidate, so that candidates run side by side; ``"sync"`` and ``"async"`` train
+        replicas, which take turns on the cluster.
+    epochs : int or "auto", default="auto"
+        Passes over the training chunks, or as far as the estimator's own ``fit`` would train
+        (its ``max_iter``, ``tol`` and ``n_iter_no_change``), for every candidate and the
+        refit alike.
     sync_every : int or "auto", default="auto"
         Blocks each replica trains between two merges (``"sync"``).
     staleness : int or None, default=0
@@ -660,8 +665,8 @@ class GridSearchCV(BaseSearchCV):
         pre_dispatch="2*n_jobs",
         error_score=np.nan,
         return_train_score=False,
-        strategy="sequential",
-        epochs=1,
+        strategy=None,
+        epochs="auto",
         sync_every="auto",
         staleness=0,
         shuffle=False,
@@ -767,8 +772,8 @@ refit_time_, multimetric_, classes_, n_features_in_
         random_state=None,
         error_score=np.nan,
         return_train_score=False,
-        strategy="sequential",
-        epochs=1,
+        strategy=None,
+        epochs="auto",
         sync_every="auto",
         staleness=0,
         shuffle=False,

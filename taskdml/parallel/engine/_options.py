@@ -169,10 +169,11 @@ OPTIONS = {
             "sync: replicas merged every sync_every blocks; async: a parameter server; "
             "sequential: one replica walks every chunk (default: chosen: with epochs auto, "
             "data of one chunk or at most 64 MiB is fitted at once on one worker; else sync "
-            "when the estimator has a merge rule, else sequential; a search: sequential)",
+            "when the estimator has a merge rule, else sequential; an adaptive search: "
+            "sequential)",
             takers=(*_ENGINE, *_SEARCHES),
             modes=("data",),
-            defaults={"search": "sequential", "adaptive": "sequential"},
+            defaults={"adaptive": "sequential"},
         ),
         Option(
             "epochs",
@@ -183,7 +184,7 @@ OPTIONS = {
             "n_iter_no_change on the training loss (model mode: default 1)",
             takers=(*_ENGINE, "ClassSharded", "search"),
             modes=("data", "model", "task"),
-            defaults={"train": 1, "ClassSharded": 1, "search": 1},
+            defaults={"train": 1, "ClassSharded": 1},
         ),
         Option(
             "sync_every",
