@@ -151,7 +151,7 @@ def test_keys_and_spans_are_named_after_steps(client, tmp_path):
         "split-train",
         "split-test",
         "scale-inspect",
-        "scale-replica",
+        "scale-fit",  # a small scaler: fitted at once on one worker
         "model-replica",
         "report-statistics",
     } <= prefixes

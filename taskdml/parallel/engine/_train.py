@@ -398,9 +398,7 @@ def train(
         events=_events.where(),
     )
     n_chunks = len(chunks)
-    at_once = strategy is None and _fits_at_once(
-        estimator, epochs, n_chunks, _nbytes(arrays), mode
-    )
+    at_once = strategy is None and _fits_at_once(estimator, epochs, n_chunks, _nbytes(arrays), mode)
     strategy = "fit" if at_once else _choose(estimator, strategy, epochs)
     clock.lap("inspect_s")
     chunks, block_stats = _training_blocks(estimator, chunks, facts, X, strategy, client)
