@@ -239,3 +239,27 @@ def test_the_chunkwise_apply_examples_run():
 
     failures, tried = doctest.testmod(taskdml._apply)
     assert tried >= 3 and failures == 0
+
+
+def test_a_pipeline_trains_on_the_workers_it_is_given(client):
+    """train(Pipeline, workers=[one]) keeps its replicas there: one replica, so the last step
+    equals the serial partial_fit loop over the chunks scaled by scikit-learn's scaler."""
+    import dask.array as da
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(1_200, 4)) * [1.0, 5.0, 0.5, 2.0]
+    y = (X @ [1.0, -0.2, 2.0, 0.3] > 0).astype(int)
+    X_dask, y_dask = da.from_array(X, chunks=(300, 4)), da.from_array(y, chunks=300)
+    where = sorted(client.scheduler_info()["workers"])[:1]
+    pipeline = make_pipeline(StandardScaler(), SGDClassifier(random_state=0))
+    result = train(
+        pipeline, X_dask, y_dask, classes=[0, 1], strategy="sync", epochs=1, shuffle=False,
+        workers=where, client=client,
+    )  # fmt: skip
+    assert result.stats["workers"] == where
+    scaler = StandardScaler().fit(X)
+    reference = SGDClassifier(random_state=0)
+    for start in range(0, len(X), 300):
+        rows = slice(start, start + 300)
+        reference.partial_fit(scaler.transform(X[rows]), y[rows], classes=[0, 1])
+    np.testing.assert_allclose(result.estimator[-1].coef_, reference.coef_, rtol=1e-10)

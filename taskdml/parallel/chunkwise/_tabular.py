@@ -410,10 +410,15 @@ def _encoders(model, names):
 
 
 class _Chunks:
-    """The chunks of one input: delayed objects, and how to compute tasks on them."""
+    """The chunks of one input: delayed objects, and how to compute tasks on them.
 
-    def __init__(self, parts, rows, client):
-        self.parts, self.rows, self.client = parts, rows, client
+    *held* is the persisted collection the parts were taken from: its futures are what keeps
+    the chunks on the workers (a delayed object names a key, it does not hold it), so it
+    goes wherever the parts go, to every ``map`` of them.
+    """
+
+    def __init__(self, parts, rows, client, held=None):
+        self.parts, self.rows, self.client, self.held = parts, rows, client, held
 
     def compute(self, values):
         import dask
@@ -426,7 +431,8 @@ class _Chunks:
         """``function(*args, chunk)`` on every chunk (:func:`taskdml._apply.map_parts`)."""
         name = _keys.key_name("train", function.__name__, args, self.parts, phase=phase)
         keys = [(name, i) for i in range(len(self.parts))]
-        return _Chunks(map_parts(function, self.parts, *args, keys=keys), self.rows, self.client)
+        parts = map_parts(function, self.parts, *args, keys=keys)
+        return _Chunks(parts, self.rows, self.client, self.held)
 
 
 def fit_transformers(estimator, chunks, path=()):
@@ -553,9 +559,9 @@ def chunks_of(X, client):
             return list(frame.to_delayed()), frame
 
         parts, X = outside_annotations(parts)
-        return _Chunks(parts, partition_lengths(X, client), client)
+        return _Chunks(parts, partition_lengths(X, client), client, held=X)
     X = client.persist(X) if client is not None else dask.persist(X)[0]
-    return _Chunks(list(X.to_delayed().ravel()), X.chunks[0], client)
+    return _Chunks(list(X.to_delayed().ravel()), X.chunks[0], client, held=X)
 
 
 def transformed(transformer, chunks):

@@ -314,26 +314,23 @@ def train(
     from sklearn.utils import check_random_state
 
     clock = _Clock()
-    _options.check(
-        "train",
-        dict(
-            strategy=strategy,
-            epochs=epochs,
-            sync_every=sync_every,
-            staleness=staleness,
-            shuffle=shuffle,
-            shuffle_rows=shuffle_rows,
-            random_state=random_state,
-            scoring=scoring,
-            tol=tol,
-            n_iter_no_change=n_iter_no_change,
-            n_replicas=n_replicas,
-            workers=workers,
-            data=data,
-            prefetch=prefetch,
-        ),
-        "train",
+    engine_options = dict(
+        strategy=strategy,
+        epochs=epochs,
+        sync_every=sync_every,
+        staleness=staleness,
+        shuffle=shuffle,
+        shuffle_rows=shuffle_rows,
+        random_state=random_state,
+        scoring=scoring,
+        tol=tol,
+        n_iter_no_change=n_iter_no_change,
+        n_replicas=n_replicas,
+        workers=workers,
+        data=data,
+        prefetch=prefetch,
     )
+    _options.check("train", engine_options, "train")
     sync_every = sync_every if isinstance(sync_every, str) else int(sync_every)
     client = resolve_client(client)
     _warmup.prepare(client, estimator)  # the workers' imports, while this call goes on
@@ -349,23 +346,12 @@ def train(
             y,
             client,
             dict(
+                engine_options,
+                sync_every=sync_every,
                 sample_weight=sample_weight,
                 classes=classes,
                 preprocess=preprocess,
-                strategy=strategy,
-                epochs=epochs,
-                sync_every=sync_every,
-                staleness=staleness,
-                shuffle=shuffle,
-                shuffle_rows=shuffle_rows,
-                random_state=random_state,
                 validation=validation,
-                scoring=scoring,
-                tol=tol,
-                n_iter_no_change=n_iter_no_change,
-                n_replicas=n_replicas,
-                data=data,
-                prefetch=prefetch,
             ),
         )
     if _data.is_frame(X):
