@@ -263,3 +263,32 @@ def test_a_pipeline_trains_on_the_workers_it_is_given(client):
         rows = slice(start, start + 300)
         reference.partial_fit(scaler.transform(X[rows]), y[rows], classes=[0, 1])
     np.testing.assert_allclose(result.estimator[-1].coef_, reference.coef_, rtol=1e-10)
+
+
+def test_a_small_frame_fits_the_whole_pipeline_as_scikit_learn_does(cancer, client):
+    """Defaults on a small dask DataFrame with a string column: the whole Pipeline is fitted
+    with its own fit in one task, so the model is scikit-learn's on the same rows, bit for bit
+    (SGD as far as its own tol stops it, not one epoch)."""
+    frame = dd.from_pandas(cancer, npartitions=6, sort=False)
+    numeric = [name for name in cancer.columns if name not in ("grade", "label")]
+    model = DataParallel(_pipeline(numeric)).fit(frame.drop(columns="label"), frame["label"])
+    reference = _pipeline(numeric).fit(cancer.drop(columns="label"), cancer["label"])
+    np.testing.assert_array_equal(model.estimator_[-1].coef_, reference[-1].coef_)
+    assert model.strategy_ == "fit" and model.n_epochs_ == reference[-1].n_iter_ > 1
+    assert model.history_[-1]["samples_seen"] == len(cancer) * reference[-1].n_iter_
+
+
+def test_a_small_array_with_nans_is_the_imputers_business(client):
+    """A small dask array with NaNs and a Pipeline that imputes them: fitted whole at once,
+    as scikit-learn fits it (no NaN refusal before the imputer has run)."""
+    import dask.array as da
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(900, 3))
+    y = (X[:, 0] - X[:, 2] > 0).astype(int)
+    X[::13, 1] = np.nan
+    pipeline = make_pipeline(SimpleImputer(), StandardScaler(), SGDClassifier(random_state=0))
+    model = DataParallel(pipeline).fit(da.from_array(X, chunks=(300, 3)), da.from_array(y, 300))
+    reference = clone(pipeline).fit(X, y)
+    np.testing.assert_array_equal(model.estimator_[-1].coef_, reference[-1].coef_)
+    assert model.strategy_ == "fit"

@@ -144,13 +144,18 @@ def fit_concatenated(estimator, chunks, transformers=()):
         kwargs[name] = np.concatenate(weight_parts[0])
     if y_parts[0] is None:
         return estimator.fit(X, **kwargs)
-    return estimator.fit(X, np.concatenate(y_parts), **kwargs)
+    return estimator.fit(X, np.concatenate([np.asarray(part) for part in y_parts]), **kwargs)
 
 
 def concatenate_parts(*parts):
-    """The rows of *parts* (arrays, sparse matrices or ``None``s) stacked in order (a task)."""
+    """The rows of *parts* (arrays, sparse matrices, pandas objects or ``None``s) stacked in
+    order (a task)."""
     if parts[0] is None:
         return None
+    if hasattr(parts[0], "iloc"):  # pandas DataFrames or Series: their columns kept
+        import pandas as pd
+
+        return pd.concat(parts)
     from scipy import sparse
 
     if any(sparse.issparse(part) for part in parts):

@@ -337,9 +337,12 @@ def train(
     X, y, sample_weight = _data.as_dask(
         X if _data.is_chunked(X) else _as_array(X), y, sample_weight
     )
-    if _tabular.is_pipeline(estimator) and not _pipeline_at_once(
-        estimator, X, (X, y, sample_weight), strategy, epochs, data
-    ):
+    if _tabular.is_pipeline(estimator):
+        if _pipeline_at_once(estimator, X, (X, y, sample_weight), strategy, epochs, data, client):
+            try:
+                return _fit_pipeline_at_once(estimator, X, y, sample_weight, client, clock)
+            except ValueError:
+                pass  # bad data: the chunk-wise path's checks name the chunk and the fix
         return _train_pipeline(
             estimator,
             X,
@@ -483,16 +486,65 @@ def _fits_at_once(estimator, epochs, n_chunks, nbytes, mode):
     return False
 
 
-def _pipeline_at_once(pipeline, X, arrays, strategy, epochs, data):
+def _pipeline_at_once(pipeline, X, arrays, strategy, epochs, data, client):
     """Whether a whole scikit-learn Pipeline is fitted at once on one worker (one task,
     :func:`_fits_at_once`) rather than its transformers chunk-wise and its last step by the
-    engine: a dask array (a DataFrame's size is not known without reading it) that is small
-    enough, with the strategy left to taskdml. Saves the chunk-wise rounds of the
-    transformers (two graph round trips each)."""
-    if strategy is not None or _data.is_frame(X):
+    engine: data small enough, with the strategy left to taskdml. Saves the chunk-wise rounds
+    of the transformers (two graph round trips each). A dask DataFrame's size is read first
+    (its memory per partition, one small task each), unless the rest rules it out."""
+    if strategy is not None or epochs != "auto" or data == "stream":
         return False
-    nbytes = _nbytes([array for array in arrays if array is not None])
-    return _fits_at_once(pipeline, epochs, X.numblocks[0], nbytes, data)
+    arrays = [array for array in arrays if array is not None and not _data.is_frame(array)]
+    if not _data.is_frame(X):
+        return _fits_at_once(pipeline, epochs, X.numblocks[0], _nbytes(arrays), data)
+    if not _fits_at_once(pipeline, epochs, 1, 0, data):  # fitted already: no need to read
+        return False
+    usage = X.memory_usage_per_partition(index=True, deep=True)
+    sizes = usage.compute() if client is None else client.compute(usage).result()
+    nbytes = float(sizes.sum()) + _nbytes(arrays)
+    return _fits_at_once(pipeline, epochs, X.npartitions, nbytes, data)
+
+
+def _fit_pipeline_at_once(pipeline, X, y, sample_weight, client, clock):
+    """A whole Pipeline fitted with its own ``fit`` on small chunked data, in one task on one
+    worker: the chunks concatenated there, in order (a DataFrame's partitions with their
+    columns and dtypes: a ColumnTransformer selects by name), y and the weights beside them.
+    The data is not inspected first: NaNs are the pipeline's business (an imputer), and a
+    ``ValueError`` of ``fit`` sends the caller to the chunk-wise path, whose checks say where.
+    """
+    import dask
+
+    if not _data.is_frame(X):
+        X = X.rechunk({1: -1}) if X.ndim == 2 else X
+    parts = [_row_parts(part) if part is not None else None for part in (X, y, sample_weight)]
+    parts = [part if part is not None else [None] * len(parts[0]) for part in parts]
+    name = _keys.key_name("train", _estimator_token(pipeline), parts, phase="fit")
+    task = dask.delayed(_tasks.fit_concatenated, pure=True)(
+        pipeline, list(zip(*parts)), dask_key_name=name
+    )
+    lengths = [dask.delayed(len, pure=True)(part) for part in parts[0]]
+    began = time.perf_counter()
+    fitted, *lengths = _gather(client, [task, *lengths])
+    epochs = int(np.max(getattr(fitted[-1], "n_iter_", 1)))
+    rows = int(sum(lengths))
+    entry = {"epoch": epochs, "duration_s": time.perf_counter() - began}
+    entry["samples_seen"] = rows * epochs
+    result = TrainResult(fitted, [entry], "fit", {})
+    result.stats.update(
+        setup_s=began - clock.began,
+        wall_s=time.perf_counter() - began,
+        n_samples=rows,
+        n_chunks=len(parts[0]),
+    )
+    _record_stop(result, None, "fit", True)
+    return result
+
+
+def _row_parts(collection):
+    """The row chunks of a dask array (one column block) or a dask DataFrame's partitions,
+    as delayed objects, in order."""
+    parts = collection.to_delayed()
+    return list(parts.ravel()) if hasattr(parts, "ravel") else list(parts)
 
 
 def _record_stop(result, stopping, strategy, at_once):
@@ -837,10 +889,9 @@ def _fit_once(estimator, chunks, plan, client, passes=False):
         estimator, parts, plan.transformers, dask_key_name=name
     )
     fitted = _gather(client, [task])[0]
-    final = fitted[-1] if _tabular.is_pipeline(fitted) else fitted
     entry = {
         # the passes fit made over the data, for a family whose n_iter_ counts them
-        "epoch": int(np.max(getattr(final, "n_iter_", 1))) if passes else 1,
+        "epoch": int(np.max(getattr(fitted, "n_iter_", 1))) if passes else 1,
         "duration_s": time.perf_counter() - began,
         **_replica.epoch_scores(fitted, plan.validation, plan),
     }
