@@ -207,9 +207,12 @@ def test_asha_stops_a_trial_as_soon_as_it_can_never_be_promoted():
     policy = ASHA(range(3), [1, 3], eta=3)
     for _ in range(3):
         policy.next_job()
-    policy.record(0, 0, 0.1)
-    policy.record(1, 0, 0.9)
-    assert policy.take_finished() == [0]
+    scores = [0.1, 0.9]
+    for trial, score in enumerate(scores):
+        policy.record(trial, 0, score)
+    finished = policy.take_finished()
+    assert finished == [0]
+    assert finished == [int(np.argmin(scores))]  # the worse one, computed here
     policy.record(2, 0, 0.5)
     assert policy.next_job() == (1, 1)
     assert sorted(policy.take_finished()) == [2]
@@ -240,13 +243,17 @@ def test_asha_stops_only_trials_it_would_never_promote(data, n_trials, eta, slot
     )
     running, finished, recorded = {}, set(), [{} for _ in budgets]
     while True:
-        while len(running) < slots and (job := policy.next_job()) is not None:
+        while len(running) < slots:
+            job = policy.next_job()
+            if job is None:
+                break
             assert reference.next_job() == job
             trial, rung = job
             assert trial not in finished and trial not in running
             if rung > 0:
                 top = sorted(recorded[rung - 1], key=lambda t: (-recorded[rung - 1][t], t))
                 assert trial in top[: len(top) // eta]
+                assert top.index(trial) < len(top) // eta  # its rank among the results so far
             running[trial] = rung
         if not running:
             assert reference.next_job() is None
@@ -790,6 +797,7 @@ def test_refit_false_has_no_best_estimator():
         SGDClassifier(random_state=0), _SMALL, n_trials=3, max_epochs=3, refit=False, random_state=0
     ).fit(*_tiny())
     assert not hasattr(search, "best_estimator_") and search.best_params_
+    assert search.cv_results_["params"] == list(ParameterSampler(_SMALL, 3, random_state=0))
     with pytest.raises(
         AttributeError, match="initialized with refit=False. predict is available only"
     ):
@@ -856,12 +864,15 @@ def test_refit_continues_the_best_trial_or_starts_over(refit, method, epochs_ove
 
 
 def test_refit_without_partial_fit_is_full_and_no_refit_says_so():
-    """An estimator with only fit has no state to continue: the refit is full; refit=False
-    records None."""
+    """An estimator with only fit has no state to continue: the refit is full, scikit-learn's
+    fit with the best parameters on all the rows; refit=False records None."""
     search = ASHASearchCV(
         LogisticRegression(), {"C": [0.1, 1.0, 10.0]}, n_trials=3, max_epochs=3, random_state=0
     ).fit(*_tiny())
     assert (search.metadata_["refit"], search.metadata_["refit_epochs"]) == ("full", None)
+    expected = LogisticRegression(**search.best_params_).fit(*_tiny())
+    np.testing.assert_allclose(search.best_estimator_.coef_, expected.coef_)
+    np.testing.assert_allclose(search.best_estimator_.intercept_, expected.intercept_)
     search = ASHASearchCV(
         SGDClassifier(random_state=0), _SMALL, n_trials=3, max_epochs=3, refit=False, random_state=0
     ).fit(*_tiny())
