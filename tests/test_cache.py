@@ -104,30 +104,45 @@ def _write_project(folder, factor):
 
 
 @pytest.mark.slow
-def test_user_code_and_data_files_are_part_of_the_key(tmp_path, monkeypatch):
+def test_user_code_and_data_files_are_part_of_the_key(tmp_path, monkeypatch, client):
     """Editing the user's module reruns its step (``code of shop.features changed``); a new
-    data file reruns the reader and what follows (``file sales.csv changed``)."""
+    data file reruns the reader and what follows (``file sales.csv changed``). Each run's total,
+    reused or not, is the one pandas computes from the table written here and the factor."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pipeline.yaml").write_text(PROJECT_PIPELINE)
-    pd.DataFrame({"a": [1.0, 2.0], "b": [3.0, 4.0], "y": [0, 1]}).to_csv("sales.csv", index=False)
+    sales = pd.DataFrame({"a": [1.0, 2.0], "b": [3.0, 4.0], "y": [0, 1]})
+    sales.to_csv("sales.csv", index=False)
     _write_project(tmp_path, 1)
 
     def run():
         pipeline = load_pipeline(tmp_path / "pipeline.yaml")
         return run_pipeline(pipeline, cache=tmp_path / "cache", run_root=tmp_path / "runs")
 
+    def total(result):
+        """The total the step stored (the run's futures went with its cluster), read back."""
+        store = Cache(tmp_path / "cache")
+        stored = store.load(store.lookup(result.steps["total"]["cache"]["key"]), client)
+        (value,) = stored.values()
+        return value.result()
+
     first = run()
     assert first.steps["total"]["cache"]["why"] == ["first run of this step with this cache"]
-    assert run().steps["total"]["cache"]["hit"] is True
+    assert total(first) == sales[["a", "b"]].to_numpy().sum() * 1
+    reused = run()
+    assert reused.steps["total"]["cache"]["hit"] is True
+    assert total(reused) == sales[["a", "b"]].to_numpy().sum() * 1
     _write_project(tmp_path, 2)
     edited = run()
     assert edited.steps["table"]["cache"]["hit"] is True
     assert edited.steps["total"]["cache"]["why"] == ["code of shop.features changed"]
-    pd.DataFrame({"a": [5.0], "b": [6.0], "y": [1]}).to_csv("sales.csv", index=False)
+    assert total(edited) == sales[["a", "b"]].to_numpy().sum() * 2
+    sales = pd.DataFrame({"a": [5.0], "b": [6.0], "y": [1]})
+    sales.to_csv("sales.csv", index=False)
     os.utime("sales.csv", ns=(1, 1))  # a new file, whatever the clock's resolution
     new_data = run()
     assert new_data.steps["table"]["cache"]["why"] == ["file sales.csv changed"]
     assert new_data.steps["total"]["cache"]["why"] == ["input table re-ran"]
+    assert total(new_data) == sales[["a", "b"]].to_numpy().sum() * 2
 
 
 class _Opaque:
@@ -148,6 +163,7 @@ VALUES = {
     "json": {"alpha": 0.001, "names": ["a", "b"], "n": 3, "none": None},
     "numpy_scalar": np.float32(0.25),
     "array": np.arange(12.0).reshape(3, 4),
+    "random_array": np.random.default_rng(0).normal(size=(3, 4)),
     "sparse": scipy.sparse.random(5, 4, density=0.5, format="csr", random_state=0),
     "frame": pd.DataFrame({"a": [1.0, 2.0], "b": ["x", "y"]}),
     "tuple": (np.arange(3), "label"),
@@ -223,6 +239,8 @@ def test_an_entry_the_store_did_not_write_is_refused(tmp_path):
         assert ours.lookup("k" * 32) is None
     entry = theirs.lookup("k" * 32)
     assert theirs.load(entry, None)["n"] == 3
+    # The model comes back as scikit-learn fits it.
+    np.testing.assert_array_equal(theirs.load(entry, None)["model"].coef_, _fitted().coef_)
     model_file = next((tmp_path / "theirs" / "entries" / ("k" * 32)).glob("*.skops"))
     model_file.write_bytes(model_file.read_bytes() + b"\0")
     with pytest.raises(ValueError, match="changed since the cache wrote it"):

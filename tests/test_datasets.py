@@ -124,30 +124,44 @@ def test_generator_same_on_cluster_and_local_scheduler(name, client, seed):
 
 
 def test_make_classification_weights_give_class_balance(seed):
-    """Class proportions follow weights (exactly up to a few rows when flip_y=0)."""
+    """Class proportions follow weights (exactly up to a few rows when flip_y=0); the last class
+    takes what the weights leave, as scikit-learn documents."""
+    weights = [0.2, 0.3]
     data = datasets.make_classification(
         60_000,
         6,
         n_informative=3,
         n_classes=3,
-        weights=[0.2, 0.3],
+        weights=weights,
         flip_y=0.0,
         chunk_size=7_000,
         random_state=seed,
     )
     counts = np.bincount(_local(data.y), minlength=3)
     np.testing.assert_allclose(counts / 60_000, [0.2, 0.3, 0.5], atol=2e-4)
+    expected = np.append(weights, 1 - np.sum(weights))
+    np.testing.assert_allclose(counts / 60_000, expected, atol=2e-4)
     for block in data.y.data.blocks:
         assert set(np.unique(_local(block))) == {0, 1, 2}, "every chunk holds every class"
 
 
 def test_make_classification_flip_y_moves_labels_toward_uniform(seed):
-    """flip_y replaces that fraction of labels by uniform ones."""
+    """flip_y replaces that fraction of labels by uniform ones: class k's share is
+    (1 - flip_y) * weight_k + flip_y / n_classes, within 4 standard errors of a proportion."""
+    n_samples, flip_y, weights = 40_000, 0.5, np.array([0.9, 0.1])
     data = datasets.make_classification(
-        40_000, 5, weights=[0.9], flip_y=0.5, chunk_size=10_000, random_state=seed
+        n_samples,
+        5,
+        weights=weights[:1].tolist(),
+        flip_y=flip_y,
+        chunk_size=10_000,
+        random_state=seed,
     )
     fraction = np.bincount(_local(data.y)) / 40_000
     np.testing.assert_allclose(fraction, [0.5 * 0.9 + 0.25, 0.5 * 0.1 + 0.25], atol=0.01)
+    expected = (1 - flip_y) * weights + flip_y / len(weights)
+    tolerance = 4 * np.sqrt(expected * (1 - expected) / n_samples)
+    np.testing.assert_array_less(np.abs(fraction - expected), tolerance)
 
 
 def test_make_classification_feature_structure(seed):
@@ -169,6 +183,11 @@ def test_make_classification_feature_structure(seed):
     noise = X[:, 7:]
     np.testing.assert_allclose(noise.mean(0), 0, atol=0.1)
     np.testing.assert_allclose(noise.std(0), 1, atol=0.1)
+    # The noise columns are N(0, 1): their mean and standard deviation lie within 4 standard
+    # errors (1 / sqrt(n) and 1 / sqrt(2 n)) of 0 and 1.
+    n_samples = X.shape[0]
+    np.testing.assert_array_less(np.abs(noise.mean(0)), 4 / np.sqrt(n_samples))
+    np.testing.assert_array_less(np.abs(noise.std(0) - 1), 4 / np.sqrt(2 * n_samples))
 
 
 def test_make_classification_classes_sit_on_hypercube_vertices(seed):
@@ -189,6 +208,21 @@ def test_make_classification_classes_sit_on_hypercube_vertices(seed):
     means = np.array([X[y == c, :3].mean(0) for c in range(4)])
     np.testing.assert_allclose(np.abs(means), 2.0, atol=0.05)
     assert len({tuple(np.sign(m)) for m in means}) == 4
+    # scikit-learn's generator with the same parameters puts its classes at the same distance.
+    sk_X, sk_y = sklearn.datasets.make_classification(
+        40_000,
+        5,
+        n_informative=3,
+        n_redundant=0,
+        n_classes=4,
+        n_clusters_per_class=1,
+        class_sep=2.0,
+        flip_y=0.0,
+        shuffle=False,
+        random_state=seed,
+    )
+    sk_means = np.array([sk_X[sk_y == c, :3].mean(0) for c in range(4)])
+    np.testing.assert_allclose(np.abs(means), np.abs(sk_means), atol=0.1)
 
 
 def test_make_classification_shift_and_scale(seed):
@@ -225,6 +259,9 @@ def test_make_regression_noise_has_its_standard_deviation(seed):
     residual = _local(data.y) - _local(data.X) @ coef
     assert residual.std() == pytest.approx(3.0, rel=0.03)
     assert _local(data.X).std() == pytest.approx(1.0, rel=0.02)
+    # Within 4 standard errors of a standard deviation (sigma / sqrt(2 n)).
+    noise, n_samples = 3.0, 20_000
+    assert abs(residual.std() - noise) <= 4 * noise / np.sqrt(2 * n_samples)
 
 
 def test_make_blobs_clusters_around_centers(seed):
@@ -241,9 +278,14 @@ def test_make_blobs_clusters_around_centers(seed):
     np.testing.assert_array_equal(returned, centers)
     X, y = _local(data.X), _local(data.y)
     np.testing.assert_allclose(np.bincount(y), 3_000, atol=3)
+    np.testing.assert_allclose(np.bincount(y), 9_000 // len(centers), atol=3)
     for k, std in enumerate([0.5, 1.0, 2.0]):
         np.testing.assert_allclose(X[y == k].mean(0), centers[k], atol=0.1)
         np.testing.assert_allclose(X[y == k].std(0), std, rtol=0.06)
+        # Within 4 standard errors: std / sqrt(n) for a mean, std / sqrt(2 n) for a std.
+        n_k = np.sum(y == k)
+        np.testing.assert_array_less(np.abs(X[y == k].mean(0) - centers[k]), 4 * std / np.sqrt(n_k))
+        np.testing.assert_array_less(np.abs(X[y == k].std(0) - std), 4 * std / np.sqrt(2 * n_k))
     _, drawn = datasets.make_blobs(100, 5, centers=4, random_state=seed, return_centers=True)
     assert drawn.shape == (4, 5) and (np.abs(drawn) <= 10).all()
 
@@ -554,6 +596,7 @@ def test_text_features_make_a_table(fmt, tmp_path):
     train, test = datasets.train_test_split(table, test_size=0.25, random_state=0)
     assert (train.sizes["sample"], test.sizes["sample"]) == (300, 100)
     rows = test.a.values.astype(int)
+    np.testing.assert_array_equal(rows, _reference_test_rows(400, 0.25, 0))
     np.testing.assert_array_equal(test.code.values, frame.code.to_numpy()[rows])
     np.testing.assert_array_equal(test.y.values, frame.label.to_numpy()[rows])
 
@@ -746,16 +789,24 @@ def test_split_in_memory_variables_and_coordinates(seed):
         np.testing.assert_array_equal(part.sample.values, rows * 10)
         np.testing.assert_array_equal(part.weight.values, rows)
         np.testing.assert_array_equal(part.scale.values, [1.0, 2.0])
+    expected = _reference_test_rows(300, 0.25, seed)  # the rows of the split's definition
+    np.testing.assert_array_equal(test.sample.values, expected * 10)
+    np.testing.assert_array_equal(test.weight.values, expected)
+    np.testing.assert_array_equal(train.weight.values, np.setdiff1d(np.arange(300), expected))
 
 
 def test_split_output_writes_to_zarr(tmp_path, seed):
     """Irregular split chunks are rechunked by write_zarr and read back intact, by read_zarr and
-    by xarray itself."""
+    by xarray itself; what comes back is the training rows of the split's definition."""
     data = datasets.make_blobs(3_000, chunk_size=700, random_state=seed)
     train, _ = datasets.train_test_split(data, random_state=seed)
     datasets.write_zarr(train, tmp_path / "train.zarr")
     back = datasets.read_zarr(tmp_path / "train.zarr")
     np.testing.assert_array_equal(_local(back.X), _local(train.X))
+    indexed, _ = datasets.train_test_split(_indexed(3_000, 700), random_state=seed)
+    datasets.write_zarr(indexed, tmp_path / "indexed.zarr")
+    rows = np.setdiff1d(np.arange(3_000), _reference_test_rows(3_000, 0.25, seed))
+    np.testing.assert_array_equal(_rows(datasets.read_zarr(tmp_path / "indexed.zarr")), rows)
     with xr.open_zarr(tmp_path / "train.zarr", consolidated=False) as plain:
         np.testing.assert_array_equal(plain.X.values, _local(train.X))
         np.testing.assert_array_equal(plain.y.values, _local(train.y))

@@ -7,6 +7,7 @@ and async SGD with one replica (scikit-learn's scaler and naive Bayes beside the
 uninterrupted run for a synchronous successive halving and an ASHA search trial by trial."""
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -112,6 +113,33 @@ steps:
     parallel: {random_state: 0}   # no strategy: every trial trains alone, deterministically
     inputs: {data: data}
 """
+
+
+HELD_SPACE = {"alpha": ("loguniform", 1e-6, 1e-1), "penalty": ["l2", "l1", "elasticnet"]}
+
+
+def _sampled(space, n_trials):
+    """scikit-learn's ParameterSampler's candidates for the search step's seed (0), which
+    seeds the candidates; ``("loguniform", a, b)`` and ``("uniform", a, b)`` are the files'
+    ``{loguniform: [a, b]}`` and ``{uniform: [a, b]}``."""
+    import pandas as pd
+    from scipy.stats import loguniform, uniform
+    from sklearn.model_selection import ParameterSampler
+
+    made = {"loguniform": lambda a, b: loguniform(a, b), "uniform": lambda a, b: uniform(a, b - a)}
+    distributions = {
+        name: made[value[0]](*value[1:]) if isinstance(value, tuple) else value
+        for name, value in space.items()
+    }
+    return pd.DataFrame(list(ParameterSampler(distributions, n_trials, random_state=0)))
+
+
+def _rungs(min_epochs, max_epochs, eta):
+    """The rungs' budgets: ``min_epochs * eta**k`` up to ``max_epochs``."""
+    rungs = []
+    while min_epochs * eta ** len(rungs) <= max_epochs:
+        rungs.append(min_epochs * eta ** len(rungs))
+    return rungs
 
 
 def _events(run_dir):
@@ -245,6 +273,18 @@ def test_a_search_killed_mid_way_goes_on_from_its_checkpoint(tmp_path, cluster):
     assert len(trials) == 30 and trials["score"].notna().all()
     steps = trials["steps"].str.split(", ").str.len()
     assert (steps == trials["rung"] + 1).all()
+    # The trials are ParameterSampler's 30 candidates of search.yaml's space, each ending at
+    # one of the rungs (1, 3, 9 epochs), and the resume lost or added none.
+    space = {
+        "alpha": ("loguniform", 1e-6, 1e-1),
+        "penalty": ["l2", "l1", "elasticnet"],
+        "l1_ratio": ("uniform", 0.0, 1.0),
+    }
+    sampled = _sampled(space, 30)
+    np.testing.assert_allclose(trials["alpha"], sampled["alpha"], rtol=1e-12)
+    np.testing.assert_allclose(trials["l1_ratio"], sampled["l1_ratio"], rtol=1e-12)
+    assert trials["penalty"].tolist() == sampled["penalty"].tolist()
+    assert set(trials["budget"]) <= set(_rungs(1, 9, 3))
 
 
 def _held_search(folder, method, hold):
@@ -298,6 +338,14 @@ def test_a_halving_search_killed_mid_way_equals_an_uninterrupted_one(tmp_path, c
                "score_rung_1", "score_rung_2", "state"]  # fmt: skip
     got, expected = _trials(killed, resumed), _trials(clean, uninterrupted)
     assert got[columns].equals(expected[columns]), (got[columns], expected[columns])
+    # Both are ParameterSampler's candidates, and the halving's arithmetic: rung k keeps
+    # 12 // 3**k trials, so 8 end at 1 epoch, 3 at 3 and one at 9.
+    sampled = _sampled(HELD_SPACE, 12)
+    np.testing.assert_allclose(got["alpha"], sampled["alpha"], rtol=1e-12)
+    assert got["penalty"].tolist() == sampled["penalty"].tolist()
+    kept = [max(1, 12 // 3**k) for k in range(3)] + [0]
+    ends = {budget: kept[k] - kept[k + 1] for k, budget in enumerate(_rungs(1, 9, 3))}
+    assert got["budget"].value_counts().to_dict() == ends
     summary = resumed["steps"]["tune"]["summary"]
     assert summary["best_params"] == uninterrupted["steps"]["tune"]["summary"]["best_params"]
     np.testing.assert_array_equal(
@@ -329,6 +377,10 @@ def test_an_asha_search_killed_mid_way_scores_each_trial_as_an_uninterrupted_one
     expected = _trials(clean, _manifest(clean)).set_index("trial")
     assert list(got.index) == list(expected.index) == list(range(12))
     assert got[["alpha", "penalty"]].equals(expected[["alpha", "penalty"]])
+    sampled = _sampled(HELD_SPACE, 12)  # both: ParameterSampler's candidates
+    np.testing.assert_allclose(got["alpha"], sampled["alpha"], rtol=1e-12)
+    assert got["penalty"].tolist() == sampled["penalty"].tolist()
+    assert set(got["budget"]) <= set(_rungs(1, 9, 3))
     rungs = [f"score_rung_{k}" for k in range(3)]
     assert got["score_rung_0"].notna().all() and expected["score_rung_0"].notna().all()
     both = got[rungs].notna() & expected[rungs].notna()
@@ -392,3 +444,6 @@ def test_an_async_training_killed_mid_way_trains_only_what_its_server_had_not_ab
     assert training["strategy"] == "async"
     assert 0 < training["stats"]["resumed_from"]["updates"] < 20 * 20
     assert training["stats"]["updates"] == 20 * 20
+    # One update per chunk and epoch: LONG_TRAINING's 40,000 rows in chunks of 2,000.
+    epochs, n_chunks = 20, math.ceil(40_000 / 2_000)
+    assert training["stats"]["updates"] == epochs * n_chunks

@@ -1,6 +1,7 @@
 """Adaptive searches: ASHA, successive halving and Hyperband, on a real cluster and in process."""
 
 import doctest
+import math
 import uuid
 import warnings
 
@@ -93,27 +94,111 @@ class FailingSGD(SGDClassifier):
         return super().partial_fit(X, y, classes=classes, sample_weight=sample_weight)
 
 
+def _li_brackets(max_iter, eta=3):
+    """Hyperband's brackets ``{s: (n_models, first_budget)}`` by Li et al.'s formulas, as
+    dask-ml's ``_get_hyperband_params`` writes them, with ``s_max`` the largest ``s`` such that
+    ``eta**s <= max_iter`` counted in integers (the documented fix of dask-ml's float log)."""
+    s_max = 0
+    while eta ** (s_max + 1) <= max_iter:
+        s_max += 1
+    return {
+        s: (math.ceil((s_max + 1) * eta**s / (s + 1)), int(max_iter * eta**-s))
+        for s in range(s_max + 1)
+    }
+
+
+def _halving_ends(n_models, first_budget, max_budget, eta=3):
+    """``{budget: trials that end there}`` of one successive halving, by its arithmetic: rung
+    i keeps ``n_models // eta**i`` trials (at least one) at ``first_budget * eta**i`` epochs."""
+    ends = {}
+    i = 0
+    while first_budget * eta**i <= max_budget:
+        budget = first_budget * eta**i
+        kept = max(1, n_models // eta**i)
+        going_on = max(1, n_models // eta ** (i + 1)) if budget * eta <= max_budget else 0
+        ends[budget] = ends.get(budget, 0) + kept - going_on
+        i += 1
+    return ends
+
+
+def _fold_scores(data, alpha, epochs):
+    """scikit-learn's scores of one trial of a search with ``cv`` = the number of chunks and
+    ``shuffle=False``: each fold holds out one chunk, whatever the seeded permutation, and
+    trains SGDClassifier(alpha, random_state=0) for *epochs* epochs of ``partial_fit`` over the
+    other chunks in their order. Returned sorted (which fold holds which chunk is seeded)."""
+    X, y = data.X.values, data.y.values
+    bounds = np.cumsum((0, *data.X.data.chunks[0]))
+    parts = [(X[a:b], y[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+    classes = np.unique(y)
+    scores = []
+    for held, (X_valid, y_valid) in enumerate(parts):
+        model = SGDClassifier(alpha=alpha, random_state=0)
+        for _ in range(epochs):
+            for i, (X_part, y_part) in enumerate(parts):
+                if i != held:
+                    model.partial_fit(X_part, y_part, classes=classes)
+        scores.append(accuracy_score(y_valid, model.predict(X_valid)))
+    return sorted(scores)
+
+
+def _reference_halving(data, n_trials, max_epochs, eta=3):
+    """Synchronous successive halving worked out here, every result ``(trial, epochs, score)``:
+    ParameterSampler's candidates with the search's seed (0), rung i at ``eta**i`` epochs
+    keeping the best ``n_trials // eta**i`` (at least one; ties to the lower trial), a score
+    the mean of :func:`_fold_scores`."""
+    alphas = [c["alpha"] for c in ParameterSampler(ALPHAS, n_trials, random_state=0)]
+    results, alive, rung = [], list(range(n_trials)), 0
+    while True:
+        epochs = eta**rung
+        scores = {t: float(np.mean(_fold_scores(data, alphas[t], epochs))) for t in alive}
+        results.extend((t, epochs, scores[t]) for t in alive)
+        if epochs * eta > max_epochs:
+            return sorted(results)
+        rung += 1
+        ranked = sorted(alive, key=lambda t: (-round(scores[t], 12), t))
+        alive = ranked[: max(1, n_trials // eta**rung)]
+
+
 # --------------------------------------------------------------------------------------------
 # The rung logic, without a cluster.
 
 
 def test_hyperband_brackets_match_dask_ml():
-    """max_iter=81 gives dask-ml's documented brackets; 243 gives 6 (dask-ml's log bug gives 5)."""
+    """max_iter=81 gives dask-ml's documented brackets; 243 gives 6 (dask-ml's log bug gives 5);
+    both are Li et al.'s formulas computed here, and so are the numbers of models and of
+    partial_fit calls (epochs) of the halvings they run."""
     assert hyperband_brackets(81) == {4: (81, 1), 3: (34, 3), 2: (15, 9), 1: (8, 27), 0: (5, 81)}
     assert sorted(hyperband_brackets(243)) == [0, 1, 2, 3, 4, 5]
     assert hyperband_brackets(243)[5] == (243, 1)
+    for max_iter in (9, 81, 243):
+        assert hyperband_brackets(max_iter) == _li_brackets(max_iter)
     metadata = HyperbandSearchCV(SGDClassifier(), ALPHAS, max_iter=81).metadata
     assert (metadata["n_models"], metadata["partial_fit_calls"]) == (143, 1581)
     assert [b["decisions"] for b in metadata["brackets"]][-1] == [1, 3, 9, 27, 81]
+    # Rung i of bracket s keeps n // 3**i models; each trains from the last rung's budget on.
+    calls = 0
+    for n_models, first in _li_brackets(81).values():
+        budgets = [first * 3**i for i in range(5) if first * 3**i <= 81]
+        calls += sum(
+            n_models // 3**i * (budget - (budgets[i - 1] if i else 0))
+            for i, budget in enumerate(budgets)
+        )
+    n_models = sum(n for n, _ in _li_brackets(81).values())
+    assert (metadata["n_models"], metadata["partial_fit_calls"]) == (n_models, calls)
+    assert [b["decisions"] for b in metadata["brackets"]][-1] == [3**i for i in range(5)]
 
 
 def test_asha_promotes_from_the_results_recorded_so_far():
     """After three results at rung 0 the best is promoted at once, before trial 3 starts."""
     policy = ASHA(range(9), [1, 3, 9], eta=3)
     assert [policy.next_job() for _ in range(3)] == [(0, 0), (1, 0), (2, 0)]
-    for trial, score in [(0, 0.1), (1, 0.9), (2, 0.5)]:
+    scores = [0.1, 0.9, 0.5]
+    for trial, score in enumerate(scores):
         policy.record(trial, 0, score)
-    assert policy.next_job() == (1, 1)
+    promoted = policy.next_job()
+    assert promoted == (1, 1)
+    # The top len(scores) // eta = 1 of the results so far, computed here: the best one.
+    assert promoted == (int(np.argmax(scores)), 1)
     assert policy.next_job() == (3, 0)
 
 
@@ -122,9 +207,12 @@ def test_asha_stops_a_trial_as_soon_as_it_can_never_be_promoted():
     policy = ASHA(range(3), [1, 3], eta=3)
     for _ in range(3):
         policy.next_job()
-    policy.record(0, 0, 0.1)
-    policy.record(1, 0, 0.9)
-    assert policy.take_finished() == [0]
+    scores = [0.1, 0.9]
+    for trial, score in enumerate(scores):
+        policy.record(trial, 0, score)
+    finished = policy.take_finished()
+    assert finished == [0]
+    assert finished == [int(np.argmin(scores))]  # the worse one, computed here
     policy.record(2, 0, 0.5)
     assert policy.next_job() == (1, 1)
     assert sorted(policy.take_finished()) == [2]
@@ -155,13 +243,17 @@ def test_asha_stops_only_trials_it_would_never_promote(data, n_trials, eta, slot
     )
     running, finished, recorded = {}, set(), [{} for _ in budgets]
     while True:
-        while len(running) < slots and (job := policy.next_job()) is not None:
+        while len(running) < slots:
+            job = policy.next_job()
+            if job is None:
+                break
             assert reference.next_job() == job
             trial, rung = job
             assert trial not in finished and trial not in running
             if rung > 0:
                 top = sorted(recorded[rung - 1], key=lambda t: (-recorded[rung - 1][t], t))
                 assert trial in top[: len(top) // eta]
+                assert top.index(trial) < len(top) // eta  # its rank among the results so far
             running[trial] = rung
         if not running:
             assert reference.next_job() is None
@@ -184,11 +276,14 @@ def test_halving_waits_for_the_whole_rung():
     """Synchronous halving promotes nobody until every trial of the rung has reported."""
     policy = Halving(range(3), [(3, 1), (1, 3)])
     assert [policy.next_job() for _ in range(4)] == [(0, 0), (1, 0), (2, 0), None]
-    policy.record(0, 0, 0.9)
-    policy.record(1, 0, 0.1)
+    scores = [0.9, 0.1]
+    for trial, score in enumerate(scores):
+        policy.record(trial, 0, score)
     assert policy.next_job() is None
     policy.fail(2)
-    assert policy.next_job() == (0, 1)
+    promoted = policy.next_job()
+    assert promoted == (0, 1)
+    assert promoted == (int(np.argmax(scores)), 1)  # the one kept: the best result
     assert sorted(policy.take_finished()) == [1]
 
 
@@ -257,6 +352,11 @@ def test_asha_promotes_without_waiting_for_a_straggler(straggler_run):
     assert history[slow_first]["rung"] == 0
     # A promotion needs three results at rung 0 (eta=3); the straggler's came after them all.
     assert sum(e["rung"] == 0 for e in history[:slow_first]) >= 3
+    # The trials are scikit-learn's ParameterSampler's candidates with the search's seed; the
+    # held one is the first.
+    sampled = [c["alpha"] for c in ParameterSampler(ALPHAS, 9, random_state=0)]
+    assert search.trials_["alpha"].tolist() == sampled
+    assert slow_alpha == sampled[0]
     # The promoted trial's step was launched before the straggler's result arrived.
     assert any(e["rung"] >= 1 and e["started"] < history[slow_first]["time"] for e in history)
     assert search.trials_["state"].str.startswith("stopped").sum() >= 4
@@ -322,6 +422,9 @@ def test_a_failing_trial_is_recorded_and_the_search_completes(client):
     expected = [1 + sum(other > key for other in keys) for key in keys]
     np.testing.assert_array_equal(search.cv_results_["rank_test_score"], expected)
     assert search.best_params_["alpha"] != failing and hasattr(search, "best_estimator_")
+    # The trials are scikit-learn's ParameterSampler's candidates with the search's seed.
+    sampled = [c["alpha"] for c in ParameterSampler(ALPHAS, 9, random_state=0)]
+    assert search.trials_["alpha"].tolist() == sampled
 
 
 def test_every_trial_failing_ends_the_search(client):
@@ -362,10 +465,19 @@ def test_every_trial_failing_ends_the_search(client):
 )
 def test_synchronous_searches_are_reproducible(client, make_search, budgets):
     """With a seed, halving and Hyperband give the same trials, scores and best_params_; each
-    trial ends at the budget the schedule, worked out by hand, gives it."""
+    trial ends at the budget the schedule, worked out by hand and by the halving arithmetic
+    (Li et al.'s brackets for Hyperband), gives it."""
     data = _data()
     first, second = make_search().fit(data), make_search().fit(data)
     assert first.trials_["budget"].value_counts().to_dict() == budgets
+    if isinstance(first, HyperbandSearchCV):
+        expected = {}
+        for n_models, first_budget in _li_brackets(9).values():
+            for budget, ended in _halving_ends(n_models, first_budget, 9).items():
+                expected[budget] = expected.get(budget, 0) + ended
+    else:
+        expected = _halving_ends(9, 1, 9)
+    assert first.trials_["budget"].value_counts().to_dict() == expected
     columns = ["trial", "alpha", "budget", "score", "state"]
     assert first.trials_[columns].equals(second.trials_[columns])
     assert first.best_params_ == second.best_params_
@@ -422,8 +534,11 @@ def test_data_parallel_trials(client, monkeypatch):
 @pytest.mark.parametrize("scoring", [None, make_scorer(accuracy_score)])
 def test_fused_steps_equal_chains(client, monkeypatch, scoring):
     """A step fused into one task over the chunks held on its worker trains and scores exactly
-    as the chain of per-chunk tasks does (same states, same scores, same best model). Without
-    room for a copy of the data on every worker, steps are chains."""
+    as the chain of per-chunk tasks does (same states, same scores, same best model), and both
+    as the halving worked out here with scikit-learn in memory (cv = 3 chunks, one held out
+    per fold, the chunks in order). Without room for a copy of the data on every worker, steps
+    are chains."""
+    data = _data(n_samples=1_200, chunk_size=400)
 
     def run():
         return SuccessiveHalvingSearchCV(
@@ -432,8 +547,10 @@ def test_fused_steps_equal_chains(client, monkeypatch, scoring):
             n_trials=6,
             max_epochs=9,
             scoring=scoring,
+            cv=3,
+            shuffle=False,
             random_state=0,
-        ).fit(_data())
+        ).fit(data)
 
     fused = run()
     monkeypatch.setattr(_adaptive_run, "HELD_MEMORY_SHARE", 0.0)
@@ -446,6 +563,9 @@ def test_fused_steps_equal_chains(client, monkeypatch, scoring):
     ]
     assert decisions[0] == decisions[1]
     np.testing.assert_array_equal(fused.best_estimator_.coef_, chained.best_estimator_.coef_)
+    expected = _reference_halving(data, 6, 9)
+    for decided in decisions:
+        np.testing.assert_allclose(np.array(decided, dtype=float), np.array(expected))
 
 
 def _order(event):
@@ -453,8 +573,10 @@ def _order(event):
 
 
 def test_chunked_and_gathered_scoring_agree(client):
-    """'accuracy' scored chunk-wise by taskdml.metrics equals the scorer on gathered chunks."""
-    data = _data()
+    """'accuracy' scored chunk-wise by taskdml.metrics equals the scorer on gathered chunks,
+    and both equal scikit-learn's accuracy of each trial trained in memory (one chunk held out
+    per fold, cv = 3 chunks, the chunks in order)."""
+    data = _data(n_samples=1_200, chunk_size=400)
     scores = [
         SuccessiveHalvingSearchCV(
             SGDClassifier(random_state=0),
@@ -462,6 +584,8 @@ def test_chunked_and_gathered_scoring_agree(client):
             n_trials=4,
             max_epochs=3,
             scoring=scoring,
+            cv=3,
+            shuffle=False,
             refit=False,
             random_state=0,
         )
@@ -470,17 +594,44 @@ def test_chunked_and_gathered_scoring_agree(client):
         for scoring in ("accuracy", make_scorer(accuracy_score))
     ]
     np.testing.assert_allclose(scores[0]["mean_test_score"], scores[1]["mean_test_score"])
+    last = {trial: (epochs, score) for trial, epochs, score in _reference_halving(data, 4, 3)}
+    expected = np.array([last[trial] for trial in range(4)])
+    for results in scores:
+        np.testing.assert_array_equal(results["budget"], expected[:, 0])
+        np.testing.assert_allclose(results["mean_test_score"], expected[:, 1])
 
 
 def test_cv_scores_every_fold(client):
-    """cv=3: three fold states per trial; the trial's score is their mean."""
+    """cv=3: three fold states per trial; the trial's score is their mean. On three chunks each
+    fold holds out one: its score is scikit-learn's of the trial trained in memory on the two
+    others for the budget it reached (without shuffle, the chunks in order)."""
+    data = _data(n_samples=1_200, chunk_size=400)
     search = ASHASearchCV(
-        SGDClassifier(random_state=0), ALPHAS, n_trials=4, max_epochs=3, cv=3, random_state=0
-    ).fit(_data())
+        SGDClassifier(random_state=0),
+        ALPHAS,
+        n_trials=4,
+        max_epochs=3,
+        cv=3,
+        shuffle=False,
+        random_state=0,
+    ).fit(data)
     results = search.cv_results_
     splits = np.column_stack([results[f"split{k}_test_score"] for k in range(3)])
     np.testing.assert_allclose(splits.mean(axis=1), results["mean_test_score"])
     assert search.n_splits_ == 3
+    # ASHA's promotions depend on arrival order, so the reference is every sampled trial at
+    # every rung (1 and 3 epochs): what each trial reached must be one of them.
+    reached = {
+        (params["alpha"], budget): tuple(scores)
+        for params, budget, scores in zip(results["params"], results["budget"], np.sort(splits))
+    }
+    expected = {
+        (candidate["alpha"], epochs): tuple(_fold_scores(data, candidate["alpha"], epochs))
+        for candidate in ParameterSampler(ALPHAS, 4, random_state=0)
+        for epochs in (1, 3)
+    }
+    assert reached.items() <= expected.items()
+    assert len(reached) == 4
 
 
 def test_fit_only_estimators_grow_their_subsample(client):
@@ -646,6 +797,7 @@ def test_refit_false_has_no_best_estimator():
         SGDClassifier(random_state=0), _SMALL, n_trials=3, max_epochs=3, refit=False, random_state=0
     ).fit(*_tiny())
     assert not hasattr(search, "best_estimator_") and search.best_params_
+    assert search.cv_results_["params"] == list(ParameterSampler(_SMALL, 3, random_state=0))
     with pytest.raises(
         AttributeError, match="initialized with refit=False. predict is available only"
     ):
@@ -712,12 +864,15 @@ def test_refit_continues_the_best_trial_or_starts_over(refit, method, epochs_ove
 
 
 def test_refit_without_partial_fit_is_full_and_no_refit_says_so():
-    """An estimator with only fit has no state to continue: the refit is full; refit=False
-    records None."""
+    """An estimator with only fit has no state to continue: the refit is full, scikit-learn's
+    fit with the best parameters on all the rows; refit=False records None."""
     search = ASHASearchCV(
         LogisticRegression(), {"C": [0.1, 1.0, 10.0]}, n_trials=3, max_epochs=3, random_state=0
     ).fit(*_tiny())
     assert (search.metadata_["refit"], search.metadata_["refit_epochs"]) == ("full", None)
+    expected = LogisticRegression(**search.best_params_).fit(*_tiny())
+    np.testing.assert_allclose(search.best_estimator_.coef_, expected.coef_)
+    np.testing.assert_allclose(search.best_estimator_.intercept_, expected.intercept_)
     search = ASHASearchCV(
         SGDClassifier(random_state=0), _SMALL, n_trials=3, max_epochs=3, refit=False, random_state=0
     ).fit(*_tiny())
@@ -779,8 +934,13 @@ def test_model_history_has_dask_mls_structure(client, make_search, with_bracket)
         assert all(str(model_id).startswith("bracket=") for model_id in history)
         first = search.trials_.iloc[0]
         assert history[f"bracket={first['bracket']}-0"][0]["params"] == first["params"]
+        # Li et al.'s brackets for max_iter=9: as many models as they start.
+        assert len(history) == sum(n_models for n_models, _ in _li_brackets(9).values())
     else:
         assert sorted(history) == list(range(6))
+        # Model i is scikit-learn's ParameterSampler's candidate i for the search's seed.
+        sampled = list(ParameterSampler(ALPHAS, 6, random_state=0))
+        assert [history[i][0]["params"] for i in range(6)] == sampled
     best = history[search.cv_results_["model_id"][search.best_index_]]
     assert best[-1]["partial_fit_calls"] == search.n_iter_
     assert best[-1]["score"] == pytest.approx(search.best_score_)

@@ -7,6 +7,8 @@ deterministic).
 """
 
 import inspect
+import math
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from scipy.stats import loguniform
 from sklearn.base import clone
 from sklearn.datasets import make_classification
 from sklearn.linear_model import SGDClassifier
+from sklearn.model_selection import ParameterSampler
 
 from taskdml.model_selection import ASHASearchCV, HyperbandSearchCV, SuccessiveHalvingSearchCV
 
@@ -39,6 +42,49 @@ def _assert_same_search(ours, reference):
     assert list(results["state"]) == list(expected["state"])
     assert ours.best_params_ == reference.best_params_
     np.testing.assert_array_equal(ours.best_estimator_.coef_, reference.best_estimator_.coef_)
+
+
+def _rungs(min_epochs, max_epochs, eta):
+    """The rungs' budgets, ``min_epochs * eta**k`` up to ``max_epochs``."""
+    rungs = []
+    while min_epochs * eta ** len(rungs) <= max_epochs:
+        rungs.append(min_epochs * eta ** len(rungs))
+    return rungs
+
+
+def _halving_ends(n_trials, min_epochs, max_epochs, eta):
+    """``{budget: trials ending there}`` of a synchronous halving: rung k keeps
+    ``n_trials // eta**k`` trials, at least one."""
+    rungs = _rungs(min_epochs, max_epochs, eta)
+    kept = [max(1, n_trials // eta**k) for k in range(len(rungs))] + [0]
+    return {budget: kept[k] - kept[k + 1] for k, budget in enumerate(rungs)}
+
+
+def _assert_documented(search, n_trials=6, min_epochs=1, max_epochs=9, eta=3, plateaus=False):
+    """What the canonical values mean, worked out here rather than by another run: the trials
+    are scikit-learn's ParameterSampler's candidates for the seed (0); without plateau stops
+    (which end a trial between rungs) every budget is a rung, and synchronous halving ends as
+    many trials at each rung as its arithmetic says."""
+    results = search.cv_results_
+    assert results["params"] == list(ParameterSampler(SPACE, n_trials, random_state=0))
+    if plateaus:
+        return
+    assert set(results["budget"]) <= set(_rungs(min_epochs, max_epochs, eta))
+    if isinstance(search, SuccessiveHalvingSearchCV):
+        ends = _halving_ends(n_trials, min_epochs, max_epochs, eta)
+        assert dict(Counter(results["budget"].tolist())) == ends
+
+
+def _assert_hyperband_documented(search, max_epochs=9, eta=3):
+    """Li et al.'s brackets for *max_epochs*: bracket s starts ``ceil((s_max + 1) * eta**s /
+    (s + 1))`` trials at ``max_epochs // eta**s`` epochs and halves them to *max_epochs*."""
+    s_max = len(_rungs(1, max_epochs, eta)) - 1
+    ends = Counter()
+    for s in range(s_max + 1):
+        n_models = math.ceil((s_max + 1) * eta**s / (s + 1))
+        ends.update(_halving_ends(n_models, max_epochs // eta**s, max_epochs, eta))
+    assert search.n_trials_ == sum(ends.values())
+    assert dict(Counter(search.cv_results_["budget"].tolist())) == dict(ends)
 
 
 SAMPLED = {
@@ -83,9 +129,9 @@ def test_an_alias_runs_the_canonical_search(search_class, aliases, data):
         for key, value in SAMPLED.items()
         if key not in {canonical[alias] for alias in aliases}
     }
-    _assert_same_search(
-        _run(search_class, data, **params, **aliases), _run(search_class, data, **SAMPLED)
-    )
+    ours = _run(search_class, data, **params, **aliases)
+    _assert_same_search(ours, _run(search_class, data, **SAMPLED))
+    _assert_documented(ours)
 
 
 def test_a_dask_ml_successive_halving_call_runs_as_written(data):
@@ -105,6 +151,9 @@ def test_a_dask_ml_successive_halving_call_runs_as_written(data):
     ours = _run(SuccessiveHalvingSearchCV, data, **dask_ml)
     _assert_same_search(ours, _run(SuccessiveHalvingSearchCV, data, **canonical))
     assert ours.metadata == SuccessiveHalvingSearchCV(SGDClassifier(), **canonical).metadata
+    _assert_documented(ours, plateaus=True)
+    rungs = _rungs(1, 9, 3)
+    assert ours.metadata["rungs"] == [(max(1, 6 // 3**k), b) for k, b in enumerate(rungs)]
 
 
 @pytest.mark.parametrize(
@@ -131,6 +180,7 @@ def test_hyperband_takes_the_same_names_and_dask_mls(aliases, replaces, data):
     ours = _run(HyperbandSearchCV, data, **params, **aliases)
     _assert_same_search(ours, _run(HyperbandSearchCV, data, **canonical))
     assert ours.metadata_ == _run(HyperbandSearchCV, data, **canonical).metadata_
+    _assert_hyperband_documented(ours)
 
 
 def test_a_dask_ml_hyperband_call_runs_as_written(data):
@@ -144,6 +194,7 @@ def test_a_dask_ml_hyperband_call_runs_as_written(data):
         dask_ml.fit(*data),
         _run(HyperbandSearchCV, data, param_distributions=DISTRIBUTIONS, max_epochs=9),
     )
+    _assert_hyperband_documented(dask_ml)
 
 
 SEARCHES = [ASHASearchCV, SuccessiveHalvingSearchCV, HyperbandSearchCV]
@@ -184,9 +235,11 @@ def test_the_deprecated_names_warn_and_still_run(data):
     with pytest.warns(FutureWarning, match=r"ASHASearchCV\(n_iter=\) .* write n_trials="):
         old = _run(ASHASearchCV, data, n_iter=6, **params)
     _assert_same_search(old, _run(ASHASearchCV, data, **SAMPLED))
+    _assert_documented(old)
     with pytest.warns(FutureWarning, match=r"SuccessiveHalvingSearchCV\(parallel=...\) is dep"):
         old = _run(SuccessiveHalvingSearchCV, data, parallel={"shuffle": False}, **SAMPLED)
     _assert_same_search(old, _run(SuccessiveHalvingSearchCV, data, shuffle=False, **SAMPLED))
+    _assert_documented(old)
 
 
 def test_aliases_are_stored_as_given():

@@ -1,6 +1,7 @@
 """``parallel: {mode: ...}``: model-parallel, federated, task-parallel and automatic steps."""
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -108,6 +109,10 @@ def test_auto_records_its_choice_and_runs_show_says_why(client, tmp_path):
     choice = record["parallel"]
     assert choice["mode"] == "data" and choice["asked"] == "auto"
     assert choice["model_bytes"] == 12 * 2048 * 8 and choice["n_chunks"] == 6
+    # coef_'s bytes: a float64 per class and feature; the split keeps the corpus's chunks.
+    n_classes, n_features, n_documents, chunk_size = 12, 2048, 3000, 500
+    assert choice["model_bytes"] == n_classes * n_features * np.dtype(np.float64).itemsize
+    assert choice["n_chunks"] == math.ceil(n_documents / chunk_size)
     assert "replicas train on the chunks" in choice["reason"]
     assert record["training"]["strategy"] == "sync"
     shown = CliRunner().invoke(cli, ["runs", "show", str(run.path)])
@@ -123,6 +128,12 @@ def test_the_automatic_rule(client):
     big = choose_fit(wide, 2**20, 1000, 10, 10**6, client)
     assert big.mode == "model" and big.facts["model_bytes"] == 1000 * 2**20 * 8
     assert "3 times in a merge" in big.reason and big.facts["worker_memory_limit"] == limit
+    # The rule computed here: coef_ is n_classes x n_features float64s; model parallel when
+    # three copies of it outgrow the smallest worker's memory limit.
+    n_features, n_classes = 2**20, 1000
+    model_bytes = n_classes * n_features * 8
+    assert big.facts["model_bytes"] == model_bytes
+    assert big.mode == ("model" if 3 * model_bytes > limit else "data")
     assert choose_fit(wide, 20, 5, 1, 10**6, client).mode == "task"
     assert choose_fit(wide, 20, 5, 8, 10**6, client).mode == "data"
     from sklearn.ensemble import RandomForestClassifier
@@ -168,6 +179,16 @@ def test_the_federated_example_runs_on_its_silo_workers(tmp_path):
     assert stats["secure_aggregation"] and len(record["training"]["history"]) == 3
     assert sum(stats["n_samples"].values()) == 1437  # the digits' training rows
     assert run.metrics["report"]["accuracy"] > 0.8
+    # Within 5 points of scikit-learn's model fitted centrally on the silos' pooled rows.
+    from taskdml.datasets import load_held_out, load_silo
+
+    chunks = [chunk for silo in range(3) for chunk in load_silo(silo=silo, random_state=0)]
+    X = np.concatenate([X for X, _ in chunks])
+    y = np.concatenate([y for _, y in chunks])
+    held_out = load_held_out(random_state=0)
+    central = SGDClassifier(loss="log_loss", alpha=1e-3, random_state=0).fit(X, y)
+    expected = central.score(held_out.X.values, held_out.y.values)
+    assert run.metrics["report"]["accuracy"] >= expected - 0.05, expected
 
 
 def test_a_federated_step_needs_workers_with_its_silos_resources(client, tmp_path):
@@ -322,3 +343,21 @@ def test_model_mode_with_replicas_is_hybrid(client, tmp_path):
     assert stats["replicas"] == 2 and stats["shards"] == 2
     assert all(len(set(where)) == 2 for where in stats["placement"].values())
     assert run.metrics["report"]["accuracy"] > 0.5
+    # The reference loop: chunk i to replica i mod 2, in order (model mode does not shuffle),
+    # a merge after every chunk, one epoch; each class's row of coef_ is its own binary
+    # problem, so sharding the classes changes nothing.
+    from reference_loops import merge_linear_sgd, reference_sync
+
+    expected = reference_sync(
+        SGDClassifier(loss="log_loss", alpha=1e-4, random_state=0),
+        _chunks(run.outputs["split"]["train"]), np.arange(12), merge_linear_sgd, n_replicas=2,
+        sync_every=1, epochs=1, shuffle=False, random_state=0,
+    )  # fmt: skip
+    shards = client.gather(run.outputs["model"]["model"].shards_)
+    coef = np.vstack([e.coef_ for shard in shards for e in shard.estimators])
+    np.testing.assert_allclose(coef, expected.coef_, rtol=1e-12, atol=1e-12)
+    test = _chunks(run.outputs["split"]["test"])
+    X_test = scipy.sparse.vstack([X for X, _ in test])
+    y_test = np.concatenate([y for _, y in test])
+    accuracy = np.mean(expected.predict(X_test) == y_test)
+    assert run.metrics["report"]["accuracy"] == pytest.approx(accuracy)
