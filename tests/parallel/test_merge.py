@@ -243,10 +243,30 @@ def _train_rounds(estimator, X, y, classes, splits):
     return global_
 
 
-def _serial(estimator, X, y, classes, splits):
-    """partial_fit over the same chunks in order, from the same prepared start."""
+def _engine_serial(estimator, X, y, classes, splits):
+    """partial_fit over the same chunks in order, from the engine's prepared start (for the
+    rules whose start scikit-learn's own first partial_fit does not draw alike)."""
     first = splits[0][0]
     model = prepare_start(estimator, X[first], None if y is None else y[first], classes)
+    for round_ in splits:
+        for rows in round_:
+            if y is None:
+                model.partial_fit(X[rows])
+            elif classes is None:
+                model.partial_fit(X[rows], y[rows])
+            else:
+                model.partial_fit(X[rows], y[rows], classes=classes)
+    return model
+
+
+def _serial(estimator, X, y, classes, splits):
+    """scikit-learn's own partial_fit over the same chunks in order, from a clone of
+    *estimator*: nothing of taskdml. IncrementalPCA's rule lets its replicas keep every
+    component until the training ends (taskdml/parallel/merge/_moments.py), so its serial
+    pass keeps n_features components too; the opt-out subclass keeps n_components."""
+    model = clone(estimator)
+    if type(model) is IncrementalPCA:
+        model.set_params(n_components=X.shape[1])
     for round_ in splits:
         for rows in round_:
             if y is None:
@@ -886,18 +906,29 @@ def test_mlp_merge_trains_close_to_serial():
     assert score > serial.score(X_test, y_test) - 0.08, score
 
 
-def test_mlp_one_replica_per_round_is_serial():
-    """With one replica per round an MLP run equals serial partial_fit (all state carried)."""
-    estimator = MLPRegressor(hidden_layer_sizes=(5,), random_state=0)
+def _assert_same_mlp(got, expected):
+    """The same weights, Adam moments, loss curve and counters, bit for bit."""
+    for ours, theirs in zip(
+        got.coefs_ + got.intercepts_ + got._optimizer.ms + got._optimizer.vs,
+        expected.coefs_ + expected.intercepts_ + expected._optimizer.ms + expected._optimizer.vs,
+    ):
+        np.testing.assert_array_equal(ours, theirs)
+    assert got.loss_curve_ == expected.loss_curve_
+    assert (got.t_, got._optimizer.t) == (expected.t_, expected._optimizer.t)
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_mlp_one_replica_per_round_is_serial(shuffle):
+    """With one replica per round an MLP run equals serial partial_fit (all state carried):
+    from the engine's prepared network, and, when partial_fit does not shuffle (prepare's
+    rolled-back call drew one shuffle from the generator), scikit-learn's own pass from a
+    clone."""
+    estimator = MLPRegressor(hidden_layer_sizes=(5,), random_state=0, shuffle=shuffle)
     splits = [[rows] for rows in np.array_split(np.arange(240), 4)]
     merged = _train_rounds(estimator, X_DENSE, Y_REAL, None, splits)
-    serial = _serial(estimator, X_DENSE, Y_REAL, None, splits)
-    for got, expected in zip(
-        merged.coefs_ + merged._optimizer.ms, serial.coefs_ + serial._optimizer.ms
-    ):
-        np.testing.assert_array_equal(got, expected)
-    assert merged.loss_curve_ == serial.loss_curve_
-    assert (merged.t_, merged._optimizer.t) == (serial.t_, serial._optimizer.t)
+    _assert_same_mlp(merged, _engine_serial(estimator, X_DENSE, Y_REAL, None, splits))
+    if not shuffle:
+        _assert_same_mlp(merged, _serial(estimator, X_DENSE, Y_REAL, None, splits))
 
 
 def test_minibatch_kmeans_merge_clusters_close_to_serial():
@@ -915,13 +946,20 @@ def test_minibatch_kmeans_merge_clusters_close_to_serial():
 
 
 def test_minibatch_kmeans_one_replica_per_round_is_serial():
-    """With one replica per round MiniBatchKMeans equals serial partial_fit."""
+    """With one replica per round MiniBatchKMeans equals serial partial_fit: from the engine's
+    prepared centres (k-means++), and, from centres the test gives, scikit-learn's own pass."""
     estimator = MiniBatchKMeans(n_clusters=3, n_init=1, random_state=0)
     splits = [[rows] for rows in np.array_split(np.arange(240), 4)]
     merged = _train_rounds(estimator, X_DENSE, None, None, splits)
-    serial = _serial(estimator, X_DENSE, None, None, splits)
+    serial = _engine_serial(estimator, X_DENSE, None, None, splits)
     np.testing.assert_allclose(merged.cluster_centers_, serial.cluster_centers_, rtol=1e-12)
     np.testing.assert_allclose(merged._counts, serial._counts, rtol=1e-12)
+    given = MiniBatchKMeans(n_clusters=3, init=X_DENSE[[0, 100, 200]], n_init=1, random_state=0)
+    merged = _train_rounds(given, X_DENSE, None, None, splits)
+    serial = _serial(given, X_DENSE, None, None, splits)
+    np.testing.assert_allclose(merged.cluster_centers_, serial.cluster_centers_, rtol=1e-12)
+    np.testing.assert_allclose(merged._counts, serial._counts, rtol=1e-12)
+    assert merged.n_steps_ == serial.n_steps_ == 4
 
 
 # -- the engine contract ------------------------------------------------------------------
