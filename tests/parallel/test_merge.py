@@ -746,18 +746,26 @@ def test_sgd_t_is_the_global_row_count(estimator, y):
     """t_ is 1 + every row seen by every replica, as after one serial pass."""
     classes = [0, 1, 2] if y is Y_THREE else None
     merged = _train_rounds(estimator, X_DENSE, y, classes, _SGD_SPLITS)
-    assert merged.t_ == 1 + 240
-    assert merged.n_iter_ == 1
+    serial = _serial(estimator, X_DENSE, y, classes, _SGD_SPLITS)
+    assert merged.t_ == serial.t_ == 1 + 240
+    assert merged.n_iter_ == serial.n_iter_ == 1
 
 
 def test_sgd_weights_follow_rows_seen():
-    """Coefficients are averaged in proportion to the rows each replica saw."""
+    """Coefficients are averaged in proportion to the rows each replica saw: the engine's
+    replicas merged, against the same replicas trained here from scikit-learn's estimator."""
     start = prepare_start(SGDRegressor(random_state=0), X_DENSE[:10], Y_REAL[:10])
     a = copy.deepcopy(start).partial_fit(X_DENSE[:30], Y_REAL[:30])
     b = copy.deepcopy(start).partial_fit(X_DENSE[30:120], Y_REAL[30:120])
     merged = merge_replicas([a, b], [30, 90])
     np.testing.assert_allclose(merged.coef_, 0.25 * a.coef_ + 0.75 * b.coef_)
     np.testing.assert_allclose(merged.intercept_, 0.25 * a.intercept_ + 0.75 * b.intercept_)
+    ours = SGDRegressor(random_state=0)
+    a_ref = clone(ours).partial_fit(X_DENSE[:30], Y_REAL[:30])
+    b_ref = clone(ours).partial_fit(X_DENSE[30:120], Y_REAL[30:120])
+    np.testing.assert_allclose(merged.coef_, 0.25 * a_ref.coef_ + 0.75 * b_ref.coef_)
+    np.testing.assert_allclose(merged.intercept_, 0.25 * a_ref.intercept_ + 0.75 * b_ref.intercept_)
+    assert merged.t_ == 1 + (a_ref.t_ - 1) + (b_ref.t_ - 1)
 
 
 @pytest.mark.parametrize(
@@ -989,6 +997,8 @@ def test_merge_does_not_mutate_and_returns_new_arrays():
     ]
     before = [r.mean_.copy() for r in replicas]
     merged = merge_replicas(replicas, [120, 120])
+    np.testing.assert_allclose(merged.mean_, X_DENSE.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(merged.var_, X_DENSE.var(axis=0), rtol=1e-10)
     for r, b in zip(replicas, before):
         np.testing.assert_array_equal(r.mean_, b)
         assert not np.shares_memory(r.mean_, merged.mean_)
@@ -1001,6 +1011,10 @@ def test_unfitted_replicas_are_left_out():
     merged = merge_replicas([copy.deepcopy(start), trained], [0, 240])
     np.testing.assert_allclose(merged.theta_, trained.theta_, rtol=1e-12)
     np.testing.assert_allclose(merged.var_, trained.var_, rtol=1e-12)
+    reference = GaussianNB().fit(X_DENSE, Y_BINARY)
+    np.testing.assert_allclose(merged.theta_, reference.theta_, rtol=1e-12)
+    np.testing.assert_allclose(merged.var_, reference.var_, rtol=1e-12)
+    np.testing.assert_array_equal(merged.class_count_, reference.class_count_)
     untouched = merge_replicas([copy.deepcopy(start), copy.deepcopy(start)], [0, 0])
     assert not hasattr(untouched, "theta_")
 
@@ -1030,7 +1044,7 @@ def test_exact_merges_with_sample_weight(estimator, X, y, classes, atol):
             replica.partial_fit(X[rows], y[rows], sample_weight=weights[rows], **kwargs)
         replicas.append(replica)
     merged = merge_replicas(replicas, [60] * 4)
-    reference = copy.deepcopy(start)
+    reference = clone(estimator)  # scikit-learn's own weighted pass, nothing of taskdml
     if y is None:
         reference.partial_fit(X, sample_weight=weights)
     else:
