@@ -337,11 +337,23 @@ def _holdout(n_features):
     return X, (X @ weights + rng.normal(scale=0.1, size=len(X)) > 0).astype(np.int8)
 
 
+def _in_memory_score(big_store, X_test, y_test, **params):
+    """scikit-learn's own SGDClassifier with *params*, fitted in this process on the ten
+    chunks the fractions train on, read here (not through the small workers): its score on
+    the holdout."""
+    X, y = big_store
+    rows = slice(0, 10 * BIG_CHUNK_ROWS)
+    fraction = dask.compute(X[rows], y[rows], scheduler="threads")
+    reference = SGDClassifier(random_state=0, **params).fit(*fraction)
+    return reference.score(X_test, y_test)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_training_on_a_store_four_times_the_workers_memory(small_workers, big_store):
     """DataParallel streams a 5 GiB store through two 600 MiB workers: peaks stay below the
-    limits, no worker restarts, and accuracy is within 0.5 pp of training on a fraction."""
+    limits, no worker restarts, and accuracy is within 0.5 pp of training on a fraction and
+    of scikit-learn's fit in memory on that fraction."""
     client = small_workers
     X, y = big_store
     before = _peaks(client)
@@ -354,13 +366,16 @@ def test_training_on_a_store_four_times_the_workers_memory(small_workers, big_st
     fraction.fit(X[: 10 * BIG_CHUNK_ROWS], y[: 10 * BIG_CHUNK_ROWS])
     X_test, y_test = _holdout(BIG_FEATURES)
     assert abs(model.score(X_test, y_test) - fraction.score(X_test, y_test)) <= 0.005
+    in_memory = _in_memory_score(big_store, X_test, y_test)
+    assert model.score(X_test, y_test) == pytest.approx(in_memory, abs=0.005)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_asha_search_on_a_store_four_times_the_workers_memory(small_workers, big_store):
     """ASHA streams the same store: peaks below the limits, no restarts, and its best model
-    within 0.5 pp of the same search on a fraction that fits in memory."""
+    within 0.5 pp of the same search on a fraction that fits in memory and of scikit-learn's
+    fit in memory on that fraction with the best parameters."""
     client = small_workers
     X, y = big_store
     before = _peaks(client)
@@ -381,6 +396,8 @@ def test_asha_search_on_a_store_four_times_the_workers_memory(small_workers, big
     ).fit(X[: 10 * BIG_CHUNK_ROWS], y[: 10 * BIG_CHUNK_ROWS])
     X_test, y_test = _holdout(BIG_FEATURES)
     assert abs(search.score(X_test, y_test) - fraction.score(X_test, y_test)) <= 0.005
+    in_memory = _in_memory_score(big_store, X_test, y_test, **search.best_params_)
+    assert search.score(X_test, y_test) == pytest.approx(in_memory, abs=0.005)
 
 
 @pytest.fixture(scope="module")
