@@ -154,7 +154,8 @@ def test_unknown_workers_are_refused(four_workers):
 def test_a_search_runs_two_replicated_trials_side_by_side(four_workers, monkeypatch):
     """On four workers, the two trials of a halving search's last rung each train with two
     replicas, on disjoint pairs of workers (the engine holds only a training's workers; the
-    floor on a step's length is lowered for this small data)."""
+    floor on a step's length is lowered for this small data), and the best model is about as
+    good as scikit-learn's fit in memory."""
     from distributed import Client
 
     from taskdml.model_selection import SuccessiveHalvingSearchCV
@@ -178,3 +179,8 @@ def test_a_search_runs_two_replicated_trials_side_by_side(four_workers, monkeypa
     first, second = last
     assert len(first["workers"]) == len(second["workers"]) == 2
     assert not set(first["workers"]) & set(second["workers"])
+    # and the model handed back is about as good as scikit-learn's fit in memory with the
+    # parameters the search chose
+    X_np, y_np = dask.compute(X, y)
+    in_memory = SGDClassifier(random_state=0, **search.best_params_).fit(X_np, y_np)
+    assert search.score(X_np, y_np) >= in_memory.score(X_np, y_np) - 0.02
