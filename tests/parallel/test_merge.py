@@ -364,14 +364,29 @@ def test_unmergeable_reasons(estimator, expected):
 
 
 def test_subclasses_inherit_rules_and_can_override():
-    """get_merge_rule follows the MRO; a registration on the subclass wins."""
+    """get_merge_rule follows the MRO (a subclass's replicas merge as the linear-SGD rule's
+    definition in reference_loops.py says); a registration on the subclass wins."""
+
+    from reference_loops import merge_linear_sgd
 
     class MySGD(SGDClassifier):
         pass
 
+    def replicas_of(start):
+        return [
+            copy.deepcopy(start).partial_fit(X_DENSE[rows], Y_BINARY[rows], classes=[0, 1])
+            for rows in (slice(0, 100), slice(100, 240))
+        ]
+
+    ours = MySGD(random_state=0)
+    expected = replicas_of(ours)
     assert get_merge_rule(MySGD()).family == "linear-sgd"
+    merged = merge_replicas(replicas_of(prepare_start(ours, X_DENSE, Y_BINARY, [0, 1])), [100, 140])
+    np.testing.assert_array_equal(merged.coef_, merge_linear_sgd(ours, expected, [100, 140]).coef_)
     register_merge(MySGD, lambda replicas, weights: copy.deepcopy(replicas[0]), family="mine")
     assert get_merge_rule(MySGD()).family == "mine"
+    merged = merge_replicas(replicas_of(prepare_start(ours, X_DENSE, Y_BINARY, [0, 1])), [100, 140])
+    np.testing.assert_array_equal(merged.coef_, expected[0].coef_)
     register_unmergeable(MySGD, "not today")
     assert get_merge_rule(MySGD()) is None
     assert unmergeable_reason(MySGD()) == "MySGD cannot be merged: not today"
