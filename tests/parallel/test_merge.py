@@ -1070,8 +1070,9 @@ def test_exact_merges_with_sample_weight(estimator, X, y, classes, atol):
 
 def test_incremental_pca_is_exact_at_any_n_components_unless_replicas_truncate():
     """IncrementalPCA's rule is exact at any n_components; the opt-out, whose replicas keep
-    only n_components, is exact when that is every feature: and so they are, against one
-    partial_fit pass over the same chunks from the same prepared start."""
+    only n_components, is exact when that is every feature: and so they are, against
+    scikit-learn's own partial_fit pass over the same chunks (keeping every component where
+    the rule's replicas do)."""
     assert get_merge_rule(IncrementalPCA(n_components=2).partial_fit(X_DENSE)).exact
     assert get_merge_rule(TruncatingIncrementalPCA(n_components=4).partial_fit(X_DENSE)).exact
     assert not get_merge_rule(TruncatingIncrementalPCA(n_components=2).partial_fit(X_DENSE)).exact
