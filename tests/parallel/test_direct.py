@@ -73,6 +73,22 @@ def _data(n_samples=6_000, chunk_size=500):
     return da.from_array(X, chunks=(chunk_size, 4)), da.from_array(y, chunks=chunk_size)
 
 
+def _assert_the_sync_loop_model(result, X, y, n_replicas):
+    """*result*, an SGDClassifier(random_state=0) trained for one epoch with random_state=0
+    and the automatic period, is the model the sync loop of reference_loops.py trains with
+    period 1 (the period "auto" keeps while its probe rounds cover the whole epoch)."""
+    from reference_loops import chunks_of, merge_linear_sgd, reference_sync
+
+    assert result.stats["sync_every"] == [1]
+    expected = reference_sync(
+        SGDClassifier(random_state=0), chunks_of(*dask.compute(X, y), X.chunks[0]), [0, 1],
+        merge_linear_sgd, n_replicas=n_replicas, sync_every=1, epochs=1, shuffle=True,
+        random_state=0,
+    )  # fmt: skip
+    np.testing.assert_array_equal(result.estimator.coef_, expected.coef_)
+    np.testing.assert_array_equal(result.estimator.intercept_, expected.intercept_)
+
+
 ESTIMATORS = {
     "SGDClassifier": (lambda: SGDClassifier(random_state=0), ("coef_", "intercept_")),
     "StandardScaler": (StandardScaler, ("mean_", "var_", "n_samples_seen_")),
@@ -143,8 +159,15 @@ def test_direct_rounds_record_where_the_time_goes(six_threads):
     where the call's fixed cost went, piece by piece."""
     X, y = _data()
     result = train(
-        SGDClassifier(random_state=0), X, y, classes=[0, 1], n_replicas=3, client=six_threads
+        SGDClassifier(random_state=0),
+        X,
+        y,
+        classes=[0, 1],
+        n_replicas=3,
+        random_state=0,
+        client=six_threads,
     )
+    _assert_the_sync_loop_model(result, X, y, n_replicas=3)
     stats = result.stats
     assert stats["collective"] == "direct"
     for key in ("serialize_s", "wire_s", "wait_s", "merge_s"):
@@ -199,6 +222,7 @@ def test_blocked_handler_falls_back_to_the_actor_with_a_warning():
             SGDClassifier(random_state=0), X, y, classes=[0, 1], random_state=0, client=client
         )
     assert fallback.stats["collective"] == "actor"
+    _assert_the_sync_loop_model(fallback, X, y, n_replicas=2)
     threads = train(
         SGDClassifier(random_state=0),
         X,
@@ -242,5 +266,8 @@ def test_workers_in_one_process_fall_back_to_the_actor():
         Client(cluster, set_as_default=False) as client,
         pytest.warns(RuntimeWarning, match="threads of one process on inproc://"),
     ):
-        result = train(SGDClassifier(random_state=0), X, y, classes=[0, 1], client=client)
+        result = train(
+            SGDClassifier(random_state=0), X, y, classes=[0, 1], random_state=0, client=client
+        )
     assert result.stats["collective"] == "actor"
+    _assert_the_sync_loop_model(result, X, y, n_replicas=2)

@@ -9,6 +9,7 @@ the scheduler received them in), and two trainings that must run at once meet th
 import concurrent.futures
 import uuid
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -88,11 +89,30 @@ def _two_at_once(client, groups, meet=False):
             workers=workers,
             sync_every=2,
             epochs=1,
+            random_state=0,
             client=client,
         )
 
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        return list(pool.map(one, tags, groups)), [a, b]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # one there, the other here
+        first = pool.submit(one, a, groups[0])
+        second = one(b, groups[1])
+        return [first.result(), second], [a, b]
+
+
+def _assert_trained_as_the_sync_loop(results):
+    """Each training's model is what the sync loop of reference_loops.py trains from
+    scikit-learn's SGDClassifier (Marked only logs) with the same replicas, period and seed:
+    taking turns or running side by side changes when replicas train, not what."""
+    from reference_loops import chunks_of, merge_linear_sgd, reference_sync
+
+    X, y = _data()
+    expected = reference_sync(
+        SGDClassifier(random_state=0), chunks_of(*dask.compute(X, y), X.chunks[0]), [0, 1],
+        merge_linear_sgd, n_replicas=2, sync_every=2, epochs=1, shuffle=True, random_state=0,
+    )  # fmt: skip
+    for result in results:
+        np.testing.assert_array_equal(result.estimator.coef_, expected.coef_)
+        np.testing.assert_array_equal(result.estimator.intercept_, expected.intercept_)
 
 
 def _logged(client, tags):
@@ -108,6 +128,7 @@ def test_trainings_on_disjoint_workers_run_side_by_side(four_workers):
     (first, second), tags = _two_at_once(four_workers, groups, meet=True)
     assert [first.stats["workers"], second.stats["workers"]] == groups
     assert set(_logged(four_workers, tags)) == set(tags)
+    _assert_trained_as_the_sync_loop([first, second])
 
 
 def test_trainings_that_share_workers_take_turns(four_workers):
@@ -120,6 +141,7 @@ def test_trainings_that_share_workers_take_turns(four_workers):
     logged = _logged(four_workers, tags)
     turns = [logged[0]] * logged.count(logged[0]) + [t for t in logged if t != logged[0]]
     assert set(logged) == set(tags) and logged == turns, logged
+    _assert_trained_as_the_sync_loop([first, second])
 
 
 def test_unknown_workers_are_refused(four_workers):
@@ -132,7 +154,8 @@ def test_unknown_workers_are_refused(four_workers):
 def test_a_search_runs_two_replicated_trials_side_by_side(four_workers, monkeypatch):
     """On four workers, the two trials of a halving search's last rung each train with two
     replicas, on disjoint pairs of workers (the engine holds only a training's workers; the
-    floor on a step's length is lowered for this small data)."""
+    floor on a step's length is lowered for this small data), and the best model is about as
+    good as scikit-learn's fit in memory."""
     from distributed import Client
 
     from taskdml.model_selection import SuccessiveHalvingSearchCV
@@ -156,3 +179,8 @@ def test_a_search_runs_two_replicated_trials_side_by_side(four_workers, monkeypa
     first, second = last
     assert len(first["workers"]) == len(second["workers"]) == 2
     assert not set(first["workers"]) & set(second["workers"])
+    # and the model handed back is about as good as scikit-learn's fit in memory with the
+    # parameters the search chose
+    X_np, y_np = dask.compute(X, y)
+    in_memory = SGDClassifier(random_state=0, **search.best_params_).fit(X_np, y_np)
+    assert search.score(X_np, y_np) >= in_memory.score(X_np, y_np) - 0.02
