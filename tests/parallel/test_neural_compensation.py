@@ -227,6 +227,37 @@ def test_merge_of_unequal_replicas_matches_numpy(compensate):
     _assert_close_networks(merged, _reference_merge(ours, replicas, [CHUNK_ROWS, 50], compensate))
 
 
+def test_many_local_steps_blend_the_average_and_the_sum():
+    """Replicas that took more than 10 Adam steps each (batches of 10 rows: 15 steps) merge
+    to the average plus 10/15 of the way to the summed changes, weights and moments alike."""
+    estimator = MLPClassifier(hidden_layer_sizes=(8,), batch_size=10, random_state=0)
+    ours = _warm_start(estimator)  # built here: scikit-learn's network after one chunk
+    start = prepare_start(ours, *CHUNKS[0], CLASSES)
+    merged = merge_replicas(
+        [copy.deepcopy(start).partial_fit(*CHUNKS[i]) for i in (1, 2)], [CHUNK_ROWS] * 2
+    )
+    replicas = [copy.deepcopy(ours).partial_fit(*CHUNKS[i]) for i in (1, 2)]
+    steps = replicas[0]._optimizer.t - ours._optimizer.t
+    assert steps == math.ceil(CHUNK_ROWS / 10) == 15
+    share = 10 / steps
+    summed = _reference_merge(ours, replicas, [CHUNK_ROWS] * 2, compensate=True)
+    averaged = _reference_merge(ours, replicas, [CHUNK_ROWS] * 2, compensate=False)
+    for name in ("coefs_", "intercepts_"):
+        for got, s, a in zip(getattr(merged, name), getattr(summed, name), getattr(averaged, name)):
+            np.testing.assert_allclose(got, a + share * (s - a), rtol=1e-7, atol=1e-12)
+    for name, beta in (("ms", ours._optimizer.beta_1), ("vs", ours._optimizer.beta_2)):
+        decay = beta**steps  # the start's part in each replica's moving average
+        for i, origin in enumerate(getattr(ours._optimizer, name)):
+            values = [getattr(r._optimizer, name)[i] for r in replicas]
+            if 1 - 2 * (1 - decay) >= 0:  # the start kept once
+                s = origin + sum(v - origin for v in values)
+            else:  # dropped, not reversed: each replica's own part summed
+                s = sum(v - decay * origin for v in values)
+            a = _optimizer_moments(averaged)[name][i]
+            got = getattr(merged._optimizer, name)[i]
+            np.testing.assert_allclose(got, a + share * (s - a), rtol=1e-7, atol=1e-14)
+
+
 def test_momentum_of_the_start_is_dropped_not_reversed():
     """When the replicas' steps would give the start's velocity a negative weight
     (1 - sum(1 - momentum**steps) < 0), each replica's own part is summed instead."""
