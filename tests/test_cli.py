@@ -93,7 +93,8 @@ def _assert_quickstart_run_is_scikit_learns(run_dir, n_samples):
 def test_every_example_pipeline_runs(path, cluster, tmp_path):
     """Each file in pipelines/ runs to success: on the shared test cluster, smaller where the
     example is sized for a point (wide_text), or on its own embedded cluster where it needs
-    workers of its own (federated: a worker per silo)."""
+    workers of its own (federated: a worker per silo). quickstart's scaler and accuracy are
+    scikit-learn's on its own rows."""
     where = ["--scheduler", cluster.scheduler_address] if path.stem not in EMBEDDED else []
     result = CliRunner().invoke(
         cli,
@@ -103,6 +104,8 @@ def test_every_example_pipeline_runs(path, cluster, tmp_path):
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["status"] == "succeeded" and summary["metrics"]
+    if path.stem == "quickstart":
+        _assert_quickstart_run_is_scikit_learns(summary["run_dir"], 200_000)
 
 
 @pytest.mark.slow
@@ -228,7 +231,9 @@ def test_failing_step_exits_1_and_points_at_the_run(cluster, tmp_path):
 
 
 def test_runs_list_and_show(cluster, tmp_path):
-    """runs list shows the run; runs show (by prefix or 'latest') shows its steps and metrics."""
+    """runs list shows the run; runs show (by prefix or 'latest') shows its steps and metrics;
+    each swept model's recorded balanced accuracy is scikit-learn's on the test rows, scaled
+    by the run's scaler, which is scikit-learn's StandardScaler on the train rows."""
     runs = str(tmp_path / "runs")
     CliRunner().invoke(
         cli,
@@ -251,6 +256,26 @@ def test_runs_list_and_show(cluster, tmp_path):
     assert CliRunner().invoke(cli, ["runs", "show", "latest", "--run-dir", runs]).exit_code == 0
     missing = CliRunner().invoke(cli, ["runs", "show", "nope", "--run-dir", runs])
     assert missing.exit_code == 5 and "no run 'nope'" in missing.output
+    from sklearn.metrics import balanced_accuracy_score
+    from sklearn.preprocessing import StandardScaler
+
+    from taskdml import datasets
+    from taskdml.runs._directory import load_model
+
+    (run_dir,) = (path.parent for path in Path(runs).glob("*/manifest.json"))
+    train, test = datasets.train_test_split(
+        datasets.load_sklearn("digits", chunk_size=300), test_size=0.25, random_state=0
+    )
+    train, test = train.compute(), test.compute()
+    reference = StandardScaler().fit(train["X"].values)
+    np.testing.assert_allclose(load_model(run_dir, "scale").mean_, reference.mean_, atol=1e-12)
+    X_test = reference.transform(test["X"].values)
+    recorded = json.loads((run_dir / "metrics.json").read_text())["report"]
+    assert len(recorded) == 2  # alpha=0.001 with l2 and l1
+    for item, metrics in recorded.items():
+        predicted = load_model(run_dir, f"sweep[{item}]").predict(X_test)
+        expected = balanced_accuracy_score(test["y"].values, predicted)
+        assert metrics["balanced_accuracy"] == pytest.approx(expected, rel=1e-12), item
 
 
 @pytest.mark.slow
@@ -591,7 +616,8 @@ def test_retries_on_a_name_that_is_no_exception_is_refused(tmp_path):
 @pytest.mark.slow
 def test_events_file_and_performance_report(cluster, tmp_path):
     """--events FILE gets every event of the run as JSON lines, epochs of the training among
-    them; --report saves Dask's performance report in the run directory."""
+    them; --report saves Dask's performance report in the run directory; what ran is
+    scikit-learn's scaler and accuracy on the same rows."""
     events = tmp_path / "events.jsonl"
     result = CliRunner().invoke(
         cli,
@@ -609,3 +635,4 @@ def test_events_file_and_performance_report(cluster, tmp_path):
     assert json.loads((run / "manifest.json").read_text())["performance_report"] == (
         "performance-report.html"
     )
+    _assert_quickstart_run_is_scikit_learns(run, 20_000)

@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -65,7 +66,8 @@ def test_a_client_passed_in_wins_over_everything(client):
 @pytest.mark.slow
 def test_dry_run_and_run_follow_one_plan(tmp_path, client):
     """The keys and reuse decisions --dry-run prints are the plan's, the run records exactly
-    the plan's keys, and after the run the same plan reuses every step."""
+    the plan's keys, and after the run the same plan reuses every step; what the planned run
+    computed is scikit-learn's scaler and accuracy on the same rows."""
     cache = Cache(tmp_path / "cache")
     pipeline = load_pipeline(QUICKSTART, SMALL)
     before = plan_run(pipeline, cache=cache)
@@ -95,3 +97,19 @@ def test_dry_run_and_run_follow_one_plan(tmp_path, client):
     after = plan_run(pipeline, cache=cache)
     assert [planned.reuse for planned in after.steps] == [True] * len(after.steps)
     assert after.cluster.description == before.cluster.description
+    from sklearn.metrics import accuracy_score
+    from sklearn.preprocessing import StandardScaler
+
+    from taskdml import datasets
+
+    data = datasets.make_classification(
+        n_samples=4000, n_features=20, n_informative=10, chunk_size=2000, random_state=0
+    )
+    train, test = datasets.train_test_split(data, test_size=0.2, random_state=0)
+    train, test = train.compute(), test.compute()
+    reference = StandardScaler().fit(train["X"].values)
+    np.testing.assert_allclose(run.model("scale").mean_, reference.mean_, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(run.model("scale").var_, reference.var_, rtol=1e-10)
+    predicted = run.model("model").predict(reference.transform(test["X"].values))
+    expected = accuracy_score(test["y"].values, predicted)
+    assert run.metrics["report"]["accuracy"] == pytest.approx(expected, rel=1e-12)

@@ -105,12 +105,36 @@ def test_run_writes_pictures_and_a_self_contained_report(client, tmp_path):
 
 @pytest.mark.slow
 def test_regressor_gets_a_residual_plot(client, tmp_path):
-    """An evaluate step of a regressor records a bounded residual sample and draws it."""
+    """An evaluate step of a regressor records a bounded residual sample and draws it: the
+    model is scikit-learn's LinearRegression on the same rows, its r2 and mae are
+    scikit-learn's, and each sampled pair is one row's prediction and ``y - prediction``."""
+    from sklearn.linear_model import LinearRegression
+    from sklearn.metrics import mean_absolute_error, r2_score
+
+    from taskdml import datasets
+
     run = run_pipeline(loads_pipeline(REGRESSION), client, run_root=tmp_path)
     found = json.loads((run.path / "manifest.json").read_text())["steps"]["check"]["diagnostics"]
     assert found["kind"] == "residuals" and found["n_samples"] == 6000
     assert len(found["prediction"]) == len(found["residual"]) == 2000
     assert _is_png(run.path / "evaluation-check.png")
+    data = datasets.make_regression(
+        n_samples=6000, n_features=5, noise=10.0, chunk_size=1500, random_state=0
+    ).compute()
+    X, y = data["X"].values, data["y"].values
+    reference = LinearRegression().fit(X, y)
+    np.testing.assert_allclose(run.model("model").coef_, reference.coef_, rtol=1e-9)
+    predicted = reference.predict(X)
+    assert run.metrics["check"]["r2"] == pytest.approx(r2_score(y, predicted), rel=1e-9)
+    assert run.metrics["check"]["mae"] == pytest.approx(mean_absolute_error(y, predicted), rel=1e-9)
+    # each sampled pair is one row's prediction and residual (the row whose pair of
+    # scikit-learn's is nearest), written to 6 significant digits; 2000 distinct rows
+    sampled, residuals = np.asarray(found["prediction"]), np.asarray(found["residual"])
+    distance = np.abs(sampled[:, None] - predicted) + np.abs(residuals[:, None] - (y - predicted))
+    rows = distance.argmin(axis=1)
+    assert len(set(rows.tolist())) == 2000
+    np.testing.assert_allclose(sampled, predicted[rows], rtol=1e-5)
+    np.testing.assert_allclose(residuals, y[rows] - predicted[rows], rtol=1e-5)
 
 
 @pytest.mark.slow
@@ -173,7 +197,10 @@ def test_diagnostics_do_not_depend_on_chunking(chunks):
 @pytest.mark.slow
 def test_runs_show_and_compare(client, tmp_path):
     """runs show prints the report's and pictures' paths; runs compare puts both runs' params
-    and metrics side by side and marks the parameter that differs."""
+    and metrics side by side and marks the parameter that differs; the metrics it shows are
+    scikit-learn's accuracy and log loss of each run's saved model on the test rows."""
+    from sklearn.metrics import accuracy_score, log_loss
+
     first, second = _quickstart(client, tmp_path, 1), _quickstart(client, tmp_path, 2)
     runs = str(tmp_path)
     shown = CliRunner().invoke(cli, ["runs", "show", first.run_id, "--run-dir", runs])
@@ -211,3 +238,10 @@ def test_runs_show_and_compare(client, tmp_path):
     ]
     missing = CliRunner().invoke(cli, ["runs", "compare", first.run_id, "nope", "--run-dir", runs])
     assert missing.exit_code == 5 and "no run 'nope'" in missing.output
+    X_test, y_test = _quickstart_test_rows()
+    for run, column in ((first, 0), (second, 1)):
+        model, X_scaled = run.model("model"), run.model("scale").transform(X_test)
+        expected = accuracy_score(y_test, model.predict(X_scaled))
+        assert run.metrics["report"]["accuracy"] == pytest.approx(expected, rel=1e-12)
+        expected = log_loss(y_test, model.predict_proba(X_scaled))
+        assert as_json["metrics"]["report.log_loss"][column] == pytest.approx(expected, rel=1e-9)

@@ -143,8 +143,12 @@ def test_the_manifest_records_the_sync_period(client, tmp_path, sync_every):
 
 
 def test_keys_and_spans_are_named_after_steps(client, tmp_path):
-    """Dashboard prefixes start with the step name; each step has its own span."""
-    run_pipeline(loads_pipeline(TRAIN), client, run_root=tmp_path)
+    """Dashboard prefixes start with the step name; each step has its own span; the named
+    steps computed scikit-learn's scaler on the train rows and its model's accuracy."""
+    from sklearn.metrics import accuracy_score
+    from sklearn.preprocessing import StandardScaler
+
+    run = run_pipeline(loads_pipeline(TRAIN), client, run_root=tmp_path)
     prefixes = _prefixes(client)
     assert {
         "data-generate",
@@ -161,6 +165,12 @@ def test_keys_and_spans_are_named_after_steps(client, tmp_path):
     assert {("train_small", step) for step in ("data", "split", "scale", "model", "report")} <= set(
         spans
     )
+    X_train, _, X_test, y_test = _split_in_memory(0)
+    reference = StandardScaler().fit(X_train)
+    np.testing.assert_allclose(run.model("scale").mean_, reference.mean_, rtol=1e-12)
+    predicted = run.model("model").predict(reference.transform(X_test))
+    expected = accuracy_score(y_test, predicted)
+    assert run.metrics["report"]["accuracy"] == pytest.approx(expected, rel=1e-12)
 
 
 def test_independent_steps_run_concurrently(client, tmp_path):
@@ -453,7 +463,11 @@ def test_graph_builders_run_in_the_client_and_plain_callables_on_workers(client)
 def test_the_embedded_cluster_warms_what_the_pipeline_names(tmp_path):
     """run_pipeline's own cluster imports, on its worker, the modules of every callable and
     estimator the pipeline names, what its fit steps run there (the engine) and the basics,
-    from the plugin it registered at start: all imported when the first step runs."""
+    from the plugin it registered at start: all imported when the first step runs. The
+    estimator it fitted there is scikit-learn's LabelSpreading on iris."""
+    from sklearn.datasets import load_iris
+    from sklearn.semi_supervised import LabelSpreading
+
     from taskdml.cluster._connect import pipeline_modules
 
     target = tmp_path / "warm.json"
@@ -467,11 +481,15 @@ def test_the_embedded_cluster_warms_what_the_pipeline_names(tmp_path):
         imports=ALLOW,
         cluster={"n_workers": 1, "threads_per_worker": 1, "dashboard_address": "127.0.0.1:0"},
     )
-    run_pipeline(pipeline, record=False, cache=False)
+    run = run_pipeline(pipeline, record=False, cache=False)
     imported = json.loads(target.read_text())
     assert list(imported) == pipeline_modules(pipeline)
     assert {"sklearn.semi_supervised", "taskdml.parallel.engine._train"} <= set(imported)
     assert all(imported.values()), imported
+    spread = run.outputs["spread"]["model"]
+    reference = LabelSpreading().fit(*load_iris(return_X_y=True))
+    np.testing.assert_array_equal(spread.transduction_, reference.transduction_)
+    np.testing.assert_allclose(spread.label_distributions_, reference.label_distributions_)
 
 
 def test_a_failed_step_names_the_frames_of_the_users_code(tmp_path, client):

@@ -525,10 +525,20 @@ def test_clone_and_params_round_trip():
     assert dask.config.get("scheduler", None) is None
 
 
+def _hinge(model, X, y):
+    """The hinge loss of a binary linear model, summed over rows, from its definition."""
+    signs = np.where(y == model.classes_[1], 1.0, -1.0)
+    return float(np.maximum(0.0, 1.0 - model.decision_function(X) * signs).sum())
+
+
 def test_the_parallel_dict_is_deprecated_and_still_read(chunked):
     """GridSearchCV(parallel={...}), the way before 0.2: a FutureWarning, the dict's options
-    used (a misspelt key still named), and the same search as with the parameters."""
-    X, y = chunked[:2]
+    used (a misspelt key still named), and the same search as with the parameters: each
+    score and the refit are reference_loops.py's sync loop (2 replicas, sync_every 1, in chunk
+    order) stopping by SGDClassifier's rule on the hinge loss, on the fold's chunks."""
+    from reference_loops import chunks_of, merge_linear_sgd, reference_sync_until
+
+    X, y, X_np, y_np = chunked
     old = GridSearchCV(SGDClassifier(random_state=0), {"alpha": [1e-4, 1e-2]}, cv=2,
                        parallel={"strategy": "sync", "n_replicas": 2, "sync_every": 1})  # fmt: skip
     with pytest.warns(FutureWarning, match=r"GridSearchCV\(parallel=...\) is deprecated"):
@@ -540,6 +550,23 @@ def test_the_parallel_dict_is_deprecated_and_still_read(chunked):
     )
     with pytest.warns(FutureWarning), pytest.raises(ValueError, match="Did you mean 'strategy'"):
         GridSearchCV(SGDClassifier(), {"alpha": [1e-4]}, parallel={"stratgy": "sync"}).fit(X, y)
+    chunks, classes = chunks_of(X_np, y_np, X.chunks[0]), np.unique(y_np)
+
+    def sync_until(params, chunks):  # SGDClassifier's defaults: max_iter 1000, tol, patience 5
+        return reference_sync_until(
+            SGDClassifier(random_state=0, **params), chunks, classes, merge_linear_sgd, _hinge,
+            n_replicas=2, sync_every=1, max_epochs=1000, tol=1e-3, patience=5,
+        )[0]  # fmt: skip
+
+    for c, params in enumerate(sk.ParameterGrid({"alpha": [1e-4, 1e-2]})):
+        for fold, (train, test) in enumerate(sk.KFold(2).split(np.zeros((X.numblocks[0], 1)))):
+            model = sync_until(params, [chunks[i] for i in train])
+            X_test = np.concatenate([chunks[i][0] for i in test])
+            y_test = np.concatenate([chunks[i][1] for i in test])
+            expected = model.score(X_test, y_test)
+            assert new.cv_results_[f"split{fold}_test_score"][c] == pytest.approx(expected)
+    refit = sync_until(new.best_params_, chunks)
+    np.testing.assert_allclose(new.best_estimator_.coef_, refit.coef_, rtol=1e-10)
 
 
 def test_searches_back_to_back_on_one_cluster(client):
@@ -599,7 +626,7 @@ def test_routed_metadata_reaches_every_scorer_split_with_the_test_rows(iris):
     registry = _Registry()
     with config_context(enable_metadata_routing=True):
         scorer = ConsumingScorer(registry=registry).set_score_request(sample_weight="score_weights")
-        GridSearchCV(
+        search = GridSearchCV(
             LogisticRegression(max_iter=500),
             {"C": [1]},
             cv=3,
@@ -617,6 +644,19 @@ def test_routed_metadata_reaches_every_scorer_split_with_the_test_rows(iris):
     for record in records:
         assert len(record["sample_weight"]) == len(y) // 3
         assert np.isin(record["sample_weight"], weights).all()
+    # each scorer got exactly one fold's test rows' weights, every fold once
+    folds = [weights[test] for _, test in sk.StratifiedKFold(3).split(X, y)]
+    seen = sorted(
+        next(i for i, fold in enumerate(folds) if np.array_equal(record["sample_weight"], fold))
+        for record in records
+    )
+    assert seen == [0, 1, 2]
+    # and the other metric is scikit-learn's accuracy of the model on each fold
+    expected = sk.cross_val_score(LogisticRegression(max_iter=500), X, y, cv=3)
+    for fold in range(3):
+        assert search.cv_results_[f"split{fold}_test_accuracy"][0] == pytest.approx(
+            expected[fold], abs=1e-12
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -680,6 +720,12 @@ def test_batch_size_follows_the_measured_fit_time(client, iris, target, size):
         covered.update((candidate, fold) for candidate in range(first, stop))
     assert sorted(covered) == [(c, f) for c in range(6) for f in range(4)]
     assert set(covered.values()) == {1}
+    # batched as they are, the scores are scikit-learn's search's
+    reference = sk.GridSearchCV(iris_pipeline(), grid, cv=4).fit(*iris)
+    for fold in range(4):
+        key = f"split{fold}_test_score"
+        np.testing.assert_allclose(search.cv_results_[key], reference.cv_results_[key], atol=1e-12)
+    assert search.best_params_ == reference.best_params_
 
 
 @pytest.mark.parametrize(
@@ -695,9 +741,14 @@ def test_batch_size_follows_the_measured_fit_time(client, iris, target, size):
 )
 def test_fits_per_task(seconds, n_fits, n_threads, expected):
     """The batch size: target over the measured time, rounded, at least one, a batch per thread."""
+    import math
+
     from taskdml.model_selection.grid._graph import fits_per_task
 
-    assert fits_per_task(seconds, 0.1, n_fits, n_threads) == expected
+    target = 0.1
+    by_time = math.inf if seconds == 0 else round(target / seconds)
+    rule = max(1, min(by_time, math.ceil(n_fits / n_threads)))  # the docstring's rule
+    assert fits_per_task(seconds, target, n_fits, n_threads) == expected == rule
 
 
 def test_batches_are_runs_of_candidates_on_one_fold():
@@ -744,6 +795,9 @@ def test_callbacks_propagate_into_fits_on_worker_processes(client, fits_per_task
             MaxIterEstimator(), {"max_iter": [1, 2, 3]}, cv=2, scoring=constant_score
         )
         search.set_callbacks(*callbacks).fit(X, y)
+    # the refit is the best candidate's own fit on every row, as scikit-learn's would be
+    refit = MaxIterEstimator(**search.best_params_).fit(X, y)
+    assert search.best_estimator_.n_iter_ == refit.n_iter_
     own = 1 + 1 + 1 + 3 * 2  # the fit, the search, the refit, every candidate x fold
     inner = (1 + 2 + 3) * 2 + search.best_estimator_.n_iter_
     for callback, expected in zip(callbacks, (own, own + inner)):
