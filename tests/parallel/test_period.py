@@ -21,6 +21,26 @@ from taskdml.parallel.engine._period import (
     estimates,
 )
 
+# The policy's constants as the module docstring states them: coordination at most 5 % of a
+# round's wall time, at least 4 merges an epoch.
+DOCUMENTED_TARGET = 0.05
+DOCUMENTED_MIN_ROUNDS = 4
+
+
+def _documented_period(block_s, round_s, most_blocks):
+    """The period by the formula of _period.py's docstring, written here: the smallest ``p``
+    with ``round_s / (p * block_s + round_s) <= 5 %``, found by trying p = 1, 2, ..., up to
+    the longest period that keeps 4 merges an epoch (1 when a measurement is missing)."""
+    bound = max(1, (most_blocks - 1) // (DOCUMENTED_MIN_ROUNDS - 1))
+    if block_s is None or round_s is None:
+        return 1
+    for period in range(1, bound + 1):
+        wall = period * block_s + round_s
+        # a relative whisker: the hand-computed 5 % cases land on the target exactly
+        if round_s <= DOCUMENTED_TARGET * wall * (1 + 1e-9):
+            return period
+    return bound
+
 
 @pytest.mark.parametrize(
     ("block_s", "round_s", "most_blocks", "period"),
@@ -40,8 +60,13 @@ from taskdml.parallel.engine._period import (
     ],
 )
 def test_choose_period_by_hand(block_s, round_s, most_blocks, period):
-    """The formula and its bound give the hand-computed period."""
+    """The formula and its bound give the hand-computed period, and the documented formula
+    computed in the test gives it too (with the docstring's 5 % and 4 merges)."""
+    assert (TARGET, MIN_ROUNDS) == (DOCUMENTED_TARGET, DOCUMENTED_MIN_ROUNDS)
     assert choose_period(block_s, round_s, most_blocks) == period
+    assert choose_period(block_s, round_s, most_blocks) == _documented_period(
+        block_s, round_s, most_blocks
+    )
 
 
 @given(
@@ -72,6 +97,16 @@ def test_estimates_take_the_slowest_block_and_the_last_arrival():
     ]
     assert estimates(rounds) == pytest.approx((0.0115, 0.004))
     assert estimates([[(0.01, 1, None)]]) == (0.01, None)
+    # the same estimates, computed here from the docstring's definition with NumPy
+    slowest = [
+        np.max([seconds / blocks for seconds, blocks, _ in infos if blocks]) for infos in rounds
+    ]
+    last_arrival = [
+        np.min(known)
+        for known in ([o for _, _, o in infos if o is not None] for infos in rounds)
+        if known
+    ]
+    assert estimates(rounds) == pytest.approx((np.median(slowest), np.median(last_arrival)))
 
 
 @pytest.mark.parametrize("value", [0, -1, 2.0, "2", True, "Auto", None])
@@ -143,6 +178,8 @@ def _check_decisions(result, epochs):
     for index, entry in enumerate(history):
         assert entry["block_s"] > 0 and entry["round_s"] >= 0
         assert entry["sync_every"] == choose_period(entry["block_s"], entry["round_s"], most)
+        # and the documented formula, computed here from the recorded inputs
+        assert entry["sync_every"] == _documented_period(entry["block_s"], entry["round_s"], most)
         assert stats["block_s"][index] == entry["block_s"]
         assert stats["round_s"][index] == entry["round_s"]
         probe = PROBE_ROUNDS if index == 0 else 0
@@ -249,5 +286,6 @@ def test_data_parallel_keeps_the_periods_in_history(client, sync_every):
         assert ("block_s" in entry) == (sync_every == "auto")
         if sync_every == "auto":
             assert entry["sync_every"] == choose_period(entry["block_s"], entry["round_s"], 26)
+            assert entry["sync_every"] == _documented_period(entry["block_s"], entry["round_s"], 26)
         else:
             assert entry["sync_every"] == 2
