@@ -194,7 +194,11 @@ def _check_decisions(result, epochs):
 def test_auto_periods_are_the_policy_applied_to_the_measured_costs(request, use_client):
     """With expensive rounds, then expensive blocks, every epoch's period is the policy
     applied to the inputs recorded with it, and those inputs include the extra cost (a
-    round at least MERGE_SLEEP_S, a block at least BLOCK_SLEEP_S)."""
+    round at least MERGE_SLEEP_S, a block at least BLOCK_SLEEP_S). The models are the sync
+    loop of reference_loops.py run with the recorded periods (the sleeps change no
+    arithmetic: scikit-learn's SGD and the linear rule)."""
+    from reference_loops import chunks_of, merge_linear_sgd, reference_sync_windows
+
     client = request.getfixturevalue("client") if use_client else False
     _register_slow_merge()
     X, y = _tiny_chunks()
@@ -206,6 +210,20 @@ def test_auto_periods_are_the_policy_applied_to_the_measured_costs(request, use_
     _check_decisions(costly_blocks, epochs=2)
     assert min(entry["round_s"] for entry in costly_rounds.history) >= MERGE_SLEEP_S
     assert min(entry["block_s"] for entry in costly_blocks.history) >= BLOCK_SLEEP_S
+    chunks = chunks_of(X.compute(), y.compute(), X.chunks[0])
+    most = -(-len(chunks) // 2)
+    for result in (costly_rounds, costly_blocks):
+        periods = [entry["sync_every"] for entry in result.history]
+        windows = [
+            [1] * PROBE_ROUNDS + [periods[0]] * math.ceil((most - PROBE_ROUNDS) / periods[0]),
+            [periods[1]] * math.ceil(most / periods[1]),
+        ]
+        expected = reference_sync_windows(
+            SGDClassifier(random_state=0), chunks, [0, 1], merge_linear_sgd, n_replicas=2,
+            windows=windows, shuffle=True, random_state=0,
+        )  # fmt: skip
+        np.testing.assert_array_equal(result.estimator.coef_, expected.coef_)
+        np.testing.assert_array_equal(result.estimator.intercept_, expected.intercept_)
 
 
 def test_an_explicit_period_records_itself_and_measures_nothing(client):
