@@ -171,6 +171,11 @@ def test_ragged_tiny_chunks_train_every_family(client, case):
     result = train(estimator, *_dask(X, y, RAGGED_ROWS), classes=classes, random_state=0)
     assert result.strategy == "sync" and result.stats["replicas"] == 2
     assert (result.stats["blocks"], result.stats["rows_per_block"]) == (4, (56, 63))
+    # the documented grouping rule's blocks: any floor from 5 to 56 rows groups these alike
+    groups = _documented_groups(RAGGED_ROWS, min_rows=10)
+    sizes = [np.sum(np.take(RAGGED_ROWS, group)) for group in groups]
+    assert result.stats["blocks"] == len(groups)
+    assert result.stats["rows_per_block"] == (min(sizes), max(sizes))
 
 
 @pytest.mark.parametrize("case", _ENGINE_EXACT, ids=_ids(_ENGINE_EXACT))
