@@ -11,6 +11,8 @@ of taskdml: plain NumPy and scikit-learn in this process.
 - :func:`reference_sync`: chunk ``i`` belongs to replica ``i mod R``; each round every
   replica copies the global model and ``partial_fit``\\s its next ``sync_every`` chunks; the
   replicas that saw rows are merged in rank order.
+- :func:`reference_sync_windows`: :func:`reference_sync` with each round's length given (the
+  periods a run recorded).
 - :func:`replay_async`: a parameter server's pushes replayed in the order it recorded.
 - :func:`reference_sync_until`: :func:`reference_sync` that stops as scikit-learn's SGD does:
   the epoch's loss is the sum, over every chunk, of the chunk's loss under the replica's
@@ -199,6 +201,33 @@ def reference_sync(
                 rows.append(sum(fit(replica, *owned[rank][p], classes) for p in window))
                 trained.append(replica)
             state = merge(state, trained, rows)
+    return state
+
+
+def reference_sync_windows(
+    start, chunks, classes, merge, *, n_replicas, windows, shuffle=False, random_state=0
+):
+    """:func:`reference_sync` with the length of every round given: ``windows[e]`` lists, round
+    by round, how many of its next chunks each replica trains in epoch ``e`` (the periods a
+    run recorded: ``"auto"`` probes with rounds of one chunk first). A replica whose chunks
+    ran out sits the round out."""
+    owned = [[c for i, c in enumerate(chunks) if i % n_replicas == r] for r in range(n_replicas)]
+    seed = engine_seed(random_state)
+    state = copy.deepcopy(start)
+    for epoch, lengths in enumerate(windows):
+        orders = [epoch_order(len(o), seed, epoch, r, shuffle) for r, o in enumerate(owned)]
+        done = 0
+        for length in lengths:
+            trained, rows = [], []
+            for rank in range(n_replicas):
+                window = orders[rank][done : done + length]
+                if not window:
+                    continue
+                replica = copy.deepcopy(state)
+                rows.append(sum(fit(replica, *owned[rank][p], classes) for p in window))
+                trained.append(replica)
+            state = merge(state, trained, rows)
+            done += length
     return state
 
 

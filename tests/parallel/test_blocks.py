@@ -1,12 +1,14 @@
 """Training blocks: tiny and ragged chunks are merged so that every estimator trains on them."""
 
+import copy
+
 import dask
 import dask.array as da
 import numpy as np
 import pytest
-from sklearn.cluster import MiniBatchKMeans
+from sklearn.cluster import KMeans, MiniBatchKMeans
 from sklearn.datasets import load_digits
-from sklearn.decomposition import IncrementalPCA
+from sklearn.decomposition import PCA, IncrementalPCA
 from sklearn.linear_model import SGDClassifier
 from sklearn.multiclass import OneVsRestClassifier
 from sklearn.neural_network import MLPClassifier
@@ -44,6 +46,48 @@ def _dask(X, y, rows):
     return X, da.from_array(y, chunks=(rows,) + tuple((n,) for n in y.shape[1:]))
 
 
+def _documented_groups(rows, min_rows):
+    """_blocks.py's grouping rule, written here from its docstring with the chunks' cumulative
+    rows: a group closes at the first chunk where the rows since the last close reach
+    *min_rows*; chunks left after the last close join the group before (or are the one
+    group)."""
+    ends = np.cumsum(rows)
+    closes, since = [], 0
+    for index, end in enumerate(ends):
+        if end - since >= min_rows:
+            closes.append(index)
+            since = end
+    if not closes or closes[-1] != len(rows) - 1:
+        closes = [*closes[:-1], len(rows) - 1]
+    starts = [0, *(close + 1 for close in closes[:-1])]
+    return [list(range(start, close + 1)) for start, close in zip(starts, closes)]
+
+
+def _outputs(model, X, n_columns):
+    """What a fitted model computes on *X*: its probabilities, decisions or transform (the
+    first *n_columns* columns: an untruncated IncrementalPCA's leading components)."""
+    if hasattr(model, "predict_proba"):
+        return model.predict_proba(X)
+    if hasattr(model, "decision_function"):
+        return model.decision_function(X)
+    return model.transform(X)[:, :n_columns]
+
+
+def _truncate(ipca, n_components):
+    """*ipca* (every component kept) as a PCA of *n_components* would be, in place: the
+    leading components, and ``noise_variance_`` the mean of the dropped eigenvalues over the
+    ``min(n_samples, n_features)`` a PCA of the rows has."""
+    if n_components is None:
+        return
+    total = min(int(ipca.n_samples_seen_), ipca.n_features_in_)
+    dropped = ipca.explained_variance_[n_components:total]
+    ipca.noise_variance_ = dropped.mean() if len(dropped) else 0.0
+    ipca.n_components = ipca.n_components_ = n_components
+    for name in ("components_", "singular_values_", "explained_variance_"):
+        setattr(ipca, name, getattr(ipca, name)[:n_components])
+    ipca.explained_variance_ratio_ = ipca.explained_variance_ratio_[:n_components]
+
+
 def _block_rows(rows, groups):
     bounds = np.cumsum((0, *rows))
     return [np.arange(bounds[group[0]], bounds[group[-1] + 1]) for group in groups]
@@ -61,8 +105,10 @@ def _block_rows(rows, groups):
     ],
 )
 def test_plan_blocks_merges_small_chunks_in_order(rows, min_rows, expected):
-    """Consecutive chunks join until a block is large enough; a small tail joins the last."""
+    """Consecutive chunks join until a block is large enough; a small tail joins the last:
+    the hand-computed groups, and the docstring's rule computed in the test."""
     assert plan_blocks(rows, min_rows) == expected
+    assert plan_blocks(rows, min_rows) == _documented_groups(rows, min_rows)
 
 
 @pytest.mark.parametrize(
@@ -105,8 +151,17 @@ def test_well_sized_chunks_are_trained_as_given_and_blocks_are_deterministic():
 def test_well_sized_data_is_one_block_per_chunk(client):
     """Chunks above the floor are trained on as they are, and the stats say so."""
     X = da.from_array(np.random.default_rng(0).normal(size=(600, 3)), chunks=(200, 3))
-    stats = train(IncrementalPCA(n_components=2), X).stats
+    result = train(IncrementalPCA(n_components=2), X)
+    stats = result.stats
     assert (stats["n_chunks"], stats["blocks"], stats["rows_per_block"]) == (3, 3, (200, 200))
+    # exact moments: the mean, and PCA's top two variances, of the rows in memory
+    X_np = X.compute()
+    np.testing.assert_allclose(result.estimator.mean_, X_np.mean(axis=0), atol=1e-12)
+    np.testing.assert_allclose(
+        result.estimator.explained_variance_,
+        PCA(n_components=2).fit(X_np).explained_variance_,
+        rtol=1e-10,
+    )
 
 
 @pytest.mark.parametrize("case", _ENGINE_CASES, ids=_ids(_ENGINE_CASES))
@@ -116,6 +171,11 @@ def test_ragged_tiny_chunks_train_every_family(client, case):
     result = train(estimator, *_dask(X, y, RAGGED_ROWS), classes=classes, random_state=0)
     assert result.strategy == "sync" and result.stats["replicas"] == 2
     assert (result.stats["blocks"], result.stats["rows_per_block"]) == (4, (56, 63))
+    # the documented grouping rule's blocks: any floor from 5 to 56 rows groups these alike
+    groups = _documented_groups(RAGGED_ROWS, min_rows=10)
+    sizes = [np.sum(np.take(RAGGED_ROWS, group)) for group in groups]
+    assert result.stats["blocks"] == len(groups)
+    assert result.stats["rows_per_block"] == (min(sizes), max(sizes))
 
 
 @pytest.mark.parametrize("case", _ENGINE_EXACT, ids=_ids(_ENGINE_EXACT))
@@ -128,9 +188,18 @@ def test_exact_families_on_ragged_chunks_equal_one_pass_over_the_blocks(client, 
     blocks = _block_rows(RAGGED_ROWS, RAGGED_BLOCKS)
     if get_merge_rule(estimator).reference == "one_call":
         blocks = [np.arange(len(X))]
-    # as a training hands it back (IncrementalPCA truncated to n_components)
-    reference = without_round_start(_serial(estimator, X, y, classes, [blocks]))
+    # as a training hands it back: test_merge's serial IncrementalPCA keeps every component
+    # (as the replicas do); the user's n_components truncates it
+    serial = _serial(estimator, X, y, classes, [blocks])
+    reference = without_round_start(copy.deepcopy(serial))
+    if isinstance(reference, IncrementalPCA):
+        _truncate(reference, estimator.n_components)
     _assert_fitted_close(result.estimator, reference, rtol=1e-10, atol=1e-12)
+    # and what the models compute on the rows, against scikit-learn's serial pass itself
+    got = _outputs(result.estimator, X, n_columns=None)
+    np.testing.assert_allclose(
+        got, _outputs(serial, X, n_columns=got.shape[1]), rtol=1e-8, atol=1e-10
+    )
 
 
 def test_ragged_chunks_train_reproducibly_for_a_seed(client):
@@ -159,6 +228,9 @@ def test_minibatch_kmeans_first_block_holds_n_clusters(client):
     )
     assert result.stats["rows_per_block"] == (88, 112)
     assert result.estimator.cluster_centers_.shape == (30, 2)
+    # the merged centres cluster the rows about as well as k-means fitted in memory
+    inertia = -result.estimator.score(X)
+    assert inertia <= 1.5 * KMeans(n_clusters=30, n_init=1, random_state=0).fit(X).inertia_
 
 
 def _digits_chunks():
@@ -167,18 +239,40 @@ def _digits_chunks():
 
 
 def test_incremental_pca_on_digits_in_299_row_chunks_through_data_parallel(client):
-    """The issue's case: n_components=5 no longer fails on the 3-row last chunk."""
+    """The issue's case: n_components=5 no longer fails on the 3-row last chunk. Small data
+    is fitted at once with the estimator's own fit (as documented): scikit-learn's
+    IncrementalPCA fitted in memory; trained in blocks ("sync"), the replicas keep every
+    component, so the moments are PCA's of the rows."""
     X, chunks = _digits_chunks()
     model = DataParallel(IncrementalPCA(n_components=5)).fit(chunks)
     assert model.estimator_.components_.shape == (5, 64)
     assert model.transform(X[:10]).shape == (10, 5)
+    np.testing.assert_allclose(
+        model.transform(X[:10]), IncrementalPCA(n_components=5).fit(X).transform(X[:10]),
+        atol=1e-8,
+    )  # fmt: skip
+    blocks = DataParallel(IncrementalPCA(n_components=5), strategy="sync").fit(chunks)
+    pca = PCA(n_components=5).fit(X)
+    np.testing.assert_allclose(blocks.estimator_.mean_, X.mean(axis=0), atol=1e-10)
+    np.testing.assert_allclose(
+        blocks.estimator_.explained_variance_, pca.explained_variance_, rtol=1e-8
+    )
+    # the five leading directions are distinct: the projections agree up to their signs
+    np.testing.assert_allclose(
+        np.abs(blocks.transform(X[:10])), np.abs(pca.transform(X[:10])), atol=1e-6
+    )
 
 
 def test_incremental_pca_on_digits_in_threads():
     """Without a client the replicas are threads on the same blocks: the same fix holds."""
-    _, chunks = _digits_chunks()
+    X, chunks = _digits_chunks()
     result = train(IncrementalPCA(n_components=5), chunks, n_replicas=2, client=False)
     assert result.stats["blocks"] == 6 and result.estimator.components_.shape == (5, 64)
+    np.testing.assert_allclose(
+        result.estimator.explained_variance_,
+        PCA(n_components=5).fit(X).explained_variance_,
+        rtol=1e-8,
+    )
 
 
 def test_incremental_pca_on_digits_equals_one_serial_pass(client):

@@ -246,9 +246,12 @@ def test_inside_a_scikit_learn_pipeline():
     )
     in_memory = make_pipeline(StandardScaler(), SGDClassifier(random_state=0, max_iter=3, tol=None))
     expected = in_memory.fit(X_np, y_np).score(X_np, y_np)
-    assert abs(pipeline.fit(X_np, y_np).score(X_np, y_np) - expected) <= 0.02
+    assert pipeline.fit(X_np, y_np).score(X_np, y_np) == pytest.approx(expected, abs=0.02)
     frame = pd.DataFrame(X_np, columns=[f"c{i}" for i in range(8)])
     model = DataParallel(StandardScaler()).fit(frame)
+    np.testing.assert_allclose(
+        model.transform(frame), StandardScaler().fit(frame).transform(frame), atol=1e-12
+    )
     assert list(model.feature_names_in_) == list(frame.columns)
     assert list(model.get_feature_names_out()) == list(frame.columns)
 

@@ -97,8 +97,13 @@ def test_checkpoints_of_fewer_replicas_than_workers_are_no_replans(client):
 def test_the_chunks_left_are_dealt_by_index():
     """Chunk i of those left goes to replica i mod R, in index order."""
     chunks = [Chunk(None, None, None, i) for i in range(10)]
-    shares = _elastic.deal(chunks, [9, 2, 4, 7, 5], 3)
+    left, n_replicas = [9, 2, 4, 7, 5], 3
+    shares = _elastic.deal(chunks, left, n_replicas)
     assert [[c.index for c in share] for share in shares] == [[9], [4, 7], [2, 5]]
+    # the rule, computed here: replica r holds the chunks left whose index is r mod R, sorted
+    indices = np.sort(left)
+    dealt = [indices[indices % n_replicas == r].tolist() for r in range(n_replicas)]
+    assert [[c.index for c in share] for share in shares] == dealt
 
 
 # --------------------------------------------------------------------------------------------

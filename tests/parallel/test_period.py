@@ -21,6 +21,26 @@ from taskdml.parallel.engine._period import (
     estimates,
 )
 
+# The policy's constants as the module docstring states them: coordination at most 5 % of a
+# round's wall time, at least 4 merges an epoch.
+DOCUMENTED_TARGET = 0.05
+DOCUMENTED_MIN_ROUNDS = 4
+
+
+def _documented_period(block_s, round_s, most_blocks):
+    """The period by the formula of _period.py's docstring, written here: the smallest ``p``
+    with ``round_s / (p * block_s + round_s) <= 5 %``, found by trying p = 1, 2, ..., up to
+    the longest period that keeps 4 merges an epoch (1 when a measurement is missing)."""
+    bound = max(1, (most_blocks - 1) // (DOCUMENTED_MIN_ROUNDS - 1))
+    if block_s is None or round_s is None:
+        return 1
+    for period in range(1, bound + 1):
+        wall = period * block_s + round_s
+        # a relative whisker: the hand-computed 5 % cases land on the target exactly
+        if round_s <= DOCUMENTED_TARGET * wall * (1 + 1e-9):
+            return period
+    return bound
+
 
 @pytest.mark.parametrize(
     ("block_s", "round_s", "most_blocks", "period"),
@@ -40,8 +60,13 @@ from taskdml.parallel.engine._period import (
     ],
 )
 def test_choose_period_by_hand(block_s, round_s, most_blocks, period):
-    """The formula and its bound give the hand-computed period."""
+    """The formula and its bound give the hand-computed period, and the documented formula
+    computed in the test gives it too (with the docstring's 5 % and 4 merges)."""
+    assert (TARGET, MIN_ROUNDS) == (DOCUMENTED_TARGET, DOCUMENTED_MIN_ROUNDS)
     assert choose_period(block_s, round_s, most_blocks) == period
+    assert choose_period(block_s, round_s, most_blocks) == _documented_period(
+        block_s, round_s, most_blocks
+    )
 
 
 @given(
@@ -72,6 +97,16 @@ def test_estimates_take_the_slowest_block_and_the_last_arrival():
     ]
     assert estimates(rounds) == pytest.approx((0.0115, 0.004))
     assert estimates([[(0.01, 1, None)]]) == (0.01, None)
+    # the same estimates, computed here from the docstring's definition with NumPy
+    slowest = [
+        np.max([seconds / blocks for seconds, blocks, _ in infos if blocks]) for infos in rounds
+    ]
+    last_arrival = [
+        np.min(known)
+        for known in ([o for _, _, o in infos if o is not None] for infos in rounds)
+        if known
+    ]
+    assert estimates(rounds) == pytest.approx((np.median(slowest), np.median(last_arrival)))
 
 
 @pytest.mark.parametrize("value", [0, -1, 2.0, "2", True, "Auto", None])
@@ -143,6 +178,8 @@ def _check_decisions(result, epochs):
     for index, entry in enumerate(history):
         assert entry["block_s"] > 0 and entry["round_s"] >= 0
         assert entry["sync_every"] == choose_period(entry["block_s"], entry["round_s"], most)
+        # and the documented formula, computed here from the recorded inputs
+        assert entry["sync_every"] == _documented_period(entry["block_s"], entry["round_s"], most)
         assert stats["block_s"][index] == entry["block_s"]
         assert stats["round_s"][index] == entry["round_s"]
         probe = PROBE_ROUNDS if index == 0 else 0
@@ -157,7 +194,11 @@ def _check_decisions(result, epochs):
 def test_auto_periods_are_the_policy_applied_to_the_measured_costs(request, use_client):
     """With expensive rounds, then expensive blocks, every epoch's period is the policy
     applied to the inputs recorded with it, and those inputs include the extra cost (a
-    round at least MERGE_SLEEP_S, a block at least BLOCK_SLEEP_S)."""
+    round at least MERGE_SLEEP_S, a block at least BLOCK_SLEEP_S). The models are the sync
+    loop of reference_loops.py run with the recorded periods (the sleeps change no
+    arithmetic: scikit-learn's SGD and the linear rule)."""
+    from reference_loops import chunks_of, merge_linear_sgd, reference_sync_windows
+
     client = request.getfixturevalue("client") if use_client else False
     _register_slow_merge()
     X, y = _tiny_chunks()
@@ -169,6 +210,20 @@ def test_auto_periods_are_the_policy_applied_to_the_measured_costs(request, use_
     _check_decisions(costly_blocks, epochs=2)
     assert min(entry["round_s"] for entry in costly_rounds.history) >= MERGE_SLEEP_S
     assert min(entry["block_s"] for entry in costly_blocks.history) >= BLOCK_SLEEP_S
+    chunks = chunks_of(X.compute(), y.compute(), X.chunks[0])
+    most = -(-len(chunks) // 2)
+    for result in (costly_rounds, costly_blocks):
+        periods = [entry["sync_every"] for entry in result.history]
+        windows = [
+            [1] * PROBE_ROUNDS + [periods[0]] * math.ceil((most - PROBE_ROUNDS) / periods[0]),
+            [periods[1]] * math.ceil(most / periods[1]),
+        ]
+        expected = reference_sync_windows(
+            SGDClassifier(random_state=0), chunks, [0, 1], merge_linear_sgd, n_replicas=2,
+            windows=windows, shuffle=True, random_state=0,
+        )  # fmt: skip
+        np.testing.assert_array_equal(result.estimator.coef_, expected.coef_)
+        np.testing.assert_array_equal(result.estimator.intercept_, expected.intercept_)
 
 
 def test_an_explicit_period_records_itself_and_measures_nothing(client):
@@ -249,5 +304,6 @@ def test_data_parallel_keeps_the_periods_in_history(client, sync_every):
         assert ("block_s" in entry) == (sync_every == "auto")
         if sync_every == "auto":
             assert entry["sync_every"] == choose_period(entry["block_s"], entry["round_s"], 26)
+            assert entry["sync_every"] == _documented_period(entry["block_s"], entry["round_s"], 26)
         else:
             assert entry["sync_every"] == 2

@@ -69,11 +69,16 @@ def test_epochs_over_chunks_equal_the_same_steps_unsharded_and_learn(client):
 
 
 def test_each_blocks_columns_stay_on_its_worker(client):
-    """The column blocks of the data and the weights live on the worker of their block."""
-    _, _, dX, dy = _data()
-    model = FeatureSharded(n_blocks=2).fit(dX, dy)
+    """The column blocks of the data and the weights live on the worker of their block, and
+    the weights are those of the unsharded steps (the defaults: rate 0.1, no penalty, one
+    epoch)."""
+    X, y, dX, dy = _data()
+    model = FeatureSharded(n_blocks=2, random_state=0).fit(dX, dy)
     homes = [set(client.who_has([future])[future.key]) for _, future in model.blocks_]
     assert all(len(home) == 1 for home in homes) and homes[0] != homes[1]
+    w, b = _unsharded_epochs(X, y, epochs=1, learning_rate=0.1, alpha=0.0, random_state=0)
+    np.testing.assert_allclose(model.coef_, w, rtol=0, atol=1e-10)
+    assert model.intercept_ == pytest.approx(b, abs=1e-10)
 
 
 def test_a_bad_configuration_is_refused(client):
