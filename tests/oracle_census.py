@@ -96,6 +96,7 @@ REFERENCE_MODULES = ("reference_loops",)
 LOOP_INPUTS = {
     "reference_sync": {"chunks", "classes"},
     "replay_async": {"chunks", "classes", "pushes"},
+    "reference_sync_windows": {"chunks", "classes", "windows"},
 }
 PEER_SUITES = {"model_selection/test_sklearn_search_suite.py"}
 # taskdml's data generators and readers make a test's input, not the value it checks, except
