@@ -48,6 +48,24 @@ def _check_convention(data, n_samples, n_features, chunks):
     assert not any(math.isnan(c) for c in data.X.chunks[0])
 
 
+def _regression_reference(n_samples, seed, n_features=6, n_informative=3, noise=0.5):
+    """make_regression's rows (bias 0) as the generators' module docstring defines them, in
+    NumPy: the coefficients, 100 x uniform, from ``SeedSequence(seed, spawn_key=(0,))``; block
+    ``b`` of 4096 rows from ``SeedSequence(seed, spawn_key=(1, b))``, its X standard normal,
+    then the noise of y = X @ coef."""
+    coef = np.zeros(n_features)
+    model_rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0,)))
+    coef[:n_informative] = 100 * model_rng.uniform(size=n_informative)
+    X_blocks, y_blocks = [], []
+    for block, start in enumerate(range(0, n_samples, 4096)):
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1, block)))
+        rows = min(4096, n_samples - start)
+        X = rng.standard_normal((rows, n_features))
+        X_blocks.append(X)
+        y_blocks.append(X @ coef + rng.normal(scale=noise, size=rows))
+    return np.concatenate(X_blocks), np.concatenate(y_blocks)
+
+
 # --------------------------------------------------------------------------------------------
 # Generators
 # --------------------------------------------------------------------------------------------
@@ -87,6 +105,12 @@ def test_generator_seed_determines_values(name):
     assert a.X.data.name == b.X.data.name
     np.testing.assert_array_equal(_local(a.X), _local(b.X))
     assert not np.array_equal(_local(a.X), _local(c.X))
+    if name == "make_regression":  # each seed's values as the documented seeding draws them
+        X_1, y_1 = _regression_reference(2_000, 1)
+        np.testing.assert_array_equal(_local(a.X), X_1)
+        np.testing.assert_allclose(_local(a.y), y_1, rtol=1e-12)
+        X_2, _ = _regression_reference(2_000, 2)
+        np.testing.assert_array_equal(_local(c.X), X_2)
     fresh = [GENERATORS[name](n_samples=100, chunk_size=50) for _ in range(2)]
     assert not np.array_equal(_local(fresh[0].X), _local(fresh[1].X))
     rs = GENERATORS[name](n_samples=100, random_state=np.random.RandomState(0))
@@ -110,6 +134,10 @@ def test_generator_values_do_not_depend_on_chunking(
     b = GENERATORS[name](n_samples=n_samples, chunk_size=chunk_b, random_state=random_state)
     np.testing.assert_array_equal(_local(a.X), _local(b.X))
     np.testing.assert_array_equal(_local(a.y), _local(b.y))
+    if name == "make_regression":  # and they are the rows of the documented seeding
+        X, y = _regression_reference(n_samples, random_state)
+        np.testing.assert_array_equal(_local(b.X), X)
+        np.testing.assert_allclose(_local(b.y), y, rtol=1e-12)
 
 
 @pytest.mark.parametrize("name", sorted(GENERATORS))
@@ -121,6 +149,10 @@ def test_generator_same_on_cluster_and_local_scheduler(name, client, seed):
     np.testing.assert_array_equal(on_cluster[1], _local(data.y))
     other = GENERATORS[name](n_samples=10_000, chunk_size=4_096, random_state=seed)
     np.testing.assert_array_equal(other.X.data.compute(), on_cluster[0])
+    if name == "make_regression":  # the documented seeding's rows, drawn with NumPy here
+        X, y = _regression_reference(10_000, seed)
+        np.testing.assert_array_equal(on_cluster[0], X)
+        np.testing.assert_allclose(on_cluster[1], y, rtol=1e-12)
 
 
 def test_make_classification_weights_give_class_balance(seed):
