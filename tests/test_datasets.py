@@ -66,6 +66,40 @@ def _regression_reference(n_samples, seed, n_features=6, n_informative=3, noise=
     return np.concatenate(X_blocks), np.concatenate(y_blocks)
 
 
+def _blobs_reference(n_samples, seed, n_features=3, n_centers=4):
+    """make_blobs's rows (cluster_std 1) as the generators' module docstring defines them, in
+    NumPy: the centers uniform in (-10, 10) from ``SeedSequence(seed, spawn_key=(0,))``; in
+    block ``b`` of 4096 rows, generator ``SeedSequence(seed, spawn_key=(1, b))``, row ``r``'s
+    cluster the equal stratum of frac((r + 1) x golden ratio), permuted within the block, then
+    X standard normal plus its cluster's center."""
+    model_rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0,)))
+    centers = model_rng.uniform(-10.0, 10.0, size=(n_centers, n_features))
+    golden = (1 + math.sqrt(5)) / 2
+    X_blocks, y_blocks = [], []
+    for block, start in enumerate(range(0, n_samples, 4096)):
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1, block)))
+        rows = np.arange(start, min(start + 4096, n_samples)) + 1
+        stratum = np.floor(np.mod(rows * golden, 1.0) * n_centers).astype(np.int64)
+        cluster = rng.permutation(stratum)
+        X = rng.standard_normal((len(rows), n_features)) + centers[cluster]
+        X_blocks.append(X)
+        y_blocks.append(cluster)
+    return np.concatenate(X_blocks), np.concatenate(y_blocks)
+
+
+def _assert_documented_values(name, X, y, seed):
+    """A generator's computed X and y (rows 0..len(X)) against the reference drawn in the test:
+    make_regression's and make_blobs's (make_classification's model is not re-derived here)."""
+    if name == "make_regression":
+        X_ref, y_ref = _regression_reference(len(X), seed)
+        np.testing.assert_array_equal(X, X_ref)
+        np.testing.assert_allclose(y, y_ref, rtol=1e-12)
+    if name == "make_blobs":
+        X_ref, y_ref = _blobs_reference(len(X), seed)
+        np.testing.assert_array_equal(y, y_ref)
+        np.testing.assert_allclose(X, X_ref, rtol=1e-12)
+
+
 # --------------------------------------------------------------------------------------------
 # Generators
 # --------------------------------------------------------------------------------------------
@@ -73,7 +107,8 @@ def _regression_reference(n_samples, seed, n_features=6, n_informative=3, noise=
 
 @pytest.mark.parametrize("name", sorted(GENERATORS))
 def test_generator_convention(name, seed):
-    """Generated data has the convention's dims, dtypes, chunks and feature names."""
+    """Generated data has the convention's dims, dtypes, chunks and feature names, and
+    make_regression's and make_blobs's values are those their documented seeding draws."""
     data = GENERATORS[name](n_samples=1_000, chunk_size=300, random_state=seed)
     n_features = data.sizes["feature"]
     _check_convention(data, 1_000, n_features, (300, 300, 300, 100))
@@ -81,6 +116,7 @@ def test_generator_convention(name, seed):
     expected_y = np.float64 if name == "make_regression" else np.int64
     assert data.y.dtype == expected_y
     assert np.isfinite(_local(data.X)).all()
+    _assert_documented_values(name, _local(data.X), _local(data.y), seed)
 
 
 @pytest.mark.parametrize("name", sorted(GENERATORS))
@@ -98,19 +134,16 @@ def test_generator_keys_are_named_after_the_function(name, seed):
 
 @pytest.mark.parametrize("name", sorted(GENERATORS))
 def test_generator_seed_determines_values(name):
-    """Same seed, same data and same keys; another seed or None gives other data."""
+    """Same seed, same data and same keys; another seed or None gives other data; each seed's
+    values are those the documented seeding draws (make_regression, make_blobs)."""
     a = GENERATORS[name](n_samples=2_000, chunk_size=500, random_state=1)
     b = GENERATORS[name](n_samples=2_000, chunk_size=500, random_state=1)
     c = GENERATORS[name](n_samples=2_000, chunk_size=500, random_state=2)
     assert a.X.data.name == b.X.data.name
     np.testing.assert_array_equal(_local(a.X), _local(b.X))
     assert not np.array_equal(_local(a.X), _local(c.X))
-    if name == "make_regression":  # each seed's values as the documented seeding draws them
-        X_1, y_1 = _regression_reference(2_000, 1)
-        np.testing.assert_array_equal(_local(a.X), X_1)
-        np.testing.assert_allclose(_local(a.y), y_1, rtol=1e-12)
-        X_2, _ = _regression_reference(2_000, 2)
-        np.testing.assert_array_equal(_local(c.X), X_2)
+    _assert_documented_values(name, _local(a.X), _local(a.y), 1)  # each seed's own values
+    _assert_documented_values(name, _local(c.X), _local(c.y), 2)
     fresh = [GENERATORS[name](n_samples=100, chunk_size=50) for _ in range(2)]
     assert not np.array_equal(_local(fresh[0].X), _local(fresh[1].X))
     rs = GENERATORS[name](n_samples=100, random_state=np.random.RandomState(0))
@@ -128,31 +161,27 @@ def test_generator_seed_determines_values(name):
 def test_generator_values_do_not_depend_on_chunking(
     name, n_samples, chunk_a, chunk_b, random_state
 ):
-    """Property: for a seed the arrays are identical whatever chunk_size."""
+    """Property: for a seed the arrays are identical whatever chunk_size, and are the
+    documented seeding's (make_regression, make_blobs: drawn with NumPy in the test)."""
     chunk_a = max(chunk_a, n_samples // 50 + 1)  # keep the number of tasks small
     a = GENERATORS[name](n_samples=n_samples, chunk_size=chunk_a, random_state=random_state)
     b = GENERATORS[name](n_samples=n_samples, chunk_size=chunk_b, random_state=random_state)
     np.testing.assert_array_equal(_local(a.X), _local(b.X))
     np.testing.assert_array_equal(_local(a.y), _local(b.y))
-    if name == "make_regression":  # and they are the rows of the documented seeding
-        X, y = _regression_reference(n_samples, random_state)
-        np.testing.assert_array_equal(_local(b.X), X)
-        np.testing.assert_allclose(_local(b.y), y, rtol=1e-12)
+    _assert_documented_values(name, _local(b.X), _local(b.y), random_state)
 
 
 @pytest.mark.parametrize("name", sorted(GENERATORS))
 def test_generator_same_on_cluster_and_local_scheduler(name, client, seed):
-    """A 2-worker cluster computes exactly what the local scheduler computes."""
+    """A 2-worker cluster computes exactly what the local scheduler computes, and what the
+    documented seeding draws (make_regression, make_blobs)."""
     data = GENERATORS[name](n_samples=10_000, chunk_size=1_500, random_state=seed)
     on_cluster = client.compute([data.X.data, data.y.data], sync=True)
     np.testing.assert_array_equal(on_cluster[0], _local(data.X))
     np.testing.assert_array_equal(on_cluster[1], _local(data.y))
     other = GENERATORS[name](n_samples=10_000, chunk_size=4_096, random_state=seed)
     np.testing.assert_array_equal(other.X.data.compute(), on_cluster[0])
-    if name == "make_regression":  # the documented seeding's rows, drawn with NumPy here
-        X, y = _regression_reference(10_000, seed)
-        np.testing.assert_array_equal(on_cluster[0], X)
-        np.testing.assert_allclose(on_cluster[1], y, rtol=1e-12)
+    _assert_documented_values(name, on_cluster[0], on_cluster[1], seed)
 
 
 def test_make_classification_weights_give_class_balance(seed):
