@@ -14,7 +14,7 @@ from sklearn.datasets import make_classification, make_regression
 from sklearn.decomposition import PCA
 from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge
-from sklearn.metrics import get_scorer
+from sklearn.metrics import accuracy_score, get_scorer, roc_auc_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.svm import LinearSVC
@@ -471,6 +471,14 @@ def test_unfitted_model(problems):
 
 
 def test_docstring_examples():
-    """The examples in the module's docstrings run."""
+    """The examples in the module's docstrings run; evaluate's example, which only bounds its
+    accuracy, gives scikit-learn's accuracy and ROC AUC on its data."""
     failures, tried = doctest.testmod(taskdml.metrics)
     assert tried > 0 and failures == 0
+    X = np.random.default_rng(0).normal(size=(100, 3))
+    y = (X[:, 0] > 0).astype(int)
+    model = LogisticRegression().fit(X, y)
+    scores = evaluate(model, as_dataset(X, y, chunks=30), ["accuracy", "roc_auc"])
+    assert scores["accuracy"] == pytest.approx(accuracy_score(y, model.predict(X)), **TOLERANCE)
+    expected_auc = roc_auc_score(y, model.predict_proba(X)[:, 1])
+    assert scores["roc_auc"] == pytest.approx(expected_auc, **TOLERANCE)
