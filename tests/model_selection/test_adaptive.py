@@ -288,10 +288,28 @@ def test_halving_waits_for_the_whole_rung():
 
 
 def test_docstring_examples_run():
-    """The examples in the modules' docstrings run (in process, without a client)."""
+    """The examples in the modules' docstrings run (in process, without a client); the plan
+    the successive halving example prints is its arithmetic, computed here: rung i keeps
+    ``n_trials // eta**i`` trials at ``eta**i`` epochs, each training from the last rung's."""
     for module in (_adaptive, _adaptive_policy):
         failures, tried = doctest.testmod(module)
         assert tried > 0 and failures == 0
+    n_trials, max_epochs, eta = 6, 9, 3
+    metadata = SuccessiveHalvingSearchCV(
+        SGDClassifier(random_state=0),
+        {"alpha": [1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0]},
+        n_trials=n_trials,
+        max_epochs=max_epochs,
+        random_state=0,
+    ).metadata
+    budgets = [eta**i for i in range(max_epochs) if eta**i <= max_epochs]
+    kept = [max(1, n_trials // eta**i) for i in range(len(budgets))]
+    assert metadata["rungs"] == list(zip(kept, budgets))
+    calls = sum(
+        k * (b - (budgets[i - 1] if i else 0)) for i, (k, b) in enumerate(zip(kept, budgets))
+    )
+    assert metadata["partial_fit_calls"] == calls
+    assert metadata["n_models"] == n_trials
 
 
 # --------------------------------------------------------------------------------------------
