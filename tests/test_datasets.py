@@ -287,7 +287,8 @@ def test_make_classification_classes_sit_on_hypercube_vertices(seed):
 
 
 def test_make_classification_shift_and_scale(seed):
-    """X is (X + shift) * scale, applied after generation."""
+    """X is (X + shift) * scale, applied after generation; None draws them in scikit-learn's
+    ranges."""
     plain = datasets.make_classification(1_000, 4, chunk_size=400, random_state=seed)
     moved = datasets.make_classification(
         1_000, 4, shift=2.0, scale=[1.0, 2.0, 3.0, 4.0], chunk_size=400, random_state=seed
@@ -295,6 +296,14 @@ def test_make_classification_shift_and_scale(seed):
     np.testing.assert_allclose(_local(moved.X), (_local(plain.X) + 2.0) * [1, 2, 3, 4])
     random = datasets.make_classification(100, 4, shift=None, scale=None, random_state=seed)
     assert np.isfinite(_local(random.X)).all()
+    # None draws them as scikit-learn does: shift in [-class_sep, class_sep), scale in
+    # [1, 101), applied to the same rows (the draws come after the model's).
+    base = _local(datasets.make_classification(100, 4, random_state=seed).X)
+    drawn_scale = np.ptp(_local(random.X), axis=0) / np.ptp(base, axis=0)
+    drawn_shift = (_local(random.X) / drawn_scale - base).mean(0)
+    assert ((drawn_scale >= 1) & (drawn_scale < 101)).all(), drawn_scale
+    assert ((drawn_shift >= -1) & (drawn_shift < 1)).all(), drawn_shift
+    np.testing.assert_allclose(_local(random.X), (base + drawn_shift) * drawn_scale, rtol=1e-9)
 
 
 def test_make_regression_is_linear_when_noise_free(seed):
