@@ -336,8 +336,13 @@ def test_the_dry_run_shows_the_capped_cluster(tmp_path):
 def test_a_training_asks_a_fresh_cluster_for_its_imports_once(fresh_client):
     """train() on a client registers, first thing, one plugin that imports the engine's, the
     estimator's and its merge rule's modules on every worker; a second training with the same
-    estimator on the same client registers nothing more."""
+    estimator on the same client registers nothing more. Both trainings (one replica, seeded)
+    are the sync loop of reference_loops.py from scikit-learn's SGDClassifier on the same
+    chunks."""
+    import dask
     import dask.array as da
+    import numpy as np
+    from reference_loops import chunks_of, merge_linear_sgd, reference_sync
     from sklearn.linear_model import SGDClassifier
 
     from taskdml.parallel import train
@@ -345,10 +350,18 @@ def test_a_training_asks_a_fresh_cluster_for_its_imports_once(fresh_client):
 
     X = da.random.default_rng(0).standard_normal((400, 3), chunks=(100, 3))
     y = (X[:, 0] > 0).astype(int)
+    expected = reference_sync(
+        SGDClassifier(random_state=0), chunks_of(*dask.compute(X, y), X.chunks[0]), [0, 1],
+        merge_linear_sgd, n_replicas=1, sync_every=1, epochs=1, shuffle=True, random_state=0,
+    )  # fmt: skip
     for _ in range(2):
-        train(SGDClassifier(random_state=0), X, y, epochs=1, client=fresh_client)
+        result = train(
+            SGDClassifier(random_state=0), X, y, epochs=1, random_state=0, client=fresh_client
+        )
         (plugins,) = fresh_client.run(_prepared).values()
         assert len(plugins) == 1, plugins
+        np.testing.assert_array_equal(result.estimator.coef_, expected.coef_)
+        np.testing.assert_array_equal(result.estimator.intercept_, expected.intercept_)
     (modules,) = plugins.values()
     assert modules == worker_modules(SGDClassifier())
     assert "sklearn.linear_model._stochastic_gradient" in modules

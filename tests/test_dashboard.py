@@ -6,13 +6,18 @@ import os
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 from browser import CHROMIUM, launch
 from distributed import Client, LocalCluster
+from sklearn.metrics import accuracy_score, roc_auc_score
+from sklearn.preprocessing import StandardScaler
 
 import taskdml
 import taskdml.runs._dashboard
+from taskdml import datasets
 from taskdml.runs._dashboard import RunState
+from taskdml.runs._directory import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(os.environ.get("TASKDML_TEST_ARTIFACTS", ROOT / "build" / "test-artifacts"))
@@ -80,9 +85,26 @@ def finished_run(tmp_path_factory):
         yield client.dashboard_link.rsplit("/status", 1)[0], runs, events
 
 
+def _scaled_test_rows(run_path, n_samples, chunk_size):
+    """The test rows of a run of quickstart or search.yaml (seed 0), made here, scaled by
+    scikit-learn's StandardScaler fitted in memory on the train rows, which the run's
+    ``scale`` step must be: ``(X_test, y_test)``."""
+    data = datasets.make_classification(
+        n_samples=n_samples, n_features=20, n_informative=10, chunk_size=chunk_size, random_state=0
+    )
+    train, test = datasets.train_test_split(data, test_size=0.2, random_state=0)
+    train, test = train.compute(), test.compute()
+    reference = StandardScaler().fit(train["X"].values)
+    scaler = load_model(run_path, "scale")
+    np.testing.assert_allclose(scaler.mean_, reference.mean_, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(scaler.var_, reference.var_, rtol=1e-10)
+    return reference.transform(test["X"].values), test["y"].values
+
+
 def test_the_json_endpoint_lists_the_runs_steps_epochs_and_trials(finished_run):
     """/taskdml/api/state holds both runs, newest first, every step completed, the model's
-    four epochs and the search's nine trials."""
+    four epochs and the search's nine trials; the quickstart's accuracy there is
+    scikit-learn's accuracy of its model on its test rows."""
     address, runs, _ = finished_run
     state = json.load(urllib.request.urlopen(f"{address}/taskdml/api/state", timeout=30))
     newest, older = state["runs"][:2]
@@ -92,13 +114,17 @@ def test_the_json_endpoint_lists_the_runs_steps_epochs_and_trials(finished_run):
     )
     assert [e["epoch"] for e in newest["steps"]["model"]["epochs"]] == [1, 2, 3, 4]
     assert newest["steps"]["report"]["metrics"]["accuracy"] > 0.6
+    X_test, y_test = _scaled_test_rows(runs["quickstart"].path, 20_000, 2500)
+    expected = accuracy_score(y_test, load_model(runs["quickstart"].path, "model").predict(X_test))
+    assert newest["steps"]["report"]["metrics"]["accuracy"] == pytest.approx(expected, rel=1e-12)
     assert len(older["steps"]["tune"]["trials"]) == 9
 
 
 def test_the_event_stream_of_a_search_run_is_whole(finished_run):
     """events.jsonl parses line by line; every step started and finished; every trial of the
     search ends in a final state; the callback got the same events (and the terminal's
-    ``tasks`` counts, which are not recorded)."""
+    ``tasks`` counts, which are not recorded); the metric events' values are scikit-learn's
+    accuracy and ROC AUC of the best model on the test rows."""
     _, runs, events = finished_run
     lines = (Path(runs["search"].path) / "events.jsonl").read_text().splitlines()
     logged = [json.loads(line) for line in lines]
@@ -115,6 +141,15 @@ def test_the_event_stream_of_a_search_run_is_whole(finished_run):
     assert len(final) == 9
     assert all(s == "completed" or s.startswith("stopped at rung") for s in final.values())
     assert {e["name"] for e in logged if e["event"] == "metric"} == {"accuracy", "roc_auc"}
+    X_test, y_test = _scaled_test_rows(runs["search"].path, 60_000, 7500)
+    best = load_model(runs["search"].path, "tune")
+    expected = {
+        "accuracy": accuracy_score(y_test, best.predict(X_test)),
+        "roc_auc": roc_auc_score(y_test, best.predict_proba(X_test)[:, 1]),
+    }
+    for event in logged:
+        if event["event"] == "metric":
+            assert event["value"] == pytest.approx(expected[event["name"]], rel=1e-9), event
 
 
 @pytest.mark.skipif(

@@ -49,6 +49,32 @@ def _accuracy(runs):
     return json.loads(path.read_text())["report"]["accuracy"]
 
 
+def _assert_scikit_learns(runs):
+    """The QUICK run's scaler is scikit-learn's StandardScaler fitted in memory on its train
+    rows (made here with the file's seed and sizes), and its reported accuracy is
+    scikit-learn's accuracy of its model on the test rows so scaled."""
+    import numpy as np
+    from sklearn.metrics import accuracy_score
+    from sklearn.preprocessing import StandardScaler
+
+    from taskdml import datasets
+    from taskdml.runs._directory import load_model
+
+    data = datasets.make_classification(
+        n_samples=4000, n_features=20, n_informative=10, chunk_size=1000, random_state=0
+    )
+    train, test = datasets.train_test_split(data, test_size=0.2, random_state=0)
+    train, test = train.compute(), test.compute()
+    (run_dir,) = (path.parent for path in Path(runs).glob("*/manifest.json"))
+    reference = StandardScaler().fit(train["X"].values)
+    scaler = load_model(run_dir, "scale")
+    np.testing.assert_allclose(scaler.mean_, reference.mean_, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(scaler.var_, reference.var_, rtol=1e-10)
+    predicted = load_model(run_dir, "model").predict(reference.transform(test["X"].values))
+    expected = accuracy_score(test["y"].values, predicted)
+    assert _accuracy(runs) == pytest.approx(expected, rel=1e-12)
+
+
 @pytest.fixture(scope="module")
 def fixed_accuracy(tmp_path_factory):
     """quickstart's accuracy on the embedded cluster of its file (two worker processes)."""
@@ -65,7 +91,7 @@ def test_scheduler_address_from_the_command_line_and_from_the_file(
 ):
     """quickstart runs unchanged on `dask scheduler` + two `dask worker`s via --scheduler, and
     with the same address written in the file's cluster block, to the embedded cluster's
-    accuracy (within 0.5 pp)."""
+    accuracy (within 0.5 pp); each run's scaler and accuracy are scikit-learn's on its rows."""
     address = separate_scheduler
     for where, args in {
         "cli": [ROOT / "pipelines" / "quickstart.yaml", "--scheduler", address],
@@ -81,6 +107,7 @@ def test_scheduler_address_from_the_command_line_and_from_the_file(
             2,
         )
         assert abs(_accuracy(runs) - fixed_accuracy) <= 0.005
+        _assert_scikit_learns(runs)
 
 
 @pytest.mark.slow
@@ -91,7 +118,8 @@ def test_scheduler_address_from_the_command_line_and_from_the_file(
 def test_cluster_class_from_the_file_with_scale_or_adapt(sizing, fixed_accuracy, tmp_path):
     """A spec naming distributed:LocalCluster with no workers of its own, sized by scale or
     adapt, runs quickstart; the manifest names the class; with scale: 2, the accuracy is the
-    embedded cluster's (within 0.5 pp; adapt may train on one worker or re-plan)."""
+    embedded cluster's (within 0.5 pp; adapt may train on one worker or re-plan); either way
+    the scaler and the accuracy are scikit-learn's on the run's rows."""
     kwargs = "{n_workers: 0, threads_per_worker: 1, host: 127.0.0.1, dashboard_address: null}"
     path = _pipeline(
         tmp_path, f"{{spec: {{class: 'distributed:LocalCluster', kwargs: {kwargs}, {sizing}}}}}"
@@ -101,12 +129,14 @@ def test_cluster_class_from_the_file_with_scale_or_adapt(sizing, fixed_accuracy,
     assert _manifest(tmp_path / "runs")["cluster"]["cluster"] == "LocalCluster"
     if sizing.startswith("scale"):
         assert abs(_accuracy(tmp_path / "runs") - fixed_accuracy) <= 0.005
+    _assert_scikit_learns(tmp_path / "runs")
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_cluster_class_from_the_command_line(tmp_path):
-    """--cluster MODULE:CLASS starts that class with kwargs and scale given as overrides."""
+    """--cluster MODULE:CLASS starts that class with kwargs and scale given as overrides; the
+    run's scaler and accuracy are scikit-learn's on its rows."""
     result = _run(
         ROOT / "pipelines" / "quickstart.yaml",
         *QUICK,
@@ -121,6 +151,7 @@ def test_cluster_class_from_the_command_line(tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert _manifest(tmp_path / "runs")["cluster"]["cluster"] == "LocalCluster"
+    _assert_scikit_learns(tmp_path / "runs")
 
 
 def _certificate(directory):
@@ -144,7 +175,8 @@ def _certificate(directory):
 @pytest.mark.timeout(120)
 def test_tls_scheduler_with_the_security_block(dask_cluster, tmp_path):
     """A `dask scheduler --protocol tls` with certificates: the file's address tls://... and its
-    security block (paths through ${path:...}) run quickstart; without the block, exit 4."""
+    security block (paths through ${path:...}) run quickstart, to scikit-learn's scaler and
+    accuracy on its rows; without the block, exit 4."""
     cert, key = _certificate(tmp_path)
     tls = [("--tls-ca-file", cert), ("--tls-cert", cert), ("--tls-key", key)]
     address = dask_cluster.start(protocol="tls", tls=tls)
@@ -156,6 +188,7 @@ def test_tls_scheduler_with_the_security_block(dask_cluster, tmp_path):
     result = _run(path, *QUICK, "--run-dir", tmp_path / "runs")
     assert result.exit_code == 0, result.output
     assert _manifest(tmp_path / "runs")["cluster"]["scheduler"] == address
+    _assert_scikit_learns(tmp_path / "runs")
 
     bare = _pipeline(tmp_path, f"{{address: '{address}'}}", name="bare.yaml")
     result = _run(bare, *QUICK, "--run-dir", tmp_path / "runs")

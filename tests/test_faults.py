@@ -32,6 +32,7 @@ import pytest
 from distributed import Client, Event, LocalCluster, get_task_stream
 from holds import HeldSGD
 from sklearn.datasets import make_classification
+from sklearn.model_selection import ParameterSampler
 
 from taskdml import _events
 from taskdml.model_selection import ASHASearchCV
@@ -252,10 +253,13 @@ def test_a_second_loss_before_any_progress_stops_with_a_clear_error():
 # An adaptive search on workers that change.
 
 
+ALPHAS = {"alpha": np.logspace(-6, -1, 16).tolist()}
+
+
 def _search(holds=()):
     return ASHASearchCV(
         HeldSGD(holds=holds, random_state=0),
-        {"alpha": np.logspace(-6, -1, 16).tolist()},
+        ALPHAS,
         n_trials=16,
         max_epochs=27,
         random_state=0,
@@ -279,6 +283,7 @@ def test_a_search_takes_a_new_worker_and_recomputes_no_completed_step_of_a_kille
     """ASHA held mid-search while a worker joins and another is SIGKILLed: trials run on the
     new worker, every trial finishes with a score, no task of a step whose result had reached
     the search before the kill is computed again (the task stream would hold its key twice),
+    the trials are still scikit-learn's ParameterSampler's candidates for the search's seed,
     and the best is within 0.5 pp of an undisturbed search.
 
     A step is completed once its result reached the search, which then holds its states and
@@ -315,6 +320,8 @@ def test_a_search_takes_a_new_worker_and_recomputes_no_completed_step_of_a_kille
     assert joined in {task["worker"] for task in stream.data if "trial-" in str(task["key"])}
     assert len(search.trials_) == 16
     assert search.trials_["score"].notna().all()
+    sampled = [c["alpha"] for c in ParameterSampler(ALPHAS, 16, random_state=0)]
+    assert search.trials_["alpha"].tolist() == undisturbed.trials_["alpha"].tolist() == sampled
     assert abs(search.best_score_ - undisturbed.best_score_) <= 0.005
     accuracy, undisturbed_accuracy = (
         s.best_estimator_.score(X_test, y_test) for s in (search, undisturbed)

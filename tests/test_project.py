@@ -222,10 +222,42 @@ def test_module_that_does_not_import_on_the_workers_exits_4(separate_cluster, tm
     assert manifest["status"] == "failed" and "No module named 'helper'" in manifest["error"]
 
 
+def _assert_init_run_is_scikit_learns(summary, n_samples, chunk_size):
+    """The new project's run against scikit-learn on its rows: the template's data and split
+    made here, its ``add_interactions`` (products of the first three neighbouring columns)
+    written with NumPy, StandardScaler fitted in memory, the accuracy of the run's model."""
+    import numpy as np
+    from sklearn.metrics import accuracy_score
+    from sklearn.preprocessing import StandardScaler
+
+    from taskdml import datasets
+    from taskdml.runs._directory import load_model
+
+    data = datasets.make_classification(
+        n_samples=n_samples, n_features=8, n_informative=4, chunk_size=chunk_size, random_state=0
+    )
+    train, test = datasets.train_test_split(data, test_size=0.2, random_state=0)
+    train, test = train.compute(), test.compute()
+
+    def with_products(X):
+        return np.hstack([X, X[:, :3] * X[:, 1:4]])
+
+    X_train, X_test = with_products(train["X"].values), with_products(test["X"].values)
+    reference = StandardScaler().fit(X_train)
+    scaler = load_model(summary["run_dir"], "scale")
+    np.testing.assert_allclose(scaler.mean_, reference.mean_, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(scaler.var_, reference.var_, rtol=1e-10)
+    predicted = load_model(summary["run_dir"], "model").predict(reference.transform(X_test))
+    expected = accuracy_score(test["y"].values, predicted)
+    assert summary["metrics"]["report"]["accuracy"] == pytest.approx(expected, rel=1e-12)
+
+
 @pytest.mark.slow
 def test_init_then_run_and_test_the_new_project(tmp_path):
-    """`taskdml init` writes a project whose pipeline runs and whose tests pass; a second
-    `taskdml init` there refuses to overwrite (exit 2)."""
+    """`taskdml init` writes a project whose pipeline runs and whose tests pass; its scaler is
+    scikit-learn's StandardScaler on the train rows with the neighbouring products (computed
+    here with NumPy) appended, and its accuracy scikit-learn's on the test rows so made; a
+    second `taskdml init` there refuses to overwrite (exit 2)."""
     project = tmp_path / "new"
     done = taskdml_cli("init", str(project), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -245,6 +277,7 @@ def test_init_then_run_and_test_the_new_project(tmp_path):
     assert ran.returncode == 0, ran.stderr
     summary = json.loads(ran.stdout)
     assert summary["status"] == "succeeded" and summary["metrics"]["report"]["accuracy"] > 0.6
+    _assert_init_run_is_scikit_learns(summary, n_samples=8000, chunk_size=4000)
     tested = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
         cwd=project,

@@ -1,6 +1,7 @@
 """The guides in docs/guides: every worked example runs and prints what its page says, and
 every file a page includes exists."""
 
+import ast
 import os
 import re
 import subprocess
@@ -94,7 +95,9 @@ def test_pipeline_snippets_are_valid():
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(EXPECTED))
 def test_worked_example_runs(script, tmp_path):
-    """The script runs from any directory on its embedded cluster and prints its results."""
+    """The script runs from any directory on its embedded cluster and prints its results;
+    migrate_sklearn's grid search prints the best parameters and cross-validated accuracy of
+    scikit-learn's GridSearchCV run here on the same rows."""
     environment = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
@@ -116,3 +119,24 @@ def test_worked_example_runs(script, tmp_path):
         assert position < len(lines), f"no line matches {pattern!r} in order:\n{done.stdout}"
         position += 1
     assert not list(tmp_path.iterdir()), "the example left files in the working directory"
+    if script == "migrate_sklearn.py":
+        (grid_line,) = [line for line in lines if line.startswith("GridSearchCV:")]
+        printed = re.search(r"best (\{.*\}), cv accuracy=(\S+),", grid_line)
+        reference = _sklearn_grid_search()
+        assert ast.literal_eval(printed[1]) == reference.best_params_
+        assert float(printed[2]) == pytest.approx(reference.best_score_, abs=5e-4)
+
+
+def _sklearn_grid_search():
+    """migrate_sklearn.py's search as scikit-learn's own GridSearchCV: the same pipeline, grid
+    and folds on the first 1400 rows of digits, fitted in this process."""
+    from sklearn.datasets import load_digits
+    from sklearn.linear_model import SGDClassifier
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = load_digits(return_X_y=True)
+    pipe = make_pipeline(StandardScaler(), SGDClassifier(random_state=0))
+    grid = {"sgdclassifier__alpha": [1e-4, 1e-3, 1e-2], "sgdclassifier__penalty": ["l2", "l1"]}
+    return GridSearchCV(pipe, grid, cv=3).fit(X[:1400], y[:1400])

@@ -239,8 +239,16 @@ def test_a_read_error_is_raised_where_the_chunk_is_trained():
 )
 def test_auto_streams_data_over_half_the_free_memory(data, nbytes, limits, used, persisted, mode):
     """data="auto" persists what takes at most half the memory the workers have free under
-    their limits (an idle worker already holds its imports), and streams the rest."""
-    assert _stream.choose(data, nbytes, limits, persisted, used)[0] == mode
+    their limits (an idle worker already holds its imports), and streams the rest. The free
+    memory it records is the limits less what the workers hold (NumPy here), and "auto" on
+    data not yet in memory under limits persists exactly when it is at most half of that."""
+    chosen, facts = _stream.choose(data, nbytes, limits, persisted, used)
+    assert chosen == mode
+    free = None if not all(limits) else int(np.sum(np.subtract(limits, used or 0)))
+    assert facts["memory_free_total"] == free
+    assert facts["memory_limit_total"] == (None if free is None else int(np.sum(limits)))
+    if data == "auto" and not persisted and free is not None:
+        assert (chosen == "persist") == (nbytes <= free / 2)
 
 
 def test_an_unknown_data_mode_is_refused():
