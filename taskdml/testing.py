@@ -347,6 +347,18 @@ def _rows(data, start, stop):
     return None if data is None else _safe_indexing(data, np.arange(start, stop))
 
 
+def _assert_usable(estimator, X_probe, chunk, classes, what):
+    """Raise AssertionError unless *estimator* predicts/transforms *X_probe* and trains
+    again with ``partial_fit`` on *chunk* (a copy; *what* names it in the message)."""
+    try:
+        _use_output(estimator, X_probe)
+        _partial_fit(copy.deepcopy(estimator), *chunk, classes)
+    except Exception as error:
+        raise AssertionError(
+            f"{what} cannot predict/transform or partial_fit again: {type(error).__name__}: {error}"
+        ) from error
+
+
 def _use_output(estimator, X):
     for method in ("predict", "transform", "score_samples"):
         if hasattr(estimator, method):
@@ -397,14 +409,7 @@ def _check_round(
     # (b) same class, usable, trainable again
     if type(merged) is not type(replicas[0]):
         raise AssertionError(f"{name}: the merge returned {type(merged).__name__}")
-    try:
-        _use_output(merged, X_probe)
-        _partial_fit(copy.deepcopy(merged), *chunk, classes)
-    except Exception as error:
-        raise AssertionError(
-            f"{name}: the merged estimator cannot predict/transform or partial_fit again: "
-            f"{type(error).__name__}: {error}"
-        ) from error
+    _assert_usable(merged, X_probe, chunk, classes, f"{name}: the merged estimator")
 
     # (g) replicas that moved apart merge into something that is none of them
     _check_differs_from_every_replica(merged, replicas, rule, name, rtol, atol)
@@ -475,14 +480,7 @@ def _check_handed_back(estimator, merged, rule, chunk, X_probe, classes, name, r
         )
     again = _finish_with(rule, copy.deepcopy(handed))
     _assert_same_state(again, handed, rule, f"{name}: finishing twice", rtol, atol)
-    try:
-        _use_output(handed, X_probe)
-        _partial_fit(copy.deepcopy(handed), *chunk, classes)
-    except Exception as error:
-        raise AssertionError(
-            f"{name}: the estimator handed back cannot predict/transform or partial_fit "
-            f"again: {type(error).__name__}: {error}"
-        ) from error
+    _assert_usable(handed, X_probe, chunk, classes, f"{name}: the estimator handed back")
     return handed
 
 

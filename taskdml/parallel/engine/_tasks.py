@@ -61,7 +61,7 @@ def fit_chunk(estimator, X, y, transformers, fit_kwargs, weight=None, row_seed=N
     X = transform_chunk(X, transformers)
     relink_birch_views(estimator)  # a copied or unpickled Birch lost its views
     before = None
-    if loss is not None and _fitted(estimator):
+    if loss is not None and is_fitted(estimator):
         before = loss(estimator, X, y)
     for rows in batch_slices(X.shape[0], batch_rows(estimator)):
         kwargs = dict(fit_kwargs)
@@ -95,12 +95,14 @@ def batch_slices(n_rows, batch):
     return [slice(a, b) for a, b in zip(bounds, bounds[1:])]
 
 
-def _fitted(estimator):
+def is_fitted(estimator):
+    """Whether scikit-learn's ``check_is_fitted`` accepts *estimator* (False for an estimator
+    it cannot read)."""
     from sklearn.utils.validation import check_is_fitted
 
     try:
         check_is_fitted(estimator)
-    except Exception:  # NotFittedError
+    except Exception:  # NotFittedError, or an estimator check_is_fitted cannot read
         return False
     return True
 

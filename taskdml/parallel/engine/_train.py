@@ -477,13 +477,7 @@ def _fits_at_once(estimator, epochs, n_chunks, nbytes, mode):
         return False
     if n_chunks != 1 and (nbytes > FIT_AT_ONCE_BYTES or mode == "stream"):
         return False
-    from sklearn.utils.validation import check_is_fitted
-
-    try:
-        check_is_fitted(estimator)
-    except Exception:  # NotFittedError, or an estimator check_is_fitted cannot read
-        return True
-    return False
+    return not _tasks.is_fitted(estimator)
 
 
 def _pipeline_at_once(pipeline, X, arrays, strategy, epochs, data, client):
@@ -497,7 +491,7 @@ def _pipeline_at_once(pipeline, X, arrays, strategy, epochs, data, client):
     arrays = [array for array in arrays if array is not None and not _data.is_frame(array)]
     if not _data.is_frame(X):
         return _fits_at_once(pipeline, epochs, X.numblocks[0], _nbytes(arrays), data)
-    if not _fits_at_once(pipeline, epochs, 1, 0, data):  # fitted already: no need to read
+    if _tasks.is_fitted(pipeline):  # a fitted pipeline continues: no size to read
         return False
     usage = X.memory_usage_per_partition(index=True, deep=True)
     sizes = usage.compute() if client is None else client.compute(usage).result()
