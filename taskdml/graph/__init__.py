@@ -1,0 +1,30 @@
+"""Graph parallelism: graphs partitioned over the workers, vertex programs run in supersteps
+where the partitions live, and the algorithms written with them.
+
+``_partition`` (the edges Dataset, :func:`partition_graph` and its :class:`Partition`\\s),
+``_supersteps`` (one long-running task per partition, BSP supersteps whose messages go
+worker to worker), ``_program`` (the vertex-program API) and ``_algorithms`` (PageRank,
+connected components, label spreading, propagated features). May import
+``taskdml.parallel.collective`` and the base modules. Names are imported on first use
+(PEP 562), so a worker that unpickles a task function imports only its module.
+"""
+
+from taskdml._lazy import exports
+
+# public name -> the module that defines it
+_LAZY = {
+    "PartitionedGraph": "taskdml.graph._partition",
+    "edges_from_networkx": "taskdml.graph._partition",
+    "edges_from_scipy": "taskdml.graph._partition",
+    "partition_graph": "taskdml.graph._partition",
+}
+
+__all__ = [
+    "PartitionedGraph",
+    "edges_from_networkx",
+    "edges_from_scipy",
+    "partition_graph",
+]
+
+
+__getattr__, __dir__ = exports(__name__, _LAZY)
