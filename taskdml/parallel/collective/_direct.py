@@ -33,6 +33,12 @@ for it (not done).
 Rank 0's initial estimator and its epoch reports go down a binomial tree
 (:meth:`DirectAllReduce.broadcast`).
 
+The same mailboxes carry the messages of graph supersteps (:mod:`taskdml.graph`): a
+point-to-point :meth:`~DirectAllReduce.send` / :meth:`~DirectAllReduce.receive` of any value
+between two ranks, and :meth:`~DirectAllReduce.allreduce_sum`, the recursive doubling above
+applied to a small vector of numbers (summed in rank order, so every rank gets the same
+floats and takes the same decision). A graph's collective has no merge rule (``rule=None``).
+
 Failure: a replica that fails sends ``abort`` to every other one, which raises at once; when
 a worker dies its connections close, and a replica waiting for one of its replicas raises
 naming it; a peer that never sends is pinged every few seconds while waited for.
@@ -99,7 +105,7 @@ class DirectAllReduce:
     its end.
     """
 
-    def __init__(self, addresses, rule, timeout=600.0):
+    def __init__(self, addresses, rule=None, timeout=600.0):
         self.training = uuid.uuid4().hex
         self.addresses = list(addresses)
         self.rule, self.timeout = rule, timeout
@@ -162,6 +168,33 @@ class DirectAllReduce:
                 payload = payload or pickle.dumps(value, protocol=5)
                 self._send(peer, tag, value=payload)
         return value
+
+    def send(self, peer, tag, value):
+        """Send *value* (anything that pickles) to rank *peer* under *tag*; returns at once
+        (the message is written on the worker's event loop, see ``leave``)."""
+        self._send(peer, f"p2p:{tag}", value=pickle.dumps(value, protocol=5))
+
+    def receive(self, sender, tag):
+        """The value rank *sender* sent under *tag*, waited for here (raises if a rank
+        failed, the sender's worker died, or nothing came within the timeout)."""
+        return pickle.loads(self._receive(sender, f"p2p:{tag}")["value"])
+
+    def allreduce_sum(self, tag, rank, values):
+        """The sum over every rank of its *values* (a 1-D array of floats), added in rank
+        order so that every rank gets the very same floats."""
+        import numpy as np
+
+        held = {rank: (np.asarray(values, dtype=float).tolist(), 0, None)}
+        for step, send_to, receive_from in steps(len(self.addresses), rank):
+            step = f"sum:{tag}:{step}"
+            if send_to is not None:
+                self._send(send_to, step, items=_as_list(held))
+            if receive_from is not None:
+                held.update(_as_dict(self._receive(receive_from, step)["items"]))
+        total = np.zeros(len(held[rank][0]))
+        for r in range(len(self.addresses)):
+            total = total + np.asarray(held[r][0], dtype=float)
+        return total
 
     def abort(self, message):
         """Tell every other replica that this one failed (they raise at once)."""

@@ -1,0 +1,212 @@
+"""Supersteps where the partitions live: one long-running task per partition, BSP.
+
+:func:`run_supersteps` submits one task per partition of a
+:class:`~taskdml.graph._partition.PartitionedGraph`, pinned to the worker that holds it (as
+the data-parallel engine pins its replicas), and returns once they all end. Each task runs
+the whole iteration itself:
+
+- every superstep, it sends each neighbour partition the messages of the vertices that
+  neighbour mirrors (its send lists), receives the messages of its own mirrors, gathers,
+  applies (:mod:`taskdml.graph._program`), and joins an all-reduce of a few numbers (the L1
+  change, the dangling mass, ...) from which every partition takes the same decision to go
+  on or stop: bulk-synchronous, with the barrier in the all-reduce;
+- the messages go worker to worker through the direct collective of
+  :mod:`taskdml.parallel.collective._direct` (its point-to-point ``send``/``receive`` and its
+  ``allreduce_sum``, on the same mailboxes as the data-parallel all-reduce): never through
+  the client or the scheduler, which only see one task start and end per partition;
+- the task *secedes* from its worker's thread pool as it starts, so that several partitions
+  can share a worker of one thread (they wait for each other every superstep: holding a
+  thread each would deadlock a worker with fewer threads than partitions);
+- rank 0 publishes a ``superstep`` event per superstep (number, the measures, seconds)
+  through :mod:`taskdml._events`, as the engine's rank 0 publishes its rounds, and every
+  task returns its values, the history and whether it converged.
+
+The final values stay on the workers, one future per partition; only the history comes
+back. A failing partition tells the others, which raise at once (the collective's abort).
+"""
+
+import copy
+import dataclasses
+import operator
+import time
+import weakref
+
+import numpy as np
+
+from taskdml import _events, _keys
+from taskdml.graph._program import gather
+from taskdml.parallel.collective import _direct
+
+
+@dataclasses.dataclass
+class SuperstepResult:
+    """What :func:`run_supersteps` returns.
+
+    Attributes
+    ----------
+    outcomes : list of distributed.Future
+        Per partition, on its worker: ``(values, history, converged)``.
+    history : list of dict
+        Per superstep: ``superstep``, the program's measures, ``seconds``.
+    converged : bool
+        Whether the program's test stopped the run before ``max_iter``.
+    graph : PartitionedGraph
+    """
+
+    outcomes: list
+    history: list
+    converged: bool
+    graph: object
+
+    @property
+    def n_iter(self):
+        """The number of supersteps run."""
+        return len(self.history)
+
+    def as_array(self, tail=(), dtype=float):
+        """The final values as one dask array along the vertices, chunked by partition,
+        computed where the partitions are (nothing is gathered here).
+
+        Parameters
+        ----------
+        tail : tuple of int
+            The shape of one vertex's value (``()`` for a scalar).
+        dtype : numpy dtype
+
+        Returns
+        -------
+        dask.array.Array
+        """
+        import dask
+        import dask.array as da
+
+        values = dask.delayed(operator.itemgetter(0), pure=True)
+        blocks = [
+            da.from_delayed(values(outcome), shape=(size, *tail), dtype=dtype)
+            for outcome, size in zip(self.outcomes, self.graph.sizes)
+        ]
+        return da.concatenate(blocks, axis=0)
+
+
+def run_supersteps(graph, program, data=None, *, max_iter=100, timeout=600.0):
+    """Run *program* on *graph* in supersteps, one task per partition where it lives.
+
+    Parameters
+    ----------
+    graph : PartitionedGraph
+    program : VertexProgram
+    data : list, optional
+        One block of vertex data per partition (an array, a future or a delayed object),
+        handed to ``program.init``.
+    max_iter : int, default=100
+        The most supersteps.
+    timeout : float, default=600
+        Seconds a partition waits for a neighbour's message before it raises.
+
+    Returns
+    -------
+    SuperstepResult
+    """
+    import dask
+
+    client = graph.client
+    if data is None:
+        data = [None] * graph.n_partitions
+    if len(data) != graph.n_partitions:
+        raise ValueError(
+            f"data must have one block per partition ({graph.n_partitions}); got {len(data)}."
+        )
+    _check_direct(client, graph.workers)
+    collective = _direct.DirectAllReduce(graph.workers, timeout=timeout)
+    name = _keys.key_name(
+        "graph", graph.name, type(program).__name__, collective.training, phase="superstep"
+    )
+    tags = _events.where()
+    task = dask.delayed(superstep_task, pure=False)
+    tasks = []
+    for rank, (partition, block, worker) in enumerate(zip(graph.partitions, data, graph.workers)):
+        with dask.annotate(workers=[worker], allow_other_workers=False):
+            tasks.append(
+                task(
+                    partition,
+                    program,
+                    block,
+                    collective,
+                    rank,
+                    int(max_iter),
+                    tags,
+                    dask_key_name=(name, rank),
+                )
+            )
+    outcomes = client.compute(tasks)
+    summary = client.submit(operator.itemgetter(1, 2), outcomes[0], pure=False)
+    history, converged = summary.result()
+    return SuperstepResult(outcomes, history, converged, graph)
+
+
+def superstep_task(partition, program, data, collective, rank, max_iter, tags):
+    """One partition's task: every superstep of *program* on *partition* (see the module
+    docstring); returns ``(values, history, converged)``."""
+    from distributed import secede
+
+    secede()  # partitions wait on each other: none may hold a thread another one needs
+    program = copy.copy(program)  # its per-partition state is its own, even on one worker
+    collective.join(rank)
+    try:
+        outcome = _iterate(partition, program, data, collective, rank, max_iter, tags)
+    except BaseException as error:
+        collective.abort(f"partition {rank} failed: {type(error).__name__}: {error}")
+        raise
+    finally:
+        collective.leave(rank)
+    return outcome
+
+
+def _iterate(part, program, data, collective, rank, max_iter, tags):
+    values = program.init(part, data)
+    totals = collective.allreduce_sum("init", rank, program.measures(part, None, values))
+    history, converged = [], False
+    neighbours = sorted(part.mirrors)
+    for superstep in range(max_iter):
+        began = time.perf_counter()
+        sent = program.message(part, values)
+        for peer, indices in part.sends.items():
+            collective.send(peer, superstep, sent[indices])
+        full = np.concatenate([sent, *(collective.receive(q, superstep) for q in neighbours)])
+        new = program.apply(part, values, gather(program, part, full), totals)
+        totals = collective.allreduce_sum(superstep, rank, program.measures(part, values, new))
+        values = new
+        entry = {
+            "superstep": superstep,
+            **{k: float(v) for k, v in zip(program.measure_names, totals)},
+            "seconds": time.perf_counter() - began,
+        }
+        history.append(entry)
+        if rank == 0:
+            _events.publish_from(tags, "superstep", **entry)
+        if program.converged(totals, superstep):
+            converged = True
+            break
+    return program.result(part, values), history, converged
+
+
+_READY = weakref.WeakKeyDictionary()  # client -> {worker: why it cannot receive, or None}
+
+
+def _check_direct(client, workers):
+    """Raise unless every worker in *workers* can receive direct messages (installs the
+    collective's handler once per client)."""
+    if any(address.startswith("inproc://") for address in workers):
+        raise ValueError(
+            "graph supersteps need workers in separate processes or on tcp://; these are "
+            "threads on inproc:// (use LocalCluster(processes=True) or protocol='tcp://')."
+        )
+    known = _READY.get(client)
+    if known is None or any(address not in known for address in workers):
+        if known is None:
+            client.register_plugin(_direct.CollectivePlugin())
+        known = _READY[client] = client.run(_direct.handler_state)
+    for address in workers:
+        reason = known.get(address, "it left the cluster")
+        if reason is not None:
+            raise RuntimeError(f"worker {address} cannot receive graph messages: {reason}.")
