@@ -13,6 +13,13 @@ from taskdml._lazy import exports
 
 # public name -> the module that defines it
 _LAZY = {
+    "SuperstepResult": "taskdml.graph._supersteps",
+    "run_supersteps": "taskdml.graph._supersteps",
+    "VertexProgram": "taskdml.graph._program",
+    "connected_components": "taskdml.graph._algorithms",
+    "label_spreading": "taskdml.graph._algorithms",
+    "pagerank": "taskdml.graph._algorithms",
+    "propagate_features": "taskdml.graph._algorithms",
     "PartitionedGraph": "taskdml.graph._partition",
     "edges_from_networkx": "taskdml.graph._partition",
     "edges_from_scipy": "taskdml.graph._partition",
@@ -21,9 +28,16 @@ _LAZY = {
 
 __all__ = [
     "PartitionedGraph",
+    "SuperstepResult",
+    "VertexProgram",
+    "connected_components",
     "edges_from_networkx",
     "edges_from_scipy",
+    "label_spreading",
+    "pagerank",
     "partition_graph",
+    "propagate_features",
+    "run_supersteps",
 ]
 
 
