@@ -37,12 +37,14 @@ class PageRankProgram(VertexProgram):
 
     measure_names = ("change", "dangling")
 
-    def __init__(self, alpha, tol):
-        self.alpha, self.tol = alpha, tol
+    def __init__(self, alpha, tol, personal_sum=1.0):
+        self.alpha, self.tol, self.personal_sum = alpha, tol, personal_sum
 
     def init(self, part, data):
-        self.personal_, start = data
-        return start
+        n = int(part.bounds[-1])
+        personal = np.full(part.n_local, 1.0 / n) if data is None else np.asarray(data)
+        self.personal_ = personal / self.personal_sum
+        return np.full(part.n_local, 1.0 / n)
 
     def message(self, part, values):
         weight = part.out_weight
@@ -88,15 +90,19 @@ class ComponentsProgram(VertexProgram):
 class LabelSpreadingProgram(VertexProgram):
     """scikit-learn's LabelSpreading iteration on the graph as its affinity matrix."""
 
-    def __init__(self, alpha, tol):
-        self.alpha, self.tol = alpha, tol
+    def __init__(self, alpha, tol, n_classes):
+        self.alpha, self.tol, self.n_classes = alpha, tol, n_classes
 
     def init(self, part, data):
-        self.static_ = (1 - self.alpha) * data
+        labels = np.asarray(data)
+        onehot = np.zeros((part.n_local, self.n_classes))
+        known = labels >= 0
+        onehot[np.flatnonzero(known), labels[known]] = 1.0
+        self.static_ = (1 - self.alpha) * onehot
         degree = part.in_weight - part.loops
         degree[degree == 0] = 1.0  # scipy's normed laplacian: isolated vertices keep 1
         self.scale_ = 1.0 / np.sqrt(degree)[:, None]
-        return data.astype(float)
+        return onehot
 
     def message(self, part, values):
         return values * self.scale_
@@ -180,10 +186,15 @@ def pagerank(
     1.0
     """
     graph = _partitioned(graph, n_partitions, client, directed=None)
-    n = graph.n_vertices
-    personal = np.full(n, 1.0 / n) if personalization is None else _normalised(personalization, n)
-    data = [(personal[a:b], np.full(b - a, 1.0 / n)) for a, b in _ranges(graph)]
-    result = run_supersteps(graph, PageRankProgram(alpha, tol), data, max_iter=max_iter)
+    data, total = None, 1.0
+    if personalization is not None:
+        data = _blocks(graph, personalization, "personalization", 1)
+        total = float(_sum(graph, personalization))
+        if not total > 0:
+            raise ValueError(
+                f"personalization must be non-negative with a positive sum; its sum is {total}."
+            )
+    result = run_supersteps(graph, PageRankProgram(alpha, tol, total), data, max_iter=max_iter)
     return _dataset({"pagerank": result.as_array()}, result)
 
 
@@ -254,17 +265,10 @@ def label_spreading(
     import dask.array as da
 
     graph = _partitioned(graph, n_partitions, client, directed=False)
-    labels = np.asarray(labels)
-    if labels.shape != (graph.n_vertices,):
-        raise ValueError(
-            f"labels must have one entry per vertex ({graph.n_vertices}); got shape {labels.shape}."
-        )
-    n_classes = int(labels.max()) + 1
-    onehot = np.zeros((len(labels), n_classes))
-    known = labels >= 0
-    onehot[np.flatnonzero(known), labels[known]] = 1.0
-    data = [onehot[a:b] for a, b in _ranges(graph)]
-    result = run_supersteps(graph, LabelSpreadingProgram(alpha, tol), data, max_iter=max_iter)
+    data = _blocks(graph, labels, "labels", 1)
+    n_classes = int(_max(graph, labels)) + 1
+    program = LabelSpreadingProgram(alpha, tol, n_classes)
+    result = run_supersteps(graph, program, data, max_iter=max_iter)
     distributions = result.as_array(tail=(n_classes,))
     return _dataset(
         {
@@ -302,18 +306,9 @@ def propagate_features(graph, X, k=2, *, n_partitions=None, client=None):
     >>> out.features.shape  # doctest: +SKIP
     (4, 4)
     """
-    import dask.array as da
 
     graph = _partitioned(graph, n_partitions, client, directed=False)
-    if X.ndim != 2 or X.shape[0] != graph.n_vertices:
-        raise ValueError(
-            f"X must have shape (n_vertices, n_features) with n_vertices = "
-            f"{graph.n_vertices}; got {X.shape}."
-        )
-    if isinstance(X, da.Array):
-        blocks = list(X.rechunk((tuple(graph.sizes), X.shape[1])).to_delayed().ravel())
-    else:
-        blocks = [np.asarray(X[a:b]) for a, b in _ranges(graph)]
+    blocks = _blocks(graph, X, "X", 2)
     result = run_supersteps(graph, PropagateProgram(), blocks, max_iter=int(k))
     features = result.as_array(tail=(X.shape[1],))
     return _dataset({"features": (("vertex", "feature"), features)}, result)
@@ -333,18 +328,37 @@ def _partitioned(graph, n_partitions, client, directed):
     return partition_graph(graph, n_partitions, directed=directed, client=client)
 
 
-def _ranges(graph):
-    return list(zip(graph.bounds[:-1].tolist(), graph.bounds[1:].tolist()))
+def _blocks(graph, values, name, ndim):
+    """*values* (one row per vertex) as one block per partition: a dask array rechunked to
+    the partitions, its blocks read where they are; an in-memory one sliced."""
+    import dask.array as da
 
-
-def _normalised(vector, n):
-    vector = np.asarray(vector, dtype=float)
-    if vector.shape != (n,) or vector.sum() <= 0:
+    shape = getattr(values, "shape", None) or np.shape(values)
+    if len(shape) != ndim or shape[0] != graph.n_vertices:
+        expected = "(n_vertices,)" if ndim == 1 else "(n_vertices, n_features)"
         raise ValueError(
-            f"personalization must be {n} non-negative numbers with a positive sum; got "
-            f"shape {vector.shape}."
+            f"{name} must have shape {expected} with n_vertices = {graph.n_vertices}; got "
+            f"{tuple(shape)}."
         )
-    return vector / vector.sum()
+    if isinstance(values, da.Array):
+        chunks = (tuple(graph.sizes), *values.shape[1:])
+        return list(values.rechunk(chunks).to_delayed().ravel())
+    values = np.asarray(values)
+    return [values[a:b] for a, b in zip(graph.bounds[:-1], graph.bounds[1:])]
+
+
+def _sum(graph, values):
+    """The sum of *values*, reduced on the cluster when it is a dask array."""
+    return (
+        graph.client.compute(values.sum()).result() if hasattr(values, "dask") else np.sum(values)
+    )
+
+
+def _max(graph, values):
+    """The largest of *values*, reduced on the cluster when it is a dask array."""
+    return (
+        graph.client.compute(values.max()).result() if hasattr(values, "dask") else np.max(values)
+    )
 
 
 def _dataset(variables, result):

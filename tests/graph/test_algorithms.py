@@ -59,8 +59,27 @@ def test_pagerank_equals_the_power_iteration(client, n_partitions):
     assert np.abs(ranks.pagerank.values - power_iteration(A)).sum() < 1e-10
     assert ranks.attrs["converged"] and ranks.attrs["n_iter"] == len(ranks.attrs["history"])
     p = np.random.default_rng(1).random(A.shape[0])
-    personal = pagerank(graph, alpha=0.7, personalization=p)
+    personal = pagerank(graph, alpha=0.7, personalization=da.from_array(p, chunks=128))
     assert np.abs(personal.pagerank.values - power_iteration(A, 0.7, p)).sum() < 1e-10
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda g, u: pagerank(g, personalization=np.zeros(500)), "positive sum"),
+        (lambda g, u: pagerank(g, personalization=np.ones(3)), r"shape \(n_vertices,\)"),
+        (lambda g, u: propagate_features(u, np.ones(500)), r"\(n_vertices, n_features\)"),
+        (lambda g, u: label_spreading(g, np.zeros(500, int)), "undirected"),
+    ],
+)
+def test_bad_arguments_say_what_was_expected(client, call, message):
+    """A personalization of zero sum or the wrong length, features of one dimension, and
+    directed partitions given to an undirected algorithm are refused with what to do."""
+    A = directed_graph()
+    graph = partition_graph(edges_from_scipy(A), 2, client=client)
+    undirected = partition_graph(edges_from_scipy(A), 2, directed=False, client=client)
+    with pytest.raises(ValueError, match=message):
+        call(graph, undirected)
 
 
 @pytest.mark.parametrize("directed", [True, False])
@@ -137,7 +156,9 @@ def test_label_spreading_equals_its_formula_and_scikit_learn(client):
     known = rng.choice(n - 1, size=int(0.05 * n), replace=False)
     labels[known] = truth[known]
     A = nx.to_scipy_sparse_array(G, nodelist=range(n), format="csr")
-    out = label_spreading(edges_from_networkx(G), labels, n_partitions=3, client=client)
+    out = label_spreading(
+        edges_from_networkx(G), da.from_array(labels, chunks=128), n_partitions=3, client=client
+    )
     ours = out.label_distributions.values
     np.testing.assert_allclose(ours, spreading_reference(A, labels, 0.2, 1e-3, 30), atol=1e-12)
     dense = A.toarray().astype(float)
