@@ -11,7 +11,8 @@ event log: ``Client.log_event`` / ``Worker.log_event``), so that they work on an
 - a search publishes ``trial`` (each step's result, each trial's final state) from the client
   thread that drives it; an evaluation publishes ``metric``; an async training publishes
   ``server_copy`` (each copy of its parameter server's state the client keeps: ``pushed``,
-  the chunks it had absorbed) from the client.
+  the chunks it had absorbed) from the client; graph supersteps publish ``superstep``
+  (number, measures, seconds) from the rank-0 partition's worker (:mod:`taskdml.graph`).
 
 The scheduler's taskdml plugin (:mod:`taskdml.runs._dashboard`) keeps the state of the run from
 them for the dashboard page, and the runner subscribes to the topic, so the terminal's progress
@@ -30,7 +31,7 @@ import time
 TOPIC = "taskdml"
 """The topic of Dask's event log that taskdml's events go to."""
 
-PROGRESS = frozenset({"epoch", "round", "trial", "metric"})
+PROGRESS = frozenset({"epoch", "round", "trial", "metric", "superstep"})
 """The events published where the work runs (the runner's own are recorded as it makes them)."""
 
 ROUND_EVERY_S = 1.0
