@@ -91,3 +91,20 @@ def test_a_failing_partition_stops_the_others(client):
     graph = partition_graph(edges_from_scipy(_graph()), 2, client=client)
     with pytest.raises(Exception, match="partition 1 failed: ArithmeticError: planted"):
         run_supersteps(graph, FailsOnOne(0), max_iter=50, timeout=60)
+
+
+def test_the_scheduler_sees_one_task_per_partition_whatever_the_supersteps(client):
+    """However many supersteps run, the cluster runs one superstep task per partition (and
+    one that reads the history): the messages of the supersteps never become tasks."""
+    from distributed import get_task_stream
+
+    A = _graph(seed=6)
+    graph = partition_graph(edges_from_scipy(A), 3, client=client)
+    client.gather(graph.partitions)
+    with get_task_stream(client) as stream:
+        result = run_supersteps(graph, HopsFrom(0), max_iter=500)
+    assert result.n_iter > 3
+    keys = [task["key"] for task in stream.data]
+    supersteps = [key for key in keys if "superstep" in str(key)]
+    assert sorted(key[1] for key in supersteps) == [0, 1, 2]
+    assert len(keys) == len(supersteps) + 1
