@@ -347,18 +347,21 @@ def _blocks(graph, values, name, ndim):
     return [values[a:b] for a, b in zip(graph.bounds[:-1], graph.bounds[1:])]
 
 
+def _reduced(graph, scalar):
+    """A dask scalar computed where the graph is (on its cluster, or here)."""
+    if graph.client is None:
+        return scalar.compute(scheduler="sync")
+    return graph.client.compute(scalar).result()
+
+
 def _sum(graph, values):
     """The sum of *values*, reduced on the cluster when it is a dask array."""
-    return (
-        graph.client.compute(values.sum()).result() if hasattr(values, "dask") else np.sum(values)
-    )
+    return _reduced(graph, values.sum()) if hasattr(values, "dask") else np.sum(values)
 
 
 def _max(graph, values):
     """The largest of *values*, reduced on the cluster when it is a dask array."""
-    return (
-        graph.client.compute(values.max()).result() if hasattr(values, "dask") else np.max(values)
-    )
+    return _reduced(graph, values.max()) if hasattr(values, "dask") else np.max(values)
 
 
 def _dataset(variables, result):

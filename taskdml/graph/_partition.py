@@ -281,17 +281,18 @@ class PartitionedGraph:
     Attributes
     ----------
     partitions : list of distributed.Future
-        One :class:`Partition` per future, ``partitions[p]`` on ``workers[p]``.
+        One :class:`Partition` per future, ``partitions[p]`` on ``workers[p]`` (the
+        :class:`Partition` objects themselves without a client).
     workers : list of str
-        The worker holding each partition.
+        The worker holding each partition (``None`` without a client).
     bounds : numpy.ndarray
         Partition ``p`` owns the vertices ``[bounds[p], bounds[p + 1])``.
     n_vertices : int
         The number of vertices.
     directed : bool
         Whether the partitions hold the edges one way (``False``: both ways).
-    client : distributed.Client
-        The client whose cluster holds them.
+    client : distributed.Client or None
+        The client whose cluster holds them (``None``: this process holds them).
     name : str
         The token of the graph, for the keys of the work on it.
     """
@@ -329,8 +330,9 @@ def partition_graph(graph, n_partitions=None, *, directed=None, client=None):
     directed : bool, optional
         ``False`` treats every edge as both ways, whatever the graph's ``directed`` attr
         says (a directed graph becomes ``A + A.T``); default: the attr.
-    client : distributed.Client, optional
-        Default: the current client.
+    client : distributed.Client or False, optional
+        Default: the current client. With none (or ``False``), the partitions are built and
+        kept in this process, and the supersteps run in threads here: for small graphs.
 
     Returns
     -------
@@ -348,7 +350,7 @@ def partition_graph(graph, n_partitions=None, *, directed=None, client=None):
     import dask
     import dask.array as da
 
-    client = _client.resolve_client(client, required="partition_graph")
+    client = _client.resolve_client(client)
     edges = as_edges(graph)
     n_src, n_dst = (int(s) for s in edges.attrs["shape"])
     if n_src != n_dst:
@@ -356,7 +358,7 @@ def partition_graph(graph, n_partitions=None, *, directed=None, client=None):
             f"partition_graph handles graphs of one vertex kind; this one is bipartite "
             f"(shape {[n_src, n_dst]}). Bipartite (MEGA) partitions are not built yet."
         )
-    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    workers = [None] if client is None else sorted(client.scheduler_info(n_workers=-1)["workers"])
     n_partitions = int(n_partitions or len(workers))
     if not 1 <= n_partitions <= max(1, n_src):
         raise ValueError(
@@ -399,6 +401,9 @@ def partition_graph(graph, n_partitions=None, *, directed=None, client=None):
         ]
         with dask.annotate(workers=[worker], allow_other_workers=False):
             final.append(attach(raw[q], *needed, dask_key_name=(names["partition"], q)))
-    partitions = client.compute(final)
+    if client is None:  # a small graph in this process: partitions as objects, no futures
+        partitions = list(dask.compute(*final, scheduler="sync"))
+    else:
+        partitions = client.compute(final)
     name = _keys.key_name("graph", *parts)
     return PartitionedGraph(partitions, placed, bounds, n_src, not both_ways, client, name)

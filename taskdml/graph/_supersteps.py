@@ -23,11 +23,16 @@ the whole iteration itself:
 
 The final values stay on the workers, one future per partition; only the history comes
 back. A failing partition tells the others, which raise at once (the collective's abort).
+
+A graph partitioned without a client (small graphs, tests, a laptop) runs the very same
+loop in one thread per partition of this process, its messages going through in-process
+mailboxes (:class:`LocalPeers`) instead of the workers' comms.
 """
 
 import copy
 import dataclasses
 import operator
+import threading
 import time
 import weakref
 
@@ -45,7 +50,8 @@ class SuperstepResult:
     Attributes
     ----------
     outcomes : list of distributed.Future
-        Per partition, on its worker: ``(values, history, converged)``.
+        Per partition, on its worker: ``(values, history, converged)`` (the tuples
+        themselves for a graph held in this process).
     history : list of dict
         Per superstep: ``superstep``, the program's measures, ``seconds``.
     converged : bool
@@ -80,6 +86,8 @@ class SuperstepResult:
         import dask
         import dask.array as da
 
+        if self.graph.client is None:  # run in this process: the values are here
+            return da.concatenate([da.from_array(outcome[0]) for outcome in self.outcomes])
         values = dask.delayed(operator.itemgetter(0), pure=True)
         blocks = [
             da.from_delayed(values(outcome), shape=(size, *tail), dtype=dtype)
@@ -116,6 +124,8 @@ def run_supersteps(graph, program, data=None, *, max_iter=100, timeout=600.0):
         raise ValueError(
             f"data must have one block per partition ({graph.n_partitions}); got {len(data)}."
         )
+    if client is None:
+        return _run_here(graph, program, data, max_iter, timeout)
     _check_direct(client, graph.workers)
     collective = _direct.DirectAllReduce(graph.workers, timeout=timeout)
     name = _keys.key_name(
@@ -188,6 +198,72 @@ def _iterate(part, program, data, collective, rank, max_iter, tags):
             converged = True
             break
     return program.result(part, values), history, converged
+
+
+def _run_here(graph, program, data, max_iter, timeout):
+    """The supersteps of a graph held in this process: one thread per partition, the same
+    loop, messages through in-process mailboxes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    boxes = [_direct.Mailbox() for _ in graph.partitions]
+    peers = [LocalPeers(boxes, rank, timeout) for rank in range(len(boxes))]
+
+    def run(rank):
+        block = data[rank]
+        block = block.compute(scheduler="sync") if hasattr(block, "compute") else block
+        try:
+            return _iterate(
+                graph.partitions[rank], copy.copy(program), block, peers[rank], rank, max_iter, None
+            )
+        except BaseException as error:
+            with lock:
+                failed.append(error)  # the first is the cause; the others follow the abort
+            peers[rank].abort(f"partition {rank} failed: {type(error).__name__}: {error}")
+            raise
+
+    failed, lock = [], threading.Lock()
+    with ThreadPoolExecutor(len(boxes)) as pool:
+        running = [pool.submit(run, rank) for rank in range(len(boxes))]
+    if failed:
+        raise failed[0]
+    outcomes = [future.result() for future in running]
+    return SuperstepResult(outcomes, outcomes[0][1], outcomes[0][2], graph)
+
+
+class LocalPeers:
+    """The collective of partitions run as threads of this process: what
+    :class:`~taskdml.parallel.collective._direct.DirectAllReduce` offers the supersteps
+    (``send``, ``receive``, ``allreduce_sum``), on one mailbox per rank."""
+
+    def __init__(self, boxes, rank, timeout):
+        self.boxes, self.rank, self.timeout = boxes, rank, timeout
+
+    def send(self, peer, tag, value):
+        """Put *value* in rank *peer*'s mailbox under *tag*."""
+        self.boxes[peer].put(self.rank, {"tag": tag, "value": value})
+
+    def receive(self, sender, tag):
+        """The value rank *sender* sent under *tag* (raises if a rank failed)."""
+        message = self.boxes[self.rank].take(sender, tag, self.timeout)
+        if message is None:
+            raise TimeoutError(f"partition {self.rank}: nothing from {sender} in {self.timeout} s")
+        return message["value"]
+
+    def allreduce_sum(self, tag, rank, values):
+        """Every rank's *values*, summed in rank order (each rank sends its own to all)."""
+        values = np.asarray(values, dtype=float)
+        for peer in range(len(self.boxes)):
+            if peer != rank:
+                self.send(peer, ("sum", tag), values)
+        total = np.zeros(len(values))
+        for peer in range(len(self.boxes)):
+            total = total + (values if peer == rank else self.receive(peer, ("sum", tag)))
+        return total
+
+    def abort(self, message):
+        """Make every rank raise at its next wait."""
+        for box in self.boxes:
+            box.fail(message)
 
 
 _READY = weakref.WeakKeyDictionary()  # client -> {worker: why it cannot receive, or None}

@@ -190,3 +190,11 @@ def test_propagated_features_equal_sgc_in_scipy(client, k):
     assert out.features.data.chunks[0] == tuple(graph.sizes)
     np.testing.assert_allclose(out.features.values, expected, atol=1e-12)
     assert out.attrs["n_iter"] == k
+
+
+def test_pagerank_without_a_client_equals_the_power_iteration():
+    """PageRank of a graph partitioned in this process (client=False) equals the power
+    iteration too."""
+    A = directed_graph(seed=4)
+    ranks = pagerank(edges_from_scipy(A), n_partitions=3, client=False)
+    assert np.abs(ranks.pagerank.values - power_iteration(A)).sum() < 1e-10

@@ -108,3 +108,19 @@ def test_the_scheduler_sees_one_task_per_partition_whatever_the_supersteps(clien
     supersteps = [key for key in keys if "superstep" in str(key)]
     assert sorted(key[1] for key in supersteps) == [0, 1, 2]
     assert len(keys) == len(supersteps) + 1
+
+
+def test_without_a_client_the_same_program_runs_in_threads_here():
+    """With client=False the partitions are built and iterated in this process, one thread
+    per partition, and give scipy's hop distances as the cluster does; a failure there
+    stops the other threads too."""
+    A = _graph(seed=7)
+    graph = partition_graph(edges_from_scipy(A), 3, client=False)
+    assert graph.client is None and graph.sizes == [133, 134, 133]
+    result = run_supersteps(graph, HopsFrom(2), max_iter=500)
+    np.testing.assert_array_equal(
+        result.as_array().compute(), shortest_path(A, unweighted=True, indices=2)
+    )
+    assert result.converged
+    with pytest.raises(ArithmeticError, match="planted"):
+        run_supersteps(graph, FailsOnOne(0), max_iter=50, timeout=60)
