@@ -34,7 +34,6 @@ import dataclasses
 import operator
 import threading
 import time
-import weakref
 
 import numpy as np
 
@@ -266,23 +265,8 @@ class LocalPeers:
             box.fail(message)
 
 
-_READY = weakref.WeakKeyDictionary()  # client -> {worker: why it cannot receive, or None}
-
-
 def _check_direct(client, workers):
-    """Raise unless every worker in *workers* can receive direct messages (installs the
-    collective's handler once per client)."""
-    if any(address.startswith("inproc://") for address in workers):
-        raise ValueError(
-            "graph supersteps need workers in separate processes or on tcp://; these are "
-            "threads on inproc:// (use LocalCluster(processes=True) or protocol='tcp://')."
-        )
-    known = _READY.get(client)
-    if known is None or any(address not in known for address in workers):
-        if known is None:
-            client.register_plugin(_direct.CollectivePlugin())
-        known = _READY[client] = client.run(_direct.handler_state)
-    for address in workers:
-        reason = known.get(address, "it left the cluster")
-        if reason is not None:
-            raise RuntimeError(f"worker {address} cannot receive graph messages: {reason}.")
+    """Raise unless every worker in *workers* can receive direct messages."""
+    reason = _direct.unavailable(client, workers)
+    if reason is not None:
+        raise RuntimeError(f"graph supersteps message the workers directly, but {reason}.")

@@ -50,6 +50,7 @@ import pickle
 import threading
 import time
 import uuid
+import weakref
 
 from taskdml import _compat
 from taskdml.parallel.collective._server import merge_ranked
@@ -451,6 +452,35 @@ def handler_state(dask_worker):
         return f"its '{HANDLER}' handler is blocked (distributed.worker.blocked-handlers)"
     if _compat.worker_handler(dask_worker, HANDLER) is not receive:
         return f"the '{HANDLER}' handler is not installed"
+    return None
+
+
+# Workers known to receive direct collective messages, per client (the plugin that installs
+# the handler is registered once per client; workers that join later get it too).
+_READY = weakref.WeakKeyDictionary()  # client -> {worker address: reason or None}
+_READY_LOCK = threading.Lock()
+
+
+def unavailable(client, addresses):
+    """Why ranks on the workers *addresses* cannot message each other directly, or ``None``
+    if they can (installs the handler on the client's workers, once per client)."""
+    if any(address.startswith("inproc://") for address in addresses):
+        return (
+            "the workers are threads of one process on inproc:// (the direct messages "
+            "are written for separate processes; a LocalCluster with processes=False "
+            "and protocol='tcp://' uses them)"
+        )
+    with _READY_LOCK:
+        known = _READY.get(client)
+        if known is None or any(address not in known for address in addresses):
+            if known is None:
+                client.register_plugin(CollectivePlugin())
+            known = _READY[client] = client.run(handler_state)
+    for address in addresses:
+        if address not in known:
+            return f"worker {address} left the cluster"
+        if known[address] is not None:
+            return f"worker {address} cannot receive them: {known[address]}"
     return None
 
 

@@ -1501,7 +1501,7 @@ def _sync_collective(client, addresses, rule, name):
             f"got {choice!r}."
         )
     if choice != "actor":
-        reason = _direct_unavailable(client, addresses)
+        reason = _direct.unavailable(client, addresses)
         if reason is None:
             return _direct.DirectAllReduce(addresses, rule), None
         if choice == "direct":
@@ -1526,32 +1526,7 @@ def _sync_collective(client, addresses, rule, name):
 COLLECTIVES = ("auto", "direct", "actor")
 """Values of the dask config ``taskdml.collective``: how sync replicas all-reduce."""
 
-# Workers known to receive direct collective messages, per client (the plugin that installs
-# the handler is registered once per client; workers that join later get it too).
-_DIRECT_READY = weakref.WeakKeyDictionary()  # client -> {worker address: reason or None}
-_PER_CLIENT_LOCK = threading.Lock()  # for the per-client caches (_DIRECT_READY, _TURNS)
-
-
-def _direct_unavailable(client, addresses):
-    """Why replicas on *addresses* cannot all-reduce directly, or ``None`` if they can."""
-    if any(address.startswith("inproc://") for address in addresses):
-        return (
-            "the workers are threads of one process on inproc:// (the direct messages "
-            "are written for separate processes; a LocalCluster with processes=False "
-            "and protocol='tcp://' uses them)"
-        )
-    with _PER_CLIENT_LOCK:
-        known = _DIRECT_READY.get(client)
-        if known is None or any(address not in known for address in addresses):
-            if known is None:
-                client.register_plugin(_direct.CollectivePlugin())
-            known = _DIRECT_READY[client] = client.run(_direct.handler_state)
-    for address in addresses:
-        if address not in known:
-            return f"worker {address} left the cluster"
-        if known[address] is not None:
-            return f"worker {address} cannot receive them: {known[address]}"
-    return None
+_PER_CLIENT_LOCK = threading.Lock()  # for the per-client caches (_TURNS, _RESERVED)
 
 
 @contextlib.contextmanager
