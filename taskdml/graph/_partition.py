@@ -100,6 +100,14 @@ def edge_piece(src, dst, weight, bounds, index, both_ways):
     vertices get from this chunk."""
     src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
     weight = np.ones(len(src)) if weight is None else np.asarray(weight, dtype=float)
+    n = int(bounds[-1])
+    for name, ids in (("src", src), ("dst", dst)):
+        if len(ids) and (ids.min() < 0 or ids.max() >= n):
+            bad = ids[(ids < 0) | (ids >= n)][0]
+            raise ValueError(
+                f"the edges' {name} holds vertex {bad}, outside 0 .. {n - 1} (the graph's "
+                f"attr 'shape' is {n} vertices): fix the ids or the shape."
+            )
     if both_ways:
         back = src != dst  # a self-loop is one edge either way
         src, dst = np.concatenate([src, dst[back]]), np.concatenate([dst, src[back]])

@@ -88,3 +88,11 @@ def test_bad_graphs_say_what_to_do(call, message):
     a message that says how to fix them."""
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_an_edge_to_a_vertex_outside_the_shape_is_refused(client):
+    """An edge whose id is outside the attr 'shape' fails the build, naming the vertex."""
+    edges = edges_from_scipy(sp.csr_matrix(np.ones((4, 4))))
+    edges.attrs["shape"] = [3, 3]
+    with pytest.raises(ValueError, match="vertex 3, outside 0 .. 2"):
+        client.gather(partition_graph(edges, 2, client=client).partitions)
