@@ -348,12 +348,10 @@ def partition_graph(graph, n_partitions=None, *, directed=None, client=None):
 
     Examples
     --------
-    >>> from distributed import Client, LocalCluster  # doctest: +SKIP
-    >>> import networkx as nx  # doctest: +SKIP
-    >>> with LocalCluster(n_workers=2) as cluster, Client(cluster):  # doctest: +SKIP
-    ...     graph = partition_graph(nx.path_graph(10), 2)
-    ...     graph.sizes
-    [5, 5]
+    >>> import networkx as nx
+    >>> graph = partition_graph(nx.path_graph(10), 2, client=False)
+    >>> graph.sizes, graph.directed
+    ([5, 5], False)
     """
     import dask
     import dask.array as da

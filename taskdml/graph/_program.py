@@ -53,6 +53,11 @@ class VertexProgram:
     ...         return gathered
     ...     def converged(self, totals, superstep):
     ...         return True
+    >>> import networkx as nx
+    >>> from taskdml.graph import partition_graph, run_supersteps
+    >>> graph = partition_graph(nx.DiGraph([(0, 1), (2, 1)]), client=False)
+    >>> run_supersteps(graph, InDegree()).as_array().compute().tolist()
+    [0.0, 2.0, 0.0]
     """
 
     combiner = "sum"
