@@ -148,9 +148,22 @@ def run_supersteps(graph, program, data=None, *, max_iter=100, timeout=600.0):
                 )
             )
     outcomes = client.compute(tasks)
+    _raise_the_cause(outcomes)
     summary = client.submit(operator.itemgetter(1, 2), outcomes[0], pure=False)
     history, converged = summary.result()
     return SuperstepResult(outcomes, history, converged, graph)
+
+
+def _raise_the_cause(outcomes):
+    """Wait for every partition; if some failed, raise the error of the one that failed
+    first (the others only say that it did)."""
+    from distributed import wait
+
+    wait(outcomes)
+    errors = [outcome.exception() for outcome in outcomes if outcome.status == "error"]
+    followers = [e for e in errors if str(e).startswith("another replica failed")]
+    if errors:
+        raise next((e for e in errors if e not in followers), errors[0])
 
 
 def superstep_task(partition, program, data, collective, rank, max_iter, tags):
