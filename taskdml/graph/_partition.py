@@ -144,6 +144,16 @@ def assemble(bounds, index, *pieces):
     return Partition(index, np.asarray(bounds), csr, mirrors, out_weight, loops)
 
 
+def partition_stats(partition):
+    """The sizes of *partition* (see :meth:`PartitionedGraph.stats`)."""
+    return {
+        "vertices": partition.n_local,
+        "in_edges": int(partition.csr.nnz),
+        "mirrors": int(sum(len(ids) for ids in partition.mirrors.values())),
+        "sends": int(sum(len(idx) for idx in partition.sends.values())),
+    }
+
+
 def mirrored_from(partition, owner):
     """The vertices of partition *owner* that *partition* reads, as *owner*'s local indices
     (a small task: vertex ids, no edges)."""
@@ -322,6 +332,27 @@ class PartitionedGraph:
     def sizes(self):
         """The number of vertices each partition owns."""
         return np.diff(self.bounds).tolist()
+
+    def stats(self):
+        """What each partition holds and what moves between them every superstep.
+
+        Returns
+        -------
+        list of dict
+            Per partition: ``vertices``, ``in_edges`` (stored entries of its CSR),
+            ``mirrors`` (remote vertices it reads: values received per superstep) and
+            ``sends`` (values it sends per superstep), read where the partitions are.
+
+        Examples
+        --------
+        >>> import networkx as nx
+        >>> graph = partition_graph(nx.path_graph(4), 2, client=False)
+        >>> [s["mirrors"] for s in graph.stats()]
+        [1, 1]
+        """
+        if self.client is None:
+            return [partition_stats(p) for p in self.partitions]
+        return self.client.gather([self.client.submit(partition_stats, p) for p in self.partitions])
 
 
 def partition_graph(graph, n_partitions=None, *, directed=None, client=None):

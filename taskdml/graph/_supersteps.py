@@ -17,7 +17,8 @@ the whole iteration itself:
 - the task *secedes* from its worker's thread pool as it starts, so that several partitions
   can share a worker of one thread (they wait for each other every superstep: holding a
   thread each would deadlock a worker with fewer threads than partitions);
-- rank 0 publishes a ``superstep`` event per superstep (number, the measures, seconds)
+- rank 0 publishes a ``superstep`` event per superstep (number, the measures, seconds,
+  and ``exchange_s``: its seconds waiting for its mirrors and in the all-reduce)
   through :mod:`taskdml._events`, as the engine's rank 0 publishes its rounds, and every
   task returns its values, the history and whether it converged.
 
@@ -52,7 +53,9 @@ class SuperstepResult:
         Per partition, on its worker: ``(values, history, converged)`` (the tuples
         themselves for a graph held in this process).
     history : list of dict
-        Per superstep: ``superstep``, the program's measures, ``seconds``.
+        Per superstep: ``superstep``, the program's measures, ``seconds`` and
+        ``exchange_s`` (of them, rank 0's time waiting for its mirrors' values and in the
+        all-reduce).
     converged : bool
         Whether the program's test stopped the run before ``max_iter``.
     graph : PartitionedGraph
@@ -194,14 +197,21 @@ def _iterate(part, program, data, collective, rank, max_iter, tags):
         sent = program.message(part, values)
         for peer, indices in part.sends.items():
             collective.send(peer, superstep, sent[indices])
-        full = np.concatenate([sent, *(collective.receive(q, superstep) for q in neighbours)])
-        new = program.apply(part, values, gather(program, part, full), totals)
-        totals = collective.allreduce_sum(superstep, rank, program.measures(part, values, new))
-        values = new
+        exchanging = time.perf_counter()
+        mirrored = [collective.receive(q, superstep) for q in neighbours]
+        computing = time.perf_counter()
+        new = program.apply(
+            part, values, gather(program, part, np.concatenate([sent, *mirrored])), totals
+        )
+        measures = program.measures(part, values, new)
+        reducing = time.perf_counter()
+        totals = collective.allreduce_sum(superstep, rank, measures)
+        values, done = new, time.perf_counter()
         entry = {
             "superstep": superstep,
             **{k: float(v) for k, v in zip(program.measure_names, totals)},
-            "seconds": time.perf_counter() - began,
+            "seconds": done - began,
+            "exchange_s": (computing - exchanging) + (done - reducing),
         }
         history.append(entry)
         if rank == 0:

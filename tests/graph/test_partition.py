@@ -58,6 +58,16 @@ def test_partitions_hold_the_in_edges_of_their_vertices(client, n_partitions, di
                 np.testing.assert_array_equal(part.sends[q], other.mirrors[p] - part.start)
             else:
                 assert q not in part.sends
+    stats = graph.stats()
+    for part, stat in zip(parts, stats):
+        reads = {int(v) for v in part.csr.tocoo().col if v >= part.n_local}
+        assert stat == {
+            "vertices": part.n_local,
+            "in_edges": (full.T.tocsr()[part.start : part.stop] != 0).sum(),
+            "mirrors": len(reads),
+            "sends": sum(len(idx) for idx in part.sends.values()),
+        }
+    assert sum(s["mirrors"] for s in stats) == sum(s["sends"] for s in stats)
 
 
 def test_edges_from_networkx_match_its_scipy_matrix(client):
