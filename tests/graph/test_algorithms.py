@@ -56,11 +56,15 @@ def test_pagerank_equals_the_power_iteration(client, n_partitions):
     graph = partition_graph(edges_from_scipy(A, chunk_size=600), n_partitions, client=client)
     ranks = pagerank(graph)
     assert ranks.pagerank.data.chunks == (tuple(graph.sizes),)
-    assert np.abs(ranks.pagerank.values - power_iteration(A)).sum() < 1e-10
+    reference = power_iteration(A)
+    assert np.abs(ranks.pagerank.values - reference).sum() < 1e-10
+    np.testing.assert_allclose(ranks.pagerank.values, reference, rtol=0, atol=1e-10)
     assert ranks.attrs["converged"] and ranks.attrs["n_iter"] == len(ranks.attrs["history"])
     p = np.random.default_rng(1).random(A.shape[0])
     personal = pagerank(graph, alpha=0.7, personalization=da.from_array(p, chunks=128))
-    assert np.abs(personal.pagerank.values - power_iteration(A, 0.7, p)).sum() < 1e-10
+    reference = power_iteration(A, 0.7, p)
+    assert np.abs(personal.pagerank.values - reference).sum() < 1e-10
+    np.testing.assert_allclose(personal.pagerank.values, reference, rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize(
@@ -197,4 +201,6 @@ def test_pagerank_without_a_client_equals_the_power_iteration():
     iteration too."""
     A = directed_graph(seed=4)
     ranks = pagerank(edges_from_scipy(A), n_partitions=3, client=False)
-    assert np.abs(ranks.pagerank.values - power_iteration(A)).sum() < 1e-10
+    reference = power_iteration(A)
+    assert np.abs(ranks.pagerank.values - reference).sum() < 1e-10
+    np.testing.assert_allclose(ranks.pagerank.values, reference, rtol=0, atol=1e-10)

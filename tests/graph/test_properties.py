@@ -38,6 +38,7 @@ def test_results_do_not_depend_on_the_cut_or_the_chunks(n, density, n_partitions
         if np.abs(x - last).sum() < 1e-13:
             break
     assert np.abs(ranks - x).sum() < 1e-10
+    np.testing.assert_allclose(ranks, x, rtol=0, atol=1e-10)
     labels = connected_components(edges, n_partitions=n_partitions, client=False)
     _, expected = csgraph.connected_components(A, directed=True, connection="weak")
     pairs = set(zip(labels.component.values.tolist(), expected.tolist()))
