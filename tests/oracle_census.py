@@ -33,7 +33,8 @@ The categories, in the order a test is given the first that applies
 
 How values are labelled (a forward data flow through each function, loops read twice)
     *Code under test* (T): the result of calling anything imported from ``taskdml`` or ``cli``,
-    of running a process (``subprocess``, click's ``CliRunner``), and of reading a file
+    of running a process (``subprocess``, click's ``CliRunner``; what it prints, too: a score
+    parsed from ``.stdout`` is the code's), and of reading a file
     (``open``, ``Path.read_text``, ``np.load``, ``pd.read_*``, ``json.load``, ...: a test reads
     back what the code wrote). Attributes, items and method results of a T value are T.
 
@@ -59,10 +60,11 @@ How values are labelled (a forward data flow through each function, loops read t
     a reference; a fitted attribute (``coef_``) of an estimator only the test fitted is R.
 
     *Test data* (D): what ``np.random``, ``dask.array.random`` and ``sklearn.datasets`` draw or
-    load, and values built from it (a formula on test data, ``y = X @ w > 0``, is test data).
-    It is no reference in itself, except as the exact expectation of an equality: the code giving
-    the test's own data back (``assert_array_equal(read_csv(path).y, y)``). A computation on
-    test data (``X.mean(0)``, ``SGDClassifier().fit(X, y)``) is R.
+    load (a loader passed as a ``parametrize`` value included), and values built from it (a
+    formula on test data, ``y = X @ w > 0``, is test data). It is no reference in itself, except
+    as the exact expectation of an equality: the code giving the test's own data back
+    (``assert_array_equal(read_csv(path).y, y)``). A computation on test data (``X.mean(0)``,
+    ``SGDClassifier().fit(X, y)``) is R.
 
     Neutral: literals, fixtures that do not call the code, unfitted scikit-learn estimators,
     taskdml's generators and readers where they make a test's input (not in their own tests),
@@ -158,7 +160,7 @@ PROBE_CALLS = {
 PROBE_ATTRS = {
     "shape", "ndim", "dtype", "size", "chunks", "dims", "sizes", "nbytes", "itemsize", "columns",
     "__class__", "__name__", "__qualname__", "__module__", "name", "kind", "exit_code",
-    "returncode", "output", "stdout", "stderr", "message", "args", "value", "suffix", "parent",
+    "returncode", "message", "args", "value", "suffix", "parent",
     "parts",
 }
 # fmt: on
@@ -218,6 +220,8 @@ class Reader:
             origin = self.module.get(node.id, "")
             if origin.split(".")[0] in CODE_MODULES:
                 return frozenset({T})
+            if origin.startswith("sklearn.datasets."):  # a loader passed around: its data
+                return frozenset({D})
             return frozenset({R}) if _sklearn_function(origin) else frozenset()
         if isinstance(node, ast.Attribute):
             if node.attr in PROBE_ATTRS:
@@ -225,6 +229,8 @@ class Reader:
             origin = self.origin(node)
             if origin and origin.split(".")[0] in CODE_MODULES:
                 return frozenset({T})
+            if origin and origin.startswith("sklearn.datasets."):  # a loader passed around
+                return frozenset({D})
             owner = self.labels(node.value)
             if owner == {S} and node.attr.endswith("_") and not node.attr.startswith("__"):
                 return frozenset({R})  # a fitted attribute of an estimator only the test fitted
