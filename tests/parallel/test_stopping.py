@@ -122,6 +122,10 @@ def test_async_auto_stops_on_the_servers_epoch_losses(client):
             stop_at = epoch
     assert stop_at == result.history[-1]["epoch"] < 60
     assert "did not improve" in result.stats["stopped"]
+    # stopped by the rule, the model is as good as scikit-learn's fit stopped by it in memory
+    expected = clone(estimator).fit(X_NP, Y_NP).score(X_NP, Y_NP)
+    accuracy = result.estimator.score(X_NP, Y_NP)
+    assert accuracy >= expected - 0.03, (accuracy, expected)
 
 
 def test_one_pass_family_equals_its_fit(client):
