@@ -654,12 +654,13 @@ def _knn_edges(query_start, n_neighbors, include_self, weighted, *candidates):
     """
     distances = np.concatenate([c[0] for c in candidates], axis=1)
     indices = np.concatenate([c[1] for c in candidates], axis=1)
-    order = np.lexsort((indices, distances), axis=1)
     n_rows = len(distances)
+    rows = np.arange(query_start, query_start + n_rows)
+    distances[indices == rows[:, None]] = 0.0  # exactly, whatever the rounding of the formula
+    order = np.lexsort((indices, distances), axis=1)
     keep = n_neighbors if include_self else n_neighbors + 1
     distances = np.take_along_axis(distances, order, axis=1)[:, :keep]
     indices = np.take_along_axis(indices, order, axis=1)[:, :keep]
-    rows = np.arange(query_start, query_start + n_rows)
     if not include_self:
         others = indices != rows[:, None]
         others[others.all(axis=1), -1] = False
