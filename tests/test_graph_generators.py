@@ -208,8 +208,8 @@ def test_ratings_equal_the_planted_model_without_noise():
     assert len(np.unique(src * n_items + dst)) == len(src)
     assert src.max() < n_users and dst.max() < n_items
     assert _within(len(src), n_users * n_items, density)
-    rated_per_item = np.bincount(dst, minlength=n_items)
-    assert all(_within(int(r), n_users, density) for r in rated_per_item)
+    for rated in np.bincount(dst, minlength=n_items):
+        assert _within(rated, n_users, density)
     other = datasets.make_ratings(
         n_users,
         n_items,
