@@ -11,9 +11,12 @@ import pytest
 import scipy.sparse
 import scipy.special
 from dask.utils import key_split
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.neighbors import kneighbors_graph
 
 from taskdml import datasets
+from taskdml._keys import step_scope
 from taskdml.exceptions import DataError
 
 # Every bound below is a mean plus or minus this many standard deviations of the exact
@@ -122,6 +125,44 @@ def test_rmat_on_the_cluster_equals_local(client):
     graph_keys = graph.src.data.__dask_graph__()
     generate = [k for k in graph_keys if key_split(k) == "make_rmat-generate"]
     assert len(generate) == len(graph.src.data.chunks[0]) == 5
+
+
+@settings(max_examples=10, deadline=None)
+@given(chunk_edges=st.integers(16, 9000), seed=st.integers(0, 2**32))
+def test_rmat_and_sbm_values_never_depend_on_chunk_edges(chunk_edges, seed):
+    """Property: any chunk_edges gives the edges of one chunk, for R-MAT (chunks of exactly
+    chunk_edges) and SBM (chunks of whole ranges) alike."""
+    rmat = [
+        datasets.make_rmat(6, 4, chunk_edges=size, random_state=seed)
+        for size in (chunk_edges, 10**6)
+    ]
+    assert rmat[0].src.data.chunks[0][0] == min(chunk_edges, 256)
+    sbm = [
+        datasets.make_sbm([40, 30], 0.3, 0.05, chunk_edges=size, random_state=seed)
+        for size in (chunk_edges, 10**6)
+    ]
+    for chunked, whole in (rmat, sbm):
+        for x, y in zip(_edges(chunked), _edges(whole)):
+            np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: datasets.make_rmat(4, random_state=0),
+        lambda: datasets.make_sbm([5, 5], 0.5, 0.1, random_state=0),
+        lambda: datasets.make_ratings(20, 5, rank=2, density=0.5, random_state=0),
+        lambda: datasets.make_knn_graph(np.arange(20.0).reshape(10, 2), 2),
+    ],
+)
+def test_graph_keys_are_named_after_the_step(make):
+    """Inside a pipeline step every key of the graph is the step's name and alphabetic phases,
+    so the dashboard groups the generator's tasks under the step."""
+    with step_scope("graph"):
+        graph = make()
+    names = {key_split(k) for var in graph.data_vars.values() for k in var.data.__dask_graph__()}
+    assert names <= {"graph", "graph-generate", "graph-candidates", "array"}
+    assert "graph-generate" in names
 
 
 # --------------------------------------------------------------------------------------------
