@@ -6,6 +6,7 @@ import itertools
 import math
 
 import dask
+import dask.array
 import numpy as np
 import pytest
 import scipy.sparse
@@ -310,17 +311,22 @@ def test_knn_graph_equals_sklearn(client, mode, include_self):
     np.testing.assert_allclose(ours.data, reference.data, rtol=1e-9, atol=1e-12)
 
 
-def test_knn_graph_of_an_array_keeps_sklearn_duplicate_rule():
-    """On an in-memory array with duplicated rows (ties), each sample's neighbours are at
-    the distances scikit-learn finds, and a sample is never its own neighbour."""
-    X = np.repeat(np.random.default_rng(0).normal(size=(40, 3)), 3, axis=0)
-    graph = datasets.make_knn_graph(X, n_neighbors=4, mode="distance")
+@pytest.mark.parametrize("include_self", [False, True])
+def test_knn_graph_with_duplicated_rows_matches_sklearn_distances(include_self):
+    """With every row 4 times (ties at distance 0, across chunk boundaries too), each
+    sample's neighbour distances are scikit-learn's, and the sample itself is a neighbour only
+    with include_self, as the first."""
+    X = np.repeat(np.random.default_rng(0).normal(size=(40, 3)), 4, axis=0)
+    graph = datasets.make_knn_graph(
+        dask.array.from_array(X, chunks=(37, 3)), 5, mode="distance", include_self=include_self
+    )
     src, dst, weight = _edges(graph, "src", "dst", "weight")
-    reference = kneighbors_graph(X, 4, mode="distance").tocsr()
-    assert (src != dst).all()
+    reference = kneighbors_graph(X, 5, mode="distance", include_self=include_self).tocsr()
+    own = (src == dst).reshape(-1, 5)
+    assert (own[:, 0] == include_self).all() and not own[:, 1:].any()
     np.testing.assert_allclose(
-        np.sort(weight.reshape(-1, 4), axis=1),
-        np.sort(reference.data.reshape(-1, 4), axis=1),
+        np.sort(weight.reshape(-1, 5), axis=1),
+        np.sort(reference.data.reshape(-1, 5), axis=1),
         atol=1e-7,
     )
 

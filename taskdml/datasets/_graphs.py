@@ -628,9 +628,13 @@ def make_ratings(
 # k-nearest-neighbour graph of a feature table
 
 
-def _knn_candidates(queries, reference, reference_start, n_candidates):
+def _knn_candidates(queries, reference, query_start, reference_start, n_candidates):
     """The *n_candidates* nearest rows of *reference* to each query row: ``(distances,
-    global indices)``, computed in slices of queries that bound the distance matrix."""
+    global indices)``, computed in slices of queries that bound the distance matrix.
+
+    A query's own row is given the distance -1, so it is always among its candidates whatever
+    the ties (duplicated rows) and sorts first; :func:`_knn_edges` turns it back into 0.
+    """
     from sklearn.metrics.pairwise import euclidean_distances
 
     n_candidates = min(n_candidates, len(reference))
@@ -639,6 +643,10 @@ def _knn_candidates(queries, reference, reference_start, n_candidates):
     step = max(1, _KNN_ENTRIES // max(1, len(reference)))
     for lo in range(0, len(queries), step):
         block = euclidean_distances(queries[lo : lo + step], reference)
+        rows = np.arange(query_start + lo, query_start + lo + len(block))
+        own = rows - reference_start
+        inside = (own >= 0) & (own < len(reference))
+        block[np.flatnonzero(inside), own[inside]] = -1.0
         nearest = np.argpartition(block, n_candidates - 1, axis=1)[:, :n_candidates]
         distances[lo : lo + step] = np.take_along_axis(block, nearest, axis=1)
         indices[lo : lo + step] = nearest + reference_start
@@ -648,26 +656,19 @@ def _knn_candidates(queries, reference, reference_start, n_candidates):
 def _knn_edges(query_start, n_neighbors, include_self, weighted, *candidates):
     """Merge one query chunk's candidates from every reference chunk into its k edges.
 
-    Candidates are ordered by distance, then index; without *include_self* the query's own
-    row is dropped from its ``k + 1`` nearest as scikit-learn's ``kneighbors()`` drops it (or
-    the farthest when duplicates push it out).
+    Candidates are ordered by distance, then index, the query's own row first (its distance
+    is exactly 0); without *include_self* that row is dropped, as scikit-learn's
+    ``kneighbors()`` drops it, so a sample is never its own neighbour.
     """
     distances = np.concatenate([c[0] for c in candidates], axis=1)
     indices = np.concatenate([c[1] for c in candidates], axis=1)
-    n_rows = len(distances)
-    rows = np.arange(query_start, query_start + n_rows)
-    distances[indices == rows[:, None]] = 0.0  # exactly, whatever the rounding of the formula
     order = np.lexsort((indices, distances), axis=1)
-    keep = n_neighbors if include_self else n_neighbors + 1
-    distances = np.take_along_axis(distances, order, axis=1)[:, :keep]
-    indices = np.take_along_axis(indices, order, axis=1)[:, :keep]
-    if not include_self:
-        others = indices != rows[:, None]
-        others[others.all(axis=1), -1] = False
-        distances = distances[others].reshape(n_rows, n_neighbors)
-        indices = indices[others].reshape(n_rows, n_neighbors)
-    src = np.repeat(rows, n_neighbors).astype(np.int64)
-    edges = (src, indices.ravel())
+    first = 0 if include_self else 1
+    distances = np.take_along_axis(distances, order, axis=1)[:, first : first + n_neighbors]
+    indices = np.take_along_axis(indices, order, axis=1)[:, first : first + n_neighbors]
+    np.maximum(distances, 0.0, out=distances)
+    src = np.repeat(np.arange(query_start, query_start + len(indices)), n_neighbors)
+    edges = (src.astype(np.int64), indices.ravel())
     return edges + (distances.ravel(),) if weighted else edges
 
 
@@ -678,7 +679,8 @@ def make_knn_graph(X, n_neighbors=5, *, mode="connectivity", include_self=False)
     :func:`sklearn.neighbors.kneighbors_graph` does: one task per pair of (query chunk,
     reference chunk) keeps the nearest candidates, and one task per query chunk merges them,
     so no task holds more than two chunks and a bounded block of distances. The graph is
-    directed (``i`` to each of its neighbours); ties are broken by the lower index.
+    directed (``i`` to each of its neighbours); ties are broken by the lower index, and a
+    sample is never its own neighbour unless *include_self* (then it is the first).
 
     Parameters
     ----------
@@ -749,7 +751,14 @@ def make_knn_graph(X, n_neighbors=5, *, mode="connectivity", include_self=False)
 
     candidates = key_name(fn, token, phase="candidates")
     layer = {
-        (candidates, q, r): (_knn_candidates, blocks[q], blocks[r], bounds[r], n_candidates)
+        (candidates, q, r): (
+            _knn_candidates,
+            blocks[q],
+            blocks[r],
+            bounds[q],
+            bounds[r],
+            n_candidates,
+        )
         for q in range(len(blocks))
         for r in range(len(blocks))
     }
