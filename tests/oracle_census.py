@@ -108,7 +108,7 @@ PEER_SUITES = {"model_selection/test_sklearn_search_suite.py"}
 # taskdml's data generators and readers make a test's input, not the value it checks, except
 # in their own tests.
 DATA_FUNCTIONS = ("taskdml.datasets.", ("make_", "read_", "load_", "train_test_split"))
-DATA_TESTS = {"test_datasets.py"}
+DATA_TESTS = {"test_datasets.py", "test_graph_generators.py"}
 
 # fmt: off
 NUMPY_PLUMBING = {
