@@ -7,9 +7,10 @@ wine, iris, diabetes), a synthetic table with a categorical column, and syntheti
 10^5 and 10^6 rows (``--sizes``), this script fits each estimator both ways, with defaults on
 both sides (only ``random_state`` set), on the same training split, and scores both on the
 same test split (25 %, stratified for classifiers): accuracy for classifiers, R² for
-regressors, inertia for k-means (relative difference), explained variance for
-IncrementalPCA. Linear models and the MLP get a ``StandardScaler`` in front, as a user would
-write them (``make_pipeline``), on both sides.
+regressors, inertia for k-means (relative difference; the mean over three seeds on both
+sides, see ``SEEDED``), explained variance for IncrementalPCA. Linear models and the MLP
+get a ``StandardScaler`` in front, as a user would write them (``make_pipeline``), on both
+sides.
 
 Reported per row: both scores and their difference (points, or relative for inertia), the
 seconds of ``est.fit``, of ``DataParallel``'s first call on the data set, and the median of
@@ -34,6 +35,11 @@ import _results
 import numpy as np
 
 PACKAGES = ("taskdml", "dask", "distributed", "scikit-learn", "numpy", "pandas")
+
+
+SEEDED = {"MiniBatchKMeans": (0, 1, 2)}
+"""Families scored by the mean over these seeds on both sides (times stay seed 0's): k-means'
+inertia moves more between two seeds of ``fit`` (1.4 % at 10^6 rows) than the 0.5 % line."""
 
 
 def estimators(task):
@@ -157,6 +163,20 @@ def compare(family, estimator, data, X_train, X_test, y_train, y_test, repeats, 
         model, first_s = timed(ours)
         warm = [timed(ours)[1] for _ in range(repeats)]
     dp_score = score(model, X_test, y_test)
+    if family in SEEDED:  # the mean over seeds on both sides: one seed's gap is its noise
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            seeded = [clone(estimator).set_params(random_state=s) for s in SEEDED[family]]
+            sk_score = (
+                sk_score[0],
+                statistics.mean(
+                    score(clone(e).fit(X_train, fit_y), X_test, y_test)[1] for e in seeded
+                ),
+            )
+            dp_score = (dp_score[0], statistics.mean(
+                score(DataParallel(e, random_state=s).fit(X_in, y_in), X_test, y_test)[1]
+                for s, e in zip(SEEDED[family], seeded)
+            ))  # fmt: skip
     name, value = sk_score
     if name == "inertia":
         diff = (dp_score[1] - value) / value  # relative; lower is better

@@ -86,6 +86,12 @@ _ALIASES = {
     "with_callbacks": [("sklearn.callback", "with_callbacks"), (__name__, "_without_callbacks")],
     # distributed: the error a closed connection raises (collective/_direct). 2025.1 to 2026.8.
     "CommClosedError": [("distributed.comm", "CommClosedError")],
+    # _data.table_frame: a dask DataFrame whose partitions are given tasks (one per sample
+    # chunk, built from every column's chunk). The public dd.from_delayed makes such a frame,
+    # but in 2026.8 its conversion to a dask array (to_dask_array, .values, the predictions of
+    # a fitted model) loses the parts' tasks ("Missing dependency ... fromdelayed-"); the
+    # graph form does not. dask 2025.1 to 2026.8.
+    "from_graph": [("dask.dataframe.dask_expr._collection", "from_graph")],
 }
 
 

@@ -126,13 +126,14 @@ def plain_strings(frame):
     return frame.map_partitions(_plain_strings, columns, meta=meta)
 
 
-def _categories(part, categorical):
-    """Task: the *categorical* columns of one partition as pandas ``category`` columns."""
-    return part.astype(dict.fromkeys(categorical, "category"))
-
-
 def table_frame(table):
     """A table's feature columns as a dask DataFrame, one partition per sample chunk.
+
+    Each partition is built by one task from its chunk of every column (text columns as
+    object columns with ``nan`` for missing values, the ``categorical`` ones as pandas
+    ``category`` columns), so the frame adds one task per chunk to the table's graph: dask's
+    own conversion (``Dataset.to_dask_dataframe``) makes a frame per column and joins them,
+    which costs seconds of scheduling at a few thousand rows.
 
     Parameters
     ----------
@@ -155,8 +156,13 @@ def table_frame(table):
     >>> frame.npartitions, list(frame.columns), frame.compute()["g"].tolist()
     (2, ['a', 'g'], ['x', 'y', 'x', 'z'])
     """
+    import dask
     import dask.array as da
     from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+
+    from taskdml import _compat
+    from taskdml._keys import key_name
 
     columns = [name for name in table.data_vars if name != "y"]
     categorical = [name for name in columns if table[name].attrs.get("categorical")]
@@ -164,17 +170,56 @@ def table_frame(table):
     chunked = [a for a in arrays if isinstance(a, da.Array)]
     rows = chunked[0].chunks[0] if chunked else (table.sizes["sample"],)
     table = table[columns].chunk({"sample": rows})
-
-    def build():
-        frame = plain_strings(table.to_dask_dataframe(set_index=False)[columns])
-        if categorical:
-            meta = _categories(collection_meta(frame), categorical)
-            frame = frame.map_partitions(_categories, categorical, meta=meta)
-        return frame
-
-    frame = outside_annotations(build)
+    blocks = [table[name].data.to_delayed().ravel() for name in columns]
+    starts = np.concatenate([[0], np.cumsum(rows)]).tolist()
+    name = key_name("table_frame", table, phase="frame")
+    part = dask.delayed(_frame_part, pure=True)
+    parts = [
+        part(
+            starts[i],
+            columns,
+            categorical,
+            *[column[i] for column in blocks],
+            dask_key_name=(name, i),
+        )
+        for i in range(len(rows))
+    ]
+    empty = [np.empty(0, dtype=table[name].dtype) for name in columns]
+    meta = _frame_part(0, columns, categorical, *empty)
+    divisions = (*starts[:-1], starts[-1] - 1)
+    graph = HighLevelGraph.merge(*[p.__dask_graph__() for p in parts])
+    keys = [p.key for p in parts]
+    frame = outside_annotations(_compat.from_graph, graph, meta, divisions, keys, name)
     _KNOWN_LENGTHS[tokenize(frame)] = tuple(rows)
     return frame
+
+
+def _frame_part(start, columns, categorical, *chunks):
+    """Task: one partition of :func:`table_frame`, rows ``start...`` of *columns* (numeric
+    columns of one dtype in one block, as pandas keeps them)."""
+    import pandas as pd
+
+    index = pd.RangeIndex(start, start + len(chunks[0]))
+    text = {name for name, values in zip(columns, chunks) if values.dtype.kind in "OSU"}
+    numeric = [(n, v) for n, v in zip(columns, chunks) if n not in text and n not in categorical]
+    by_dtype = {}
+    for name, values in numeric:
+        by_dtype.setdefault(values.dtype, []).append((name, values))
+    frames = [
+        pd.DataFrame(
+            np.column_stack([v for _, v in group]), index=index, columns=[n for n, _ in group]
+        )
+        for group in by_dtype.values()
+    ]
+    others = {}
+    for name, values in zip(columns, chunks):
+        if name in categorical:
+            others[name] = pd.Categorical(values)
+        elif name in text:  # object with NaN for missing: what scikit-learn's encoders read
+            series = pd.Series(values, index=index, dtype=object)
+            others[name] = series.where(series.notna(), np.nan)
+    frames.append(pd.DataFrame(others, index=index))
+    return pd.concat(frames, axis=1)[columns]
 
 
 # Partition lengths of the frames made by table_frame (known from the sample chunks), so that

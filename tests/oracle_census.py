@@ -33,7 +33,8 @@ The categories, in the order a test is given the first that applies
 
 How values are labelled (a forward data flow through each function, loops read twice)
     *Code under test* (T): the result of calling anything imported from ``taskdml`` or ``cli``,
-    of running a process (``subprocess``, click's ``CliRunner``), and of reading a file
+    of running a process (``subprocess``, click's ``CliRunner``; what it prints, too: a score
+    parsed from ``.stdout`` is the code's), and of reading a file
     (``open``, ``Path.read_text``, ``np.load``, ``pd.read_*``, ``json.load``, ...: a test reads
     back what the code wrote). Attributes, items and method results of a T value are T.
 
@@ -54,15 +55,20 @@ How values are labelled (a forward data flow through each function, loops read t
     ``r2_score(y, model.predict(X))`` the reference of ``model.score(X, y)``; NumPy on the
     code's output is not (``np.mean(output)`` is T).
 
+    An exception caught by ``pytest.raises(...) as caught`` has the labels of the calls its
+    block makes, and ``str(caught.value)``, its message, is no probe: the code's error compared
+    with the one scikit-learn raises for the same call is a reference.
+
     An estimator the test hands to the code stays the test's: taskdml clones what it is
     given (scikit-learn's contract for meta-estimators), so a copy of it fitted in the test is
     a reference; a fitted attribute (``coef_``) of an estimator only the test fitted is R.
 
     *Test data* (D): what ``np.random``, ``dask.array.random`` and ``sklearn.datasets`` draw or
-    load, and values built from it (a formula on test data, ``y = X @ w > 0``, is test data).
-    It is no reference in itself, except as the exact expectation of an equality: the code giving
-    the test's own data back (``assert_array_equal(read_csv(path).y, y)``). A computation on
-    test data (``X.mean(0)``, ``SGDClassifier().fit(X, y)``) is R.
+    load (a loader passed as a ``parametrize`` value included), and values built from it (a
+    formula on test data, ``y = X @ w > 0``, is test data). It is no reference in itself, except
+    as the exact expectation of an equality: the code giving the test's own data back
+    (``assert_array_equal(read_csv(path).y, y)``). A computation on test data (``X.mean(0)``,
+    ``SGDClassifier().fit(X, y)``) is R.
 
     Neutral: literals, fixtures that do not call the code, unfitted scikit-learn estimators,
     taskdml's generators and readers where they make a test's input (not in their own tests),
@@ -102,7 +108,7 @@ PEER_SUITES = {"model_selection/test_sklearn_search_suite.py"}
 # taskdml's data generators and readers make a test's input, not the value it checks, except
 # in their own tests.
 DATA_FUNCTIONS = ("taskdml.datasets.", ("make_", "read_", "load_", "train_test_split"))
-DATA_TESTS = {"test_datasets.py"}
+DATA_TESTS = {"test_datasets.py", "test_graph_generators.py"}
 
 # fmt: off
 NUMPY_PLUMBING = {
@@ -158,7 +164,7 @@ PROBE_CALLS = {
 PROBE_ATTRS = {
     "shape", "ndim", "dtype", "size", "chunks", "dims", "sizes", "nbytes", "itemsize", "columns",
     "__class__", "__name__", "__qualname__", "__module__", "name", "kind", "exit_code",
-    "returncode", "output", "stdout", "stderr", "message", "args", "value", "suffix", "parent",
+    "returncode", "message", "args", "value", "suffix", "parent",
     "parts",
 }
 # fmt: on
@@ -191,6 +197,7 @@ class Reader:
         self.verdicts = []
         self.returns = set()
         self.local = {}  # functions defined in the body
+        self.raised = set()  # names bound by ``pytest.raises(...) as name``
 
     data_is_input = True  # see DATA_FUNCTIONS
 
@@ -218,6 +225,8 @@ class Reader:
             origin = self.module.get(node.id, "")
             if origin.split(".")[0] in CODE_MODULES:
                 return frozenset({T})
+            if origin.startswith("sklearn.datasets."):  # a loader passed around: its data
+                return frozenset({D})
             return frozenset({R}) if _sklearn_function(origin) else frozenset()
         if isinstance(node, ast.Attribute):
             if node.attr in PROBE_ATTRS:
@@ -225,6 +234,8 @@ class Reader:
             origin = self.origin(node)
             if origin and origin.split(".")[0] in CODE_MODULES:
                 return frozenset({T})
+            if origin and origin.startswith("sklearn.datasets."):  # a loader passed around
+                return frozenset({D})
             owner = self.labels(node.value)
             if owner == {S} and node.attr.endswith("_") and not node.attr.startswith("__"):
                 return frozenset({R})  # a fitted attribute of an estimator only the test fitted
@@ -331,6 +342,8 @@ class Reader:
             if R in returned and T not in returned:  # a scorer scikit-learn made
                 return frozenset({R})
             return self._mix(returned | arg_labels)
+        if self._is_message(node):
+            return self.env[node.args[0].value.id]
         if isinstance(func, ast.Name) and func.id in PROBE_CALLS and func.id not in self.env:
             return frozenset()
         if (
@@ -400,6 +413,8 @@ class Reader:
         labels = self.labels(node)
         coded = T in labels
         clean = R in labels and not coded
+        if self._is_message(node):
+            return coded, clean
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)
@@ -565,11 +580,17 @@ class Reader:
             self.body(node.body)
             self.body(node.orelse)
         elif isinstance(node, ast.With | ast.AsyncWith):
+            caught = []
             for item in node.items:
                 self._effects(item.context_expr)
                 if item.optional_vars is not None:
                     self.bind(item.optional_vars, item.context_expr)
+                    if _is_raises(item) and isinstance(item.optional_vars, ast.Name):
+                        caught.append(item.optional_vars.id)
             self.body(node.body)
+            for name in caught:  # the exception: what the block computed raised it
+                self.env[name] = self._mix(self._block_labels(node.body))
+                self.raised.add(name)
         elif isinstance(node, ast.Try):
             self.body(node.body)
             for handler in node.handlers:
@@ -579,6 +600,29 @@ class Reader:
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             self.env.pop(node.name, None)
             self.local[node.name] = node  # a closure: read where it is called
+
+    def _block_labels(self, statements):
+        """The labels of the outermost calls a block makes (what may have raised)."""
+        out = frozenset()
+        for statement in statements:
+            for node in ast.walk(statement):
+                if isinstance(node, ast.Expr | ast.Assign) and isinstance(node.value, ast.Call):
+                    out |= self.labels(node.value)
+        return out
+
+    def _is_message(self, node):
+        """``str(caught.value)`` of an exception caught by ``pytest.raises``: its message is
+        the value a peer's own exception is compared with."""
+        return (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "str"
+            and len(node.args) == 1
+            and isinstance(node.args[0], ast.Attribute)
+            and node.args[0].attr == "value"
+            and isinstance(node.args[0].value, ast.Name)
+            and node.args[0].value.id in self.raised
+        )
 
     def _effects(self, value):
         """Assertion calls, yields, and method calls that change their object (``ref.fit``)."""
@@ -609,6 +653,12 @@ class Reader:
                 self.env[root.id] = self._mix(self.env[root.id] | labels)
         else:
             self.labels(value)
+
+
+def _is_raises(item):
+    """Whether a ``with`` item is ``pytest.raises(...)``."""
+    expr = item.context_expr
+    return isinstance(expr, ast.Call) and (_dotted(expr.func) or "").endswith("raises")
 
 
 def _sklearn_function(origin):

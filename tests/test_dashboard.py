@@ -3,6 +3,7 @@ page itself in headless Chromium (Debian's ``chromium``, driven by Playwright)."
 
 import json
 import os
+import re
 import urllib.request
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 from browser import CHROMIUM, launch
 from distributed import Client, LocalCluster
-from sklearn.metrics import accuracy_score, roc_auc_score
+from sklearn.metrics import accuracy_score, f1_score, log_loss, roc_auc_score
 from sklearn.preprocessing import StandardScaler
 
 import taskdml
@@ -21,6 +22,8 @@ from taskdml.runs._directory import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(os.environ.get("TASKDML_TEST_ARTIFACTS", ROOT / "build" / "test-artifacts"))
+METRIC = re.compile(r"(\w+)=(-?[0-9.e+-]+)")
+"""A metric as the dashboard's steps table shows it (``accuracy=0.7716``)."""
 
 
 def test_the_state_follows_a_runs_events_and_counts_its_steps_tasks():
@@ -101,6 +104,20 @@ def _scaled_test_rows(run_path, n_samples, chunk_size):
     return reference.transform(test["X"].values), test["y"].values
 
 
+def _quickstart_metrics(run_path):
+    """scikit-learn's metrics of the quickstart run's model on its test rows (made here): what
+    its ``report`` step must have recorded, and every page must show."""
+    X_test, y_test = _scaled_test_rows(run_path, 20_000, 2500)
+    model = load_model(run_path, "model")
+    proba = model.predict_proba(X_test)
+    return {
+        "accuracy": accuracy_score(y_test, model.predict(X_test)),
+        "f1_macro": f1_score(y_test, model.predict(X_test), average="macro"),
+        "roc_auc": roc_auc_score(y_test, proba[:, 1]),
+        "log_loss": log_loss(y_test, proba),
+    }
+
+
 def test_the_json_endpoint_lists_the_runs_steps_epochs_and_trials(finished_run):
     """/taskdml/api/state holds both runs, newest first, every step completed, the model's
     four epochs and the search's nine trials; the quickstart's accuracy there is
@@ -178,6 +195,13 @@ def test_the_page_in_chromium_shows_the_steps_and_a_training_curve(finished_run)
             assert states == dict.fromkeys(["data", "split", "scale", "model", "report"],
                                            "completed")  # fmt: skip
             assert page.locator("#dag svg g[data-state='completed']").count() == 5
+            # the report step's row shows its metrics, to 4 decimals: scikit-learn's values
+            shown = page.locator("#steps tbody tr[data-step='report']").inner_text()
+            metrics = {name: float(value) for name, value in METRIC.findall(shown)}
+            expected = _quickstart_metrics(runs["quickstart"].path)
+            assert metrics.keys() == expected.keys(), shown
+            for name, value in expected.items():
+                assert metrics[name] == pytest.approx(value, abs=6e-5), (name, shown)
             curve = page.locator("svg.curve[aria-label='model: validation score per epoch']")
             if curve.count() == 0:  # no validation data: the loss or the period is drawn
                 curve = page.locator("svg.curve")
@@ -235,6 +259,11 @@ def test_report_html_of_a_finished_run_opens_offline_in_chromium(finished_run):
             for step in ("data", "split", "scale", "model", "report"):
                 assert step in text
             assert "accuracy" in text and runs["quickstart"].run_id in text
+            # the metrics table, to 4 decimals: scikit-learn's values on the run's test rows
+            expected = _quickstart_metrics(runs["quickstart"].path)
+            for name, value in expected.items():
+                (shown,) = re.findall(rf"^{name}\s+(\S+)$", text, flags=re.MULTILINE)
+                assert float(shown) == pytest.approx(value, abs=6e-5), (name, shown)
             images = page.locator("img")
             assert images.count() >= 3  # the DAG, the training, the evaluation
             widths = [

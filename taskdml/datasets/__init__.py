@@ -14,7 +14,9 @@ dashboard groups the tasks under the function's name (``make_classification``,
 
 The subsystem sits just above the base modules (``taskdml.exceptions``, ``taskdml._keys``,
 ``taskdml._data``) and imports nothing else of taskdml. Its modules: ``_generators``
-(``make_*``), ``_bundled`` (scikit-learn's data sets), ``_files`` (Zarr, netCDF), ``_tables``
+(``make_*`` tables), ``_graphs`` (generated graphs with ground truth as edge Datasets:
+R-MAT, stochastic block model, planted ratings, kNN graph; ``split_edges``), ``_bundled``
+(scikit-learn's data sets), ``_files`` (Zarr, netCDF), ``_tables``
 (CSV, Parquet), ``_split`` (``train_test_split``), ``text`` (a generated corpus and hashed
 features) and ``silos`` (a data set split across federated parties), ``_common`` (what they
 share). Pipeline files name them through this package (``taskdml.datasets:read_csv``).
@@ -27,6 +29,11 @@ _LAZY = {
     "make_blobs": "taskdml.datasets._generators",
     "make_classification": "taskdml.datasets._generators",
     "make_regression": "taskdml.datasets._generators",
+    "make_knn_graph": "taskdml.datasets._graphs",
+    "make_ratings": "taskdml.datasets._graphs",
+    "make_rmat": "taskdml.datasets._graphs",
+    "make_sbm": "taskdml.datasets._graphs",
+    "split_edges": "taskdml.datasets._graphs",
     "load_sklearn": "taskdml.datasets._bundled",
     "read_netcdf": "taskdml.datasets._files",
     "read_zarr": "taskdml.datasets._files",

@@ -137,14 +137,15 @@ def test_fewer_rows_than_features_is_one_block_and_exact():
 
 
 def test_scores_between_epochs_see_the_model_handed_back():
-    """A scorer between epochs gets the truncated model, as the user will."""
+    """A scorer between epochs gets the truncated model, as the user will: after the first
+    epoch, PCA's of every row (its explained variance ratio, the score the history records)."""
     widths = []
 
     def width(estimator, X_val, y_val):
         widths.append(estimator.transform(X_val).shape[1])
-        return 0.0
+        return float(estimator.explained_variance_ratio_.sum())
 
-    train(
+    result = train(
         IncrementalPCA(n_components=3),
         da.from_array(X, chunks=(CHUNKS, 8)),
         epochs=2,
@@ -154,6 +155,8 @@ def test_scores_between_epochs_see_the_model_handed_back():
         client=False,
     )
     assert widths == [3, 3]
+    expected = _batch_pca(X, 3)["explained_variance_ratio_"].sum()
+    assert result.history[0]["validation_score"] == pytest.approx(expected, rel=1e-10)
 
 
 def test_a_fitted_start_continues_from_the_components_it_kept():

@@ -213,11 +213,15 @@ def test_unknown_label_in_a_chunk(data):
 
 
 def test_predict_rejects_other_feature_counts(data):
-    """predict on a different number of features says how many were expected."""
+    """predict on a different number of features says how many were expected, in the words
+    scikit-learn's own SGDClassifier uses for the same rows."""
     X, y = data
     model = ClassSharded(SGDClassifier(), n_shards=2).fit(X[:1000], y[:1000])
-    with pytest.raises(ValueError, match="expecting 50 features"):
+    with pytest.raises(ValueError, match="expecting 50 features") as ours:
         model.predict(X[:10, :5])
+    with pytest.raises(ValueError) as theirs:
+        SGDClassifier().fit(X[:1000], y[:1000]).predict(X[:10, :5])
+    assert str(ours.value) == str(theirs.value).replace("SGDClassifier", "ClassSharded")
 
 
 HYBRID_CHUNK = 3_000  # 7 chunks, the last short: rounds of 4 chunks and a round of 3

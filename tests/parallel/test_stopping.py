@@ -95,13 +95,18 @@ def test_sequential_auto_follows_the_same_rule():
 
 
 def test_the_epoch_limit_warns_as_scikit_learn_does():
-    """max_iter reached before the loss settles: ConvergenceWarning, and stats say so."""
+    """max_iter reached before the loss settles: ConvergenceWarning, and stats say so; the
+    epochs trained are those of scikit-learn's fit, which warns too."""
+    estimator = SGDClassifier(max_iter=2, random_state=0)
     with pytest.warns(ConvergenceWarning, match="maximum number of epochs"):
         result = train(
-            SGDClassifier(max_iter=2, random_state=0), *_dask(X_NP, Y_NP), epochs="auto",
-            strategy="sync", n_replicas=2, client=False,
+            clone(estimator), *_dask(X_NP, Y_NP), epochs="auto", strategy="sync",
+            n_replicas=2, client=False,
         )  # fmt: skip
     assert len(result.history) == 2 and result.stats["stopped"] == "2 epochs done"
+    with pytest.warns(ConvergenceWarning):
+        reference = clone(estimator).fit(X_NP, Y_NP)
+    assert result.history[-1]["epoch"] == reference.n_iter_
 
 
 def test_async_auto_stops_on_the_servers_epoch_losses(client):
@@ -122,6 +127,10 @@ def test_async_auto_stops_on_the_servers_epoch_losses(client):
             stop_at = epoch
     assert stop_at == result.history[-1]["epoch"] < 60
     assert "did not improve" in result.stats["stopped"]
+    # stopped by the rule, the model is as good as scikit-learn's fit stopped by it in memory
+    expected = clone(estimator).fit(X_NP, Y_NP).score(X_NP, Y_NP)
+    accuracy = result.estimator.score(X_NP, Y_NP)
+    assert accuracy >= expected - 0.03, (accuracy, expected)
 
 
 def test_one_pass_family_equals_its_fit(client):

@@ -1,6 +1,8 @@
 """Tables and scikit-learn Pipelines: transformers fitted chunk-wise, the last step trained
 data-parallel, on tables read from files, dask DataFrames and pandas DataFrames."""
 
+import warnings
+
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
@@ -8,6 +10,7 @@ import pytest
 from sklearn.base import clone
 from sklearn.compose import ColumnTransformer, make_column_transformer
 from sklearn.datasets import load_breast_cancer
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.impute import SimpleImputer
 from sklearn.linear_model import SGDClassifier
 from sklearn.pipeline import make_pipeline
@@ -84,6 +87,10 @@ def test_table_pipeline_matches_scikit_learn(cancer, tmp_path, client):
     assert list(model.feature_names_in_) == ["grade"] + numeric
     predicted = model.predict(test_set)
     assert predicted.chunks[0] == test_set.grade.chunks[0]
+
+
+def _dense(matrix):
+    return matrix.toarray() if hasattr(matrix, "toarray") else np.asarray(matrix)
 
 
 def _chunked(frame, npartitions=3):
@@ -164,7 +171,8 @@ def test_chunkwise_refusals():
 
 
 def test_unseen_categories(cancer):
-    """An unseen category fails naming the column and the values; 'ignore' encodes zeros."""
+    """An unseen category fails naming the column and the values; 'ignore' encodes zeros,
+    as scikit-learn's ColumnTransformer fitted in memory on the same rows does."""
     numeric = ["mean_radius", "mean_texture"]
     seen = cancer[cancer.grade != "high"]
     model = DataParallel(_pipeline(numeric), epochs=2, random_state=0)
@@ -177,6 +185,10 @@ def test_unseen_categories(cancer):
     lenient.fit(seen[["grade"] + numeric], seen.label)
     assert lenient.predict(_chunked(unseen)).compute().shape == (50,)
     assert lenient.predict(unseen).shape == (50,)
+    reference = _pipeline(numeric, handle_unknown="ignore")[0].fit(seen[["grade"] + numeric])
+    encoded, expected = lenient.estimator_[0].transform(unseen), reference.transform(unseen)
+    np.testing.assert_allclose(_dense(encoded), _dense(expected), rtol=1e-10, atol=1e-12)
+    assert not _dense(encoded)[:, :2].any()  # neither category was seen: zeros
 
 
 def test_dask_dataframe_with_missing_values(cancer, client):
@@ -219,7 +231,8 @@ def test_text_columns_need_a_pipeline(cancer):
 
 
 def test_numeric_dask_dataframe_without_a_pipeline(cancer):
-    """A numeric dask DataFrame trains a plain estimator; predictions follow its partitions."""
+    """A numeric dask DataFrame trains a plain estimator; predictions follow its partitions,
+    and it scores within 2 points of scikit-learn's SGD fitted in memory for the same epochs."""
     numeric = ["mean_radius", "mean_texture", "worst_area"]
     X = _chunked(cancer[numeric], 4)
     scaled = (X - X.mean()) / X.std()
@@ -227,7 +240,16 @@ def test_numeric_dask_dataframe_without_a_pipeline(cancer):
     model.fit(scaled, cancer.label.to_numpy())
     assert list(model.feature_names_in_) == numeric
     assert model.predict(scaled).chunks[0] == tuple(len(p) for p in X.partitions)
-    assert model.score(scaled, cancer.label.to_numpy()) > 0.85
+    accuracy = model.score(scaled, cancer.label.to_numpy())
+    assert accuracy > 0.85
+    frame = cancer[numeric]
+    in_memory = ((frame - frame.mean()) / frame.std()).to_numpy()
+    reference = SGDClassifier(random_state=0, max_iter=3, tol=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # 3 epochs, as asked
+        reference.fit(in_memory, cancer.label.to_numpy())
+    expected = reference.score(in_memory, cancer.label.to_numpy())
+    assert expected - 0.02 <= accuracy, (accuracy, expected)
 
 
 def test_the_chunkwise_apply_examples_run():
