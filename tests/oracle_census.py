@@ -43,7 +43,10 @@ How values are labelled (a forward data flow through each function, loops read t
     computing methods (``fit``, ``partial_fit``, ``predict``, ``transform``, ``score``, ...) of
     scikit-learn objects and what they yield (``ParameterSampler``'s candidates), NumPy and
     SciPy computations (not the plumbing: ``asarray``, ``concatenate``, ``zeros``, ``arange``,
-    ``unique``, ``load``, ``random``, ... pass their inputs' labels through), ``math`` and
+    ``unique``, ``load``, ``random``, building a ``scipy.sparse`` matrix, ... pass their
+    inputs' labels through; ``scipy.sparse.csgraph`` and ``.linalg`` compute), networkx's
+    algorithms (a peer's: ``pagerank``, ``connected_components``; its generators make test
+    data and its conversions pass labels through), ``math`` and
     ``statistics`` functions, the computing methods of arrays (``mean``, ``sum``, ``std``,
     ``dot``, ...), the loops of ``tests/parallel/reference_loops.py`` (their chunks and the
     order a run recorded are inputs: fed from a run, a loop is still the oracle of what the
@@ -97,6 +100,9 @@ TESTS = Path(__file__).resolve().parent
 T, R, S, D = "T", "R", "S", "D"  # code under test, independent, unfitted estimator, test data
 CODE_MODULES = ("taskdml", "cli")
 REFERENCE_MODULES = ("reference_loops",)
+# networkx functions that make a graph (test data), by the end of their names; its other
+# functions (pagerank, connected_components, shortest paths) are a peer's computations
+NETWORKX_GENERATORS = ("_graph", "_block_model", "_digraph", "_tree", "graph_atlas")
 # The loops' inputs that may come from a run (its data, the order it recorded): only the
 # model they start from, and the merge, make a loop the code's.
 LOOP_INPUTS = {
@@ -378,6 +384,13 @@ class Reader:
             if last[:1].isupper():  # a class: an unfitted estimator (or a splitter, a grid)
                 return frozenset({S})
             return frozenset({R})  # scikit-learn computes it, whatever its inputs
+        if root == "networkx":  # a peer: its generators make test data, its algorithms compute
+            last = origin.rsplit(".", 1)[-1]
+            if last[:1].isupper() or last.endswith(NETWORKX_GENERATORS):
+                return frozenset({D})
+            if last.startswith(("to_", "from_")) or last in ("relabel_nodes", "number_of_nodes"):
+                return arg_labels
+            return self._mix(arg_labels | {R})
         if origin.startswith("dask.array.random."):  # test data, drawn chunk by chunk
             return (arg_labels - {R}) | {D}
         if root in ("numpy", "scipy", "math", "statistics"):
@@ -386,8 +399,8 @@ class Reader:
                 return (arg_labels - {R}) | {D}
             if root == "numpy" and parts[-1] in NUMPY_PLUMBING:
                 return arg_labels
-            if root == "scipy" and "sparse" in parts:
-                return arg_labels
+            if root == "scipy" and "sparse" in parts and not {"csgraph", "linalg"} & set(parts):
+                return arg_labels  # building a sparse matrix; its graph algorithms compute
             if parts[-1] in COMPARISONS or parts[-1] in ("isnan", "isfinite", "isinf"):
                 return arg_labels
             return self._mix(arg_labels | {R})

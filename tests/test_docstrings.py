@@ -10,6 +10,7 @@ PUBLIC_MODULES = [
     "taskdml",
     "taskdml.parallel",
     "taskdml.model_selection",
+    "taskdml.graph",
     "taskdml.datasets",
     "taskdml.metrics",
     "taskdml.testing",

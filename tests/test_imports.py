@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 import taskdml
+import taskdml.graph
 import taskdml.model_selection
 import taskdml.parallel
 import taskdml.pipeline
 
 ROOT = Path(taskdml.__file__).resolve().parents[1]
-PACKAGES = [taskdml, taskdml.model_selection, taskdml.parallel]
+PACKAGES = [taskdml, taskdml.model_selection, taskdml.parallel, taskdml.graph]
 TASK_MODULES = [
     "taskdml.model_selection.grid._tasks",
     "taskdml.model_selection.adaptive._run",

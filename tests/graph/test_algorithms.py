@@ -96,7 +96,9 @@ def test_pagerank_equals_networkx(client, directed):
     G.add_node(150)
     expected = nx.pagerank(G, alpha=0.85, tol=1e-14, max_iter=1000)
     ranks = pagerank(edges_from_networkx(G), n_partitions=3, client=client)
-    assert np.abs(ranks.pagerank.values - [expected[v] for v in range(151)]).sum() < 1e-10
+    expected = np.array([expected[v] for v in range(151)])
+    assert np.abs(ranks.pagerank.values - expected).sum() < 1e-10
+    np.testing.assert_allclose(ranks.pagerank.values, expected, rtol=0, atol=1e-12)
 
 
 def _same_partition(a, b):
