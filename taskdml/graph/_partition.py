@@ -20,7 +20,9 @@ workers, one future each, spread round-robin over the workers:
   so a superstep sends each neighbour exactly the values it reads.
 
 Why built this way: the edge list never comes to the client. Each edge chunk is split on
-the worker that holds it, one task per (edge chunk, partition) piece; each partition is
+the worker that holds it, in one task that reads it once and cuts it into one piece per
+partition (a stable grouping of its edges by owner: each piece keeps the chunk's order, so
+the partitions do not depend on how the pieces are cut); each partition is
 assembled from its pieces on the worker it is pinned to; the mirror lists go from each
 partition to each other as small tasks of vertex ids (a ``P x P`` of them, tiny next to the
 edges); the send lists are attached where the partition lives. An undirected graph stores
@@ -33,6 +35,7 @@ functions that build graphs on the client.
 """
 
 import dataclasses
+import operator
 
 import numpy as np
 
@@ -94,10 +97,11 @@ class Partition:
 # -- the task functions ---------------------------------------------------------------------
 
 
-def edge_piece(src, dst, weight, bounds, index, both_ways):
-    """The part of one edge chunk that partition *index* needs (a task on the chunk's
-    worker): its in-edges as ``(local row, global source, weight)`` and the out-weight its
-    vertices get from this chunk."""
+def split_chunk(src, dst, weight, bounds, both_ways):
+    """One edge chunk cut into the pieces every partition needs (one task on the chunk's
+    worker, which reads the chunk once): piece ``p`` holds partition ``p``'s in-edges as
+    ``(local row, global source, weight)`` and the out-weight its vertices get from this
+    chunk, the edges in the chunk's order."""
     src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
     weight = np.ones(len(src)) if weight is None else np.asarray(weight, dtype=float)
     n = int(bounds[-1])
@@ -112,11 +116,29 @@ def edge_piece(src, dst, weight, bounds, index, both_ways):
         back = src != dst  # a self-loop is one edge either way
         src, dst = np.concatenate([src, dst[back]]), np.concatenate([dst, src[back]])
         weight = np.concatenate([weight, weight[back]])
-    start, stop = int(bounds[index]), int(bounds[index + 1])
-    into = (dst >= start) & (dst < stop)
-    out_of = (src >= start) & (src < stop)
-    out_weight = np.bincount(src[out_of] - start, weight[out_of], minlength=stop - start)
-    return dst[into] - start, src[into], weight[into], out_weight
+    n_partitions = len(bounds) - 1
+    into, into_at = _grouped(dst, bounds)
+    out_of, out_at = _grouped(src, bounds)
+    pieces = []
+    for p in range(n_partitions):
+        start, stop = int(bounds[p]), int(bounds[p + 1])
+        edges = into[into_at[p] : into_at[p + 1]]
+        leaving = out_of[out_at[p] : out_at[p + 1]]
+        out_weight = np.bincount(src[leaving] - start, weight[leaving], minlength=stop - start)
+        pieces.append((dst[edges] - start, src[edges], weight[edges], out_weight))
+    return tuple(pieces)
+
+
+def _grouped(ids, bounds):
+    """The positions of *ids* grouped by the partition owning each (stable: in their order
+    within a group), and where each partition's group starts."""
+    if len(bounds) == 2:  # one partition owns everything
+        return np.arange(len(ids)), np.array([0, len(ids)])
+    owner = np.searchsorted(bounds, ids, side="right") - 1
+    small = np.uint16 if len(bounds) <= 1 << 16 else np.int64  # a radix sort for few owners
+    order = np.argsort(owner.astype(small), kind="stable")
+    at = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=len(bounds) - 1))])
+    return order, at
 
 
 def assemble(bounds, index, *pieces):
@@ -417,17 +439,21 @@ def partition_graph(graph, n_partitions=None, *, directed=None, client=None):
     parts = ([c.name for c in columns], bounds, both_ways)
     names = {
         phase: _keys.key_name("graph", *parts, phase=phase)
-        for phase in ("piece", "assemble", "mirrors", "partition")
+        for phase in ("split", "piece", "assemble", "mirrors", "partition")
     }
-    piece = dask.delayed(edge_piece, pure=True)
+    split = dask.delayed(split_chunk, pure=True)
+    take = dask.delayed(operator.getitem, pure=True)
     build = dask.delayed(assemble, pure=True)
     mirrors = dask.delayed(mirrored_from, pure=True)
     attach = dask.delayed(with_sends, pure=True)
+    splits = [
+        split(s, d, w, bounds, both_ways, dask_key_name=(names["split"], c))
+        for c, (s, d, w) in enumerate(zip(*blocks))
+    ]
     raw = []
     for p, worker in enumerate(placed):
         pieces = [
-            piece(s, d, w, bounds, p, both_ways, dask_key_name=(names["piece"], c, p))
-            for c, (s, d, w) in enumerate(zip(*blocks))
+            take(chunk, p, dask_key_name=(names["piece"], c, p)) for c, chunk in enumerate(splits)
         ]
         with dask.annotate(workers=[worker], allow_other_workers=False):
             raw.append(build(bounds, p, *pieces, dask_key_name=(names["assemble"], p)))
