@@ -101,9 +101,10 @@ def split_chunk(src, dst, weight, bounds, both_ways):
     """One edge chunk cut into the pieces every partition needs (one task on the chunk's
     worker, which reads the chunk once): piece ``p`` holds partition ``p``'s in-edges as
     ``(local row, global source, weight)`` and the out-weight its vertices get from this
-    chunk, the edges in the chunk's order."""
+    chunk, the edges in the chunk's order. Without weights a piece's weight is ``None``
+    (every edge weighs 1): a third fewer bytes go to the partition's worker."""
     src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
-    weight = np.ones(len(src)) if weight is None else np.asarray(weight, dtype=float)
+    weight = None if weight is None else np.asarray(weight, dtype=float)
     n = int(bounds[-1])
     for name, ids in (("src", src), ("dst", dst)):
         if len(ids) and (ids.min() < 0 or ids.max() >= n):
@@ -115,7 +116,7 @@ def split_chunk(src, dst, weight, bounds, both_ways):
     if both_ways:
         back = src != dst  # a self-loop is one edge either way
         src, dst = np.concatenate([src, dst[back]]), np.concatenate([dst, src[back]])
-        weight = np.concatenate([weight, weight[back]])
+        weight = None if weight is None else np.concatenate([weight, weight[back]])
     n_partitions = len(bounds) - 1
     into, into_at = _grouped(dst, bounds)
     out_of, out_at = _grouped(src, bounds)
@@ -124,8 +125,10 @@ def split_chunk(src, dst, weight, bounds, both_ways):
         start, stop = int(bounds[p]), int(bounds[p + 1])
         edges = into[into_at[p] : into_at[p + 1]]
         leaving = out_of[out_at[p] : out_at[p + 1]]
-        out_weight = np.bincount(src[leaving] - start, weight[leaving], minlength=stop - start)
-        pieces.append((dst[edges] - start, src[edges], weight[edges], out_weight))
+        weighing = None if weight is None else weight[leaving]
+        out_weight = np.bincount(src[leaving] - start, weighing, minlength=stop - start)
+        weights = None if weight is None else weight[edges]
+        pieces.append((dst[edges] - start, src[edges], weights, out_weight.astype(float)))
     return tuple(pieces)
 
 
@@ -150,7 +153,10 @@ def assemble(bounds, index, *pieces):
     n_local = stop - start
     rows = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros(0, np.int64)
     sources = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0, np.int64)
-    weight = np.concatenate([p[2] for p in pieces]) if pieces else np.zeros(0)
+    if pieces and pieces[0][2] is not None:
+        weight = np.concatenate([p[2] for p in pieces])
+    else:
+        weight = np.ones(len(rows))
     out_weight = sum((p[3] for p in pieces), np.zeros(n_local))
     own = (sources >= start) & (sources < stop)
     loops = np.bincount(rows[sources == rows + start], weight[sources == rows + start], n_local)
