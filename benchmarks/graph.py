@@ -31,8 +31,8 @@ worker's peak resident memory (``VmHWM``, reset per graph through ``/proc/self/c
 Ratios are to one scipy thread: taskdml's seconds over scipy's (below 1: taskdml is faster, so
 its COST is at most ``--workers`` cores).
 
-    python benchmarks/graph.py --edges 1e6         # about a minute on 2 cores
-    python benchmarks/graph.py --edges 1e7         # several minutes; both update RESULTS.md
+    python benchmarks/graph.py --edges 1e6         # about 1.5 minutes on 2 cores
+    python benchmarks/graph.py --edges 1e7         # about 6 minutes; both update RESULTS.md
 
 Prints a markdown table and rewrites its block of ``RESULTS.md`` (``--no-write``: prints
 only). The machine's load average goes with the figures: on a shared machine they are noisy.
