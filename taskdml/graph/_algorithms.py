@@ -289,9 +289,9 @@ def propagate_features(graph, X, k=2, *, n_partitions=None, client=None):
     ----------
     graph : xarray.Dataset, scipy.sparse matrix, networkx graph or PartitionedGraph
         Treated as undirected (a directed graph as ``A + A.T``).
-    X : array-like or dask array of shape (n_vertices, n_features)
-        The vertices' features; a dask array is rechunked to the partitions and read
-        where they live.
+    X : array-like, dask array or Dataset of shape (n_vertices, n_features)
+        The vertices' features (a Dataset: its ``X``); a dask array is rechunked to the
+        partitions and read where they live.
     k : int, default=2
         How many hops.
     n_partitions : int, optional
@@ -310,6 +310,8 @@ def propagate_features(graph, X, k=2, *, n_partitions=None, client=None):
     [[0.5, 0.408, 0.0], [0.408, 0.333, 0.408], [0.0, 0.408, 0.5]]
     """
 
+    if hasattr(X, "data_vars"):  # a table Dataset (a pipeline's value): its X
+        X = X["X"].data
     graph = _partitioned(graph, n_partitions, client, directed=False)
     blocks = _blocks(graph, X, "X", 2)
     result = run_supersteps(graph, PropagateProgram(), blocks, max_iter=int(k))
