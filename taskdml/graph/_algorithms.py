@@ -5,7 +5,8 @@ graph, or a :class:`~taskdml.graph._partition.PartitionedGraph` already on the w
 its program (:mod:`taskdml.graph._program`) with :func:`~taskdml.graph._supersteps.run_supersteps`,
 and returns an xarray Dataset along ``vertex`` whose variables are dask arrays chunked by
 partition, left on the workers; its attrs say how many supersteps ran (``n_iter``), whether
-the run converged, and the per-superstep history.
+the run converged, the per-superstep history, and where a run went on from a checkpoint
+(``resumed_from``, ``restarts``: see :mod:`taskdml.graph._supersteps`).
 
 What each one equals, and so what the tests compare it with:
 
@@ -373,11 +374,10 @@ def _dataset(variables, result):
     import xarray as xr
 
     variables = {k: v if isinstance(v, tuple) else (("vertex",), v) for k, v in variables.items()}
-    return xr.Dataset(
-        variables,
-        attrs={
-            "n_iter": result.n_iter,
-            "converged": bool(result.converged),
-            "history": result.history,
-        },
-    )
+    attrs = {"n_iter": result.n_iter, "converged": bool(result.converged)}
+    attrs["history"] = result.history
+    if result.resumed_from is not None:  # went on from a checkpoint (taskdml resume)
+        attrs["resumed_from"] = result.resumed_from
+    if result.restarts:  # went on after lost workers
+        attrs["restarts"] = result.restarts
+    return xr.Dataset(variables, attrs=attrs)

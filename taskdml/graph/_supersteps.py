@@ -35,16 +35,17 @@ their raw values and the last totals to the next segment's tasks on the same wor
 transfer), and the client keeps a copy of them, with the superstep number and the history,
 as the run's checkpoint. Inside a pipeline step (the runner's scope of
 :mod:`taskdml.cache._checkpoints`) the copy is also written to the store, every
-:data:`CHECKPOINT_EVERY` supersteps by default (``"auto"``), and a run of the same graph,
-program and data that finds one (``taskdml resume`` after a crash) starts from it
-(``resumed_from``). The graph subsystem never sees the store: it :func:`claims
-<taskdml.cache._checkpoints.claim>` a :class:`~taskdml.cache._checkpoints.Checkpoints` and
-calls ``save``/``load``. When a worker holding a partition leaves mid-run, its peers' tasks
-fail (the collective's abort); the client sees the worker gone, stops the others,
-re-partitions the graph from its edges on the workers left (same vertex ranges; dask
-recomputes what the lost worker held) and runs again from the last checkpoint (from the
-start without one): each superstep computes what an uninterrupted run computes, in the same
-order, so the result is the same. ``restarts`` records each loss.
+:data:`CHECKPOINT_EVERY` supersteps by default (``"auto"``), and a run of the same program
+on the same vertex ranges in the same step (whose cache key covers the graph and the data)
+that finds one (``taskdml resume`` after a crash) starts from it (``resumed_from``). The
+graph subsystem never sees the store: it :func:`claims <taskdml.cache._checkpoints.claim>` a
+:class:`~taskdml.cache._checkpoints.Checkpoints` and calls ``save``/``load``. When a worker
+holding a partition leaves mid-run, its peers' tasks fail (the collective's abort); the
+client sees the worker gone, stops the others, re-partitions the graph from its edges on the
+workers left (same vertex ranges; dask recomputes what the lost worker held) and runs again
+from the last checkpoint (from the start without one): each superstep computes what an
+uninterrupted run computes, in the same order, so the result is the same. ``restarts``
+records each loss.
 """
 
 import copy
@@ -378,8 +379,14 @@ class _Run:
         if every == "auto":
             every = CHECKPOINT_EVERY if self.checkpoints is not None else None
         self.every = every
+        # the step's cache key names the graph and the data; a checkpoint also says which
+        # program and vertex ranges it holds the values of
         self.token = tokenize(
-            graph.name, type(program).__qualname__, vars(program), data, ensure_deterministic=False
+            type(program).__qualname__,
+            vars(program),
+            np.asarray(graph.bounds).tolist(),
+            graph.directed,
+            ensure_deterministic=False,
         )
         saved = self.checkpoints.load() if self.checkpoints is not None else None
         self.kept = saved if isinstance(saved, dict) and saved.get("token") == self.token else None
