@@ -4,7 +4,8 @@ where the partitions live, and the algorithms written with them.
 ``_partition`` (the edges Dataset, :func:`partition_graph` and its :class:`Partition`\\s),
 ``_supersteps`` (one long-running task per partition, BSP supersteps whose messages go
 worker to worker), ``_program`` (the vertex-program API) and ``_algorithms`` (PageRank,
-connected components, label spreading, propagated features). May import
+connected components, label spreading, propagated features) and ``_features`` (vertex
+results as table columns, for pipelines). May import
 ``taskdml.parallel.collective`` and the base modules. Names are imported on first use
 (PEP 562), so a worker that unpickles a task function imports only its module.
 """
@@ -17,6 +18,8 @@ _LAZY = {
     "run_supersteps": "taskdml.graph._supersteps",
     "VertexProgram": "taskdml.graph._program",
     "connected_components": "taskdml.graph._algorithms",
+    "join_vertex_features": "taskdml.graph._features",
+    "vertex_table": "taskdml.graph._features",
     "label_spreading": "taskdml.graph._algorithms",
     "pagerank": "taskdml.graph._algorithms",
     "propagate_features": "taskdml.graph._algorithms",
@@ -33,11 +36,13 @@ __all__ = [
     "connected_components",
     "edges_from_networkx",
     "edges_from_scipy",
+    "join_vertex_features",
     "label_spreading",
     "pagerank",
     "partition_graph",
     "propagate_features",
     "run_supersteps",
+    "vertex_table",
 ]
 
 
