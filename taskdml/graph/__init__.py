@@ -4,7 +4,9 @@ where the partitions live, and the algorithms written with them.
 ``_partition`` (the edges Dataset, :func:`partition_graph` and its :class:`Partition`\\s),
 ``_supersteps`` (one long-running task per partition, BSP supersteps whose messages go
 worker to worker), ``_program`` (the vertex-program API) and ``_algorithms`` (PageRank,
-connected components, label spreading, propagated features). May import
+connected components, label spreading, propagated features), ``_bipartite`` (a bipartite
+graph partitioned by user and by item ranges, :func:`partition_bipartite`) and ``_factorize``
+(matrix factorisation on it: :func:`als`). May import
 ``taskdml.parallel.collective`` and the base modules. Names are imported on first use
 (PEP 562), so a worker that unpickles a task function imports only its module.
 """
@@ -20,6 +22,10 @@ _LAZY = {
     "label_spreading": "taskdml.graph._algorithms",
     "pagerank": "taskdml.graph._algorithms",
     "propagate_features": "taskdml.graph._algorithms",
+    "BipartiteGraph": "taskdml.graph._bipartite",
+    "partition_bipartite": "taskdml.graph._bipartite",
+    "FactorizationModel": "taskdml.graph._factorize",
+    "als": "taskdml.graph._factorize",
     "PartitionedGraph": "taskdml.graph._partition",
     "edges_from_networkx": "taskdml.graph._partition",
     "edges_from_scipy": "taskdml.graph._partition",
@@ -27,14 +33,18 @@ _LAZY = {
 }
 
 __all__ = [
+    "BipartiteGraph",
+    "FactorizationModel",
     "PartitionedGraph",
     "SuperstepResult",
     "VertexProgram",
+    "als",
     "connected_components",
     "edges_from_networkx",
     "edges_from_scipy",
     "label_spreading",
     "pagerank",
+    "partition_bipartite",
     "partition_graph",
     "propagate_features",
     "run_supersteps",
