@@ -2,6 +2,8 @@
 counts made here, ALS against a numpy loop written below (Spark MLlib's formulation) and
 against the planted noise of a generated rating graph."""
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -9,11 +11,11 @@ from taskdml.datasets import make_ratings, split_edges
 from taskdml.graph import als, partition_bipartite
 
 
-def _ratings(n_users=240, n_items=90, rank=3, density=0.12, noise=0.1, seed=0, chunk=800):
-    graph = make_ratings(
-        n_users, n_items, rank=rank, density=density, noise=noise, random_state=seed
-    )
-    return graph.chunk({"edge": chunk})
+@functools.lru_cache
+def _ratings(n_users=240, n_items=90, density=0.12, seed=0):
+    """A planted rank-3 rating graph with noise 0.1, generated once, in chunks of 800 edges."""
+    graph = make_ratings(n_users, n_items, rank=3, density=density, noise=0.1, random_state=seed)
+    return graph.load().chunk({"edge": 800})
 
 
 def reference_als(users, items, ratings, n_users, n_items, U, rank, reg, n_iter, weighted):
