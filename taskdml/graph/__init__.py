@@ -6,7 +6,7 @@ where the partitions live, and the algorithms written with them.
 worker to worker), ``_program`` (the vertex-program API) and ``_algorithms`` (PageRank,
 connected components, label spreading, propagated features), ``_bipartite`` (a bipartite
 graph partitioned by user and by item ranges, :func:`partition_bipartite`) and ``_factorize``
-(matrix factorisation on it: :func:`als`). May import
+(matrix factorisation on it: :func:`als`, :func:`sgd_factorize`). May import
 ``taskdml.parallel.collective`` and the base modules. Names are imported on first use
 (PEP 562), so a worker that unpickles a task function imports only its module.
 """
@@ -26,6 +26,7 @@ _LAZY = {
     "partition_bipartite": "taskdml.graph._bipartite",
     "FactorizationModel": "taskdml.graph._factorize",
     "als": "taskdml.graph._factorize",
+    "sgd_factorize": "taskdml.graph._factorize",
     "PartitionedGraph": "taskdml.graph._partition",
     "edges_from_networkx": "taskdml.graph._partition",
     "edges_from_scipy": "taskdml.graph._partition",
@@ -48,6 +49,7 @@ __all__ = [
     "partition_graph",
     "propagate_features",
     "run_supersteps",
+    "sgd_factorize",
 ]
 
 
