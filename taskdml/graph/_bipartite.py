@@ -215,13 +215,27 @@ class BipartiteGraph:
         return len(self.partitions)
 
     def sizes(self, side):
-        """The number of vertices of *side* (``"user"`` or ``"item"``) each partition owns."""
+        """The number of vertices of *side* each partition owns.
+
+        Parameters
+        ----------
+        side : {"user", "item"}
+
+        Returns
+        -------
+        list of int
+        """
         return np.diff(self.user_bounds if side == "user" else self.item_bounds).tolist()
 
     def stats(self):
-        """Per partition: ``users``, ``items``, ``ratings`` (stored once per orientation)
-        and the ``user_mirrors`` / ``item_mirrors`` it reads every half-step, read where the
-        partitions are.
+        """What each partition holds, read where the partitions are.
+
+        Returns
+        -------
+        list of dict
+            Per partition: ``users``, ``items``, ``ratings`` (stored once per orientation)
+            and ``user_mirrors`` / ``item_mirrors`` (the factors it receives every
+            half-step).
 
         Examples
         --------
