@@ -3,10 +3,11 @@ where the partitions live, and the algorithms written with them.
 
 ``_partition`` (the edges Dataset, :func:`partition_graph` and its :class:`Partition`\\s),
 ``_supersteps`` (one long-running task per partition, BSP supersteps whose messages go
-worker to worker), ``_program`` (the vertex-program API) and ``_algorithms`` (PageRank,
+worker to worker), ``_program`` (the vertex-program API), ``_algorithms`` (PageRank,
 connected components, label spreading, propagated features), ``_bipartite`` (a bipartite
-graph partitioned by user and by item ranges, :func:`partition_bipartite`) and ``_factorize``
-(matrix factorisation on it: :func:`als`, :func:`sgd_factorize`). May import
+graph partitioned by user and by item ranges, :func:`partition_bipartite`), ``_factorize``
+(matrix factorisation on it: :func:`als`, :func:`sgd_factorize`) and ``_logistic``
+(:func:`sparse_logistic_regression` on the sample-feature graph). May import
 ``taskdml.parallel.collective`` and the base modules. Names are imported on first use
 (PEP 562), so a worker that unpickles a task function imports only its module.
 """
@@ -27,6 +28,8 @@ _LAZY = {
     "FactorizationModel": "taskdml.graph._factorize",
     "als": "taskdml.graph._factorize",
     "sgd_factorize": "taskdml.graph._factorize",
+    "SparseLogisticModel": "taskdml.graph._logistic",
+    "sparse_logistic_regression": "taskdml.graph._logistic",
     "PartitionedGraph": "taskdml.graph._partition",
     "edges_from_networkx": "taskdml.graph._partition",
     "edges_from_scipy": "taskdml.graph._partition",
@@ -37,6 +40,7 @@ __all__ = [
     "BipartiteGraph",
     "FactorizationModel",
     "PartitionedGraph",
+    "SparseLogisticModel",
     "SuperstepResult",
     "VertexProgram",
     "als",
@@ -50,6 +54,7 @@ __all__ = [
     "propagate_features",
     "run_supersteps",
     "sgd_factorize",
+    "sparse_logistic_regression",
 ]
 
 

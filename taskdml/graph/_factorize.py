@@ -377,11 +377,12 @@ def _run_here(graph, spec, blocks, timeout, iterate=None):
     failed, lock = [], threading.Lock()
 
     def run(rank):
-        part = graph.partitions[rank]
+        part, block = graph.partitions[rank], blocks[rank]
+        block = block.compute(scheduler="sync") if hasattr(block, "compute") else block
         try:
             if iterate is not None:
-                return iterate(part, blocks[rank], spec, peers[rank], rank, None)
-            users = _initial(part, blocks[rank], spec)
+                return iterate(part, block, spec, peers[rank], rank, None)
+            users = _initial(part, block, spec)
             return als_iterations(part, users, spec, peers[rank], rank, None)
         except BaseException as error:
             with lock:
@@ -457,11 +458,12 @@ def _sgd_initial(part, init, spec):
     return users, np.asarray(items, dtype=float).reshape(i1 - i0, spec.rank)
 
 
-def _global_sync(collective, part, rank, masters, mirrored, touched, tag):
-    """GlobalSync: every partition sends the owners the item vectors it touched since the
-    last sync; each owner averages the copies it got of each item and sends the new values
-    back to every partition that mirrors a changed item. Updates *masters* and *mirrored*
-    in place."""
+def push_pull(collective, part, rank, masters, mirrored, payload, touched, tag, combine):
+    """The MEGA exchange of the item side: every partition sends each owner the rows of
+    *payload* (aligned with its mirrored items) it *touched*; each owner gives what it got,
+    summed per item with their count, to ``combine(masters, total, count)``, which updates
+    its *masters* in place and returns which changed; the changed values go back to every
+    partition that mirrors them, into *mirrored* (in place). Clears *touched*."""
     offsets, at = {}, 0
     for owner in sorted(part.item_mirrors):
         offsets[owner], at = at, at + len(part.item_mirrors[owner])
@@ -470,25 +472,24 @@ def _global_sync(collective, part, rank, masters, mirrored, touched, tag):
         block = slice(offsets[owner], offsets[owner] + len(part.item_mirrors[owner]))
         rows = np.flatnonzero(touched[block])
         local = part.item_mirrors[owner][rows] - int(part.item_bounds[owner])
-        return local, mirrored[block][rows]
+        return local, payload[block][rows]
 
     for owner in part.item_mirrors:
         if owner != rank:
             collective.send(owner, ("up", tag), touched_of(owner))
-    total, count = np.zeros_like(masters), np.zeros(len(masters))
+    total = np.zeros((len(masters), *payload.shape[1:]))
+    count = np.zeros(len(masters))
     for sender in sorted(part.item_sends):
         local, values = (
             touched_of(rank) if sender == rank else collective.receive(sender, ("up", tag))
         )
         np.add.at(total, local, values)
         np.add.at(count, local, 1.0)
-    changed = count > 0
-    masters[changed] = total[changed] / count[changed, None]
+    changed = combine(masters, total, count)
     for peer, indices in part.item_sends.items():
         positions = np.flatnonzero(changed[indices])
-        update = (positions, masters[indices[positions]])
         if peer != rank:
-            collective.send(peer, ("down", tag), update)
+            collective.send(peer, ("down", tag), (positions, masters[indices[positions]]))
     for owner in sorted(part.item_mirrors):
         if owner == rank:
             indices = part.item_sends[rank]
@@ -498,6 +499,14 @@ def _global_sync(collective, part, rank, masters, mirrored, touched, tag):
             positions, values = collective.receive(owner, ("down", tag))
         mirrored[offsets[owner] + positions] = values
     touched[:] = False
+
+
+def _average(masters, total, count):
+    """GlobalSync's rule: an item's new vector is the mean of the copies touched since the
+    last sync."""
+    changed = count > 0
+    masters[changed] = total[changed] / count[changed, None]
+    return changed
 
 
 def sgd_epochs(part, init, spec, collective, rank, tags):
@@ -524,7 +533,9 @@ def sgd_epochs(part, init, spec, collective, rank, tags):
             touched[c] = True
             last = step == spec.n_batches - 1
             if last or (step + 1) % spec.sync_every == 0:
-                _global_sync(collective, part, rank, masters, mirrored, touched, syncs)
+                push_pull(
+                    collective, part, rank, masters, mirrored, mirrored, touched, syncs, _average
+                )
                 syncs += 1
         error = squared_error(side, users, mirrored)
         totals = collective.allreduce_sum(("sgd", epoch), rank, [error, len(side.values)])
