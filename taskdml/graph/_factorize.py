@@ -284,8 +284,9 @@ def als(
     init : array-like of shape (n_users, rank), optional
         The initial user factors (default: MLlib's unit-norm normal rows, from
         *random_state*).
-    random_state : int, optional
-        Seed of the initial factors.
+    random_state : int, RandomState or None
+        Seed of the initial factors (an int is used as it is; otherwise one is drawn from
+        it).
     n_partitions : int, optional
         Partitions to cut *ratings* into (default: one per worker).
     timeout : float, default=600

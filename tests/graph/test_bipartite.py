@@ -303,3 +303,14 @@ def test_sparse_logistic_regression_is_as_accurate_as_sgdclassifier(client):
     assert accuracy > max(y[~train].mean(), 1 - y[~train].mean()) + 0.2
     loss = [h["log_loss"] for h in model.history]
     assert loss[-1] < loss[0]
+
+
+def test_a_failing_partition_stops_als_with_its_own_error(client):
+    """Without regularisation, an item whose raters all start at zero has zero normal
+    equations: its partition's LinAlgError reaches the caller, and the other partition,
+    waiting for its factors, stops instead of hanging."""
+    graph = _ratings()
+    init = np.random.default_rng(0).standard_normal((240, 3))
+    init[graph.src.values[graph.dst.values == 80]] = 0.0  # item 80: partition 1's
+    with pytest.raises(np.linalg.LinAlgError, match="Singular"):
+        als(graph, rank=3, reg=0.0, n_iter=2, init=init, n_partitions=2, client=client)
