@@ -21,9 +21,9 @@ from taskdml.graph import (
 
 @functools.lru_cache
 def _ratings(n_users=240, n_items=90, density=0.12, seed=0):
-    """A planted rank-3 rating graph with noise 0.1, generated once, in chunks of 800 edges."""
+    """A planted rank-3 rating graph with noise 0.1, in chunks of 800 edges (built once)."""
     graph = make_ratings(n_users, n_items, rank=3, density=density, noise=0.1, random_state=seed)
-    return graph.load().chunk({"edge": 800})
+    return graph.chunk({"edge": 800})
 
 
 def reference_als(users, items, ratings, n_users, n_items, U, rank, reg, n_iter, weighted):
