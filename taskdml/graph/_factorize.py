@@ -58,20 +58,28 @@ def initial_factors(seed, start, stop, rank):
 
 def solve_side(side, mirrored, reg, weighted_reg):
     """The least-squares factors of *side*'s rows (a :class:`SideCSR`) given the factors of
-    the vertices it mirrors, in its column order; rows without ratings get zeros."""
+    the vertices it mirrors, in its column order; rows without ratings get zeros.
+
+    Each row's Gram matrix is built one entry at a time (``rank * (rank + 1) / 2``
+    weighted bincounts over the ratings), so the memory is that of the ratings times the
+    rank, never ratings times rank squared."""
     rank = mirrored.shape[1]
     counts = side.counts
+    rows = np.repeat(np.arange(side.n_rows), counts)
+    F = mirrored[side.columns]
+    gram = np.empty((side.n_rows, rank, rank))
+    for a in range(rank):
+        for b in range(a, rank):
+            gram[:, a, b] = gram[:, b, a] = np.bincount(rows, F[:, a] * F[:, b], side.n_rows)
+    rhs = np.stack(
+        [np.bincount(rows, F[:, a] * side.values, side.n_rows) for a in range(rank)], axis=1
+    )
+    lam = reg * (counts if weighted_reg else np.ones(side.n_rows))
+    gram += lam[:, None, None] * np.eye(rank)
     out = np.zeros((side.n_rows, rank))
     rated = counts > 0
-    if not rated.any():
-        return out
-    F = mirrored[side.columns]
-    starts = side.indptr[:-1][rated]
-    gram = np.add.reduceat(F[:, :, None] * F[:, None, :], starts, axis=0)
-    rhs = np.add.reduceat(F * side.values[:, None], starts, axis=0)
-    lam = reg * (counts[rated] if weighted_reg else np.ones(rated.sum()))
-    gram += lam[:, None, None] * np.eye(rank)
-    out[rated] = np.linalg.solve(gram, rhs[:, :, None])[:, :, 0]
+    if rated.any():
+        out[rated] = np.linalg.solve(gram[rated], rhs[rated][:, :, None])[:, :, 0]
     return out
 
 
