@@ -314,3 +314,52 @@ def test_a_failing_partition_stops_als_with_its_own_error(client):
     init[graph.src.values[graph.dst.values == 80]] = 0.0  # item 80: partition 1's
     with pytest.raises(np.linalg.LinAlgError, match="Singular"):
         als(graph, rank=3, reg=0.0, n_iter=2, init=init, n_partitions=2, client=client)
+
+
+def test_als_is_one_task_per_partition_and_an_event_per_iteration(client):
+    """However many iterations, the cluster runs one ALS task per partition (and one that
+    reads the history): the exchanged factors never become tasks nor pass through the
+    client; inside a run's scope rank 0 publishes each iteration's RMSE as a superstep
+    event."""
+    from distributed import get_task_stream
+
+    from taskdml import _events
+
+    graph = partition_bipartite(_ratings(), 3, client=client)
+    client.gather(graph.partitions)
+    with get_task_stream(client) as stream, _events.scope("run-als-test", "factorize"):
+        model = als(graph, 3, 0.05, 5, random_state=0)
+    keys = [task["key"] for task in stream.data]
+    runs = [key for key in keys if "-als-" in str(key)]
+    assert sorted(key[1] for key in runs) == [0, 1, 2]
+    assert len(keys) == len(runs) + 1
+    events = [
+        e
+        for _, e in client.get_events(_events.TOPIC)
+        if e.get("run_id") == "run-als-test" and e["event"] == "superstep"
+    ]
+    assert [(e["superstep"], e["rmse"]) for e in events] == [
+        (h["superstep"], h["rmse"]) for h in model.history
+    ]
+
+
+@pytest.mark.parametrize(
+    ("edges", "n_partitions", "match"),
+    [
+        ({"src": [0, 5], "dst": [0, 1]}, 2, r"src holds vertex 5, outside 0 \.\. 3"),
+        ({"src": [0, 1], "dst": [0, -1]}, 2, r"dst holds vertex -1, outside 0 \.\. 2"),
+        ({"src": [0, 1], "dst": [0, 1]}, -1, r"n_partitions must be at least 1; got -1"),
+    ],
+)
+def test_partition_bipartite_rejects_bad_graphs(client, edges, n_partitions, match):
+    """Vertex ids outside the graph's shape (found where the edges are) and a bad number of
+    partitions are refused with a message naming them."""
+    import xarray as xr
+
+    graph = xr.Dataset(
+        {k: ("edge", np.asarray(v, dtype=np.int64)) for k, v in edges.items()},
+        attrs={"shape": [4, 3], "directed": True},
+    )
+    with pytest.raises(ValueError, match=match):
+        parted = partition_bipartite(graph, n_partitions, client=client)
+        client.gather(parted.partitions)
