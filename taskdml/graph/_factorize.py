@@ -1,4 +1,5 @@
-"""Matrix factorisation on a bipartite graph held on the workers: alternating least squares.
+"""Matrix factorisation on a bipartite graph held on the workers: alternating least squares
+and mini-batch SGD, in TUX2's MEGA shape.
 
 :func:`als` runs one long-running task per partition of a
 :class:`~taskdml.graph._bipartite.BipartiteGraph`, pinned where the partition lives (as
@@ -23,10 +24,19 @@ ratings with, where ``lambda_v = reg * n_ratings(v)`` (``weighted_reg=True``: ML
 user factors, as MLlib does. A vertex without ratings gets a zero factor (MLlib leaves it out
 of the model; a prediction for it is then 0). The initial user factors are drawn as MLlib
 draws them (normal rows scaled to unit norm), from blocks of 1,024 rows seeded by
-``(random_state, block)``: they do not depend on the partitioning.
+``(seed, block)``: they do not depend on the partitioning.
+
+:func:`sgd_factorize` keeps the same layout with real mini-batches: each partition updates
+its own users and its copies of the item vectors they rated, and :func:`push_pull` (the
+exchange both it and :mod:`taskdml.graph._logistic` use) sends the touched item rows to
+their owners, which combine them (here: average the copies) and send the new values back to
+every partition that mirrors them.
 
 The factors stay on the workers, one future per partition, and are returned as dask
-arrays chunked by partition.
+arrays chunked by partition. Imports: numpy in the task functions; dask, xarray,
+distributed and scikit-learn's ``check_random_state`` inside the functions that run on the
+client; :mod:`taskdml.graph._supersteps` (its ``LocalPeers``, ``_check_direct`` and
+``_raise_the_cause``) and :mod:`taskdml.parallel.collective._direct`.
 """
 
 import dataclasses
