@@ -130,11 +130,13 @@ def test_als_held_out_rmse_is_near_the_planted_noise(client):
 
 def test_als_does_not_depend_on_the_partitioning_or_the_cluster(client):
     """From random_state alone, ALS on 2 partitions on the cluster and on 3 in this process
-    (no client) gives the same factors: the initial factors are drawn per vertex block, not
-    per partition."""
+    (no client), from edges chunked differently, gives the same factors: the initial factors
+    are drawn per vertex block, not per partition, and a partition's ratings are ordered by
+    (vertex, neighbour) whatever chunks they came from."""
     graph = _ratings()
     on_cluster = als(graph, 3, 0.05, 4, random_state=7, n_partitions=2, client=client)
-    here = als(graph, 3, 0.05, 4, random_state=7, n_partitions=3, client=False)
+    rechunked = graph.chunk({"edge": 333})
+    here = als(rechunked, 3, 0.05, 4, random_state=7, n_partitions=3, client=False)
     for side in ("user_factors", "item_factors"):
         np.testing.assert_allclose(
             getattr(on_cluster, side).factors.values,
