@@ -47,6 +47,7 @@ import numpy as np
 
 from taskdml import _events, _keys
 from taskdml.graph._bipartite import BipartiteGraph, partition_bipartite
+from taskdml.graph._supersteps import as_partition
 
 _INIT_BLOCK = 1024
 
@@ -151,19 +152,11 @@ def als_iterations(part, users, spec, collective, rank, tags):
 
 def als_task(part, init, spec, collective, rank, tags):
     """One partition's task: every ALS iteration (see the module docstring)."""
-    from distributed import secede
 
-    secede()  # partitions wait on each other: none may hold a thread another one needs
-    collective.join(rank)
-    try:
-        users = _initial(part, init, spec)
-        outcome = als_iterations(part, users, spec, collective, rank, tags)
-    except BaseException as error:
-        collective.abort(f"partition {rank} failed: {type(error).__name__}: {error}")
-        raise
-    finally:
-        collective.leave(rank)
-    return outcome
+    def body():
+        return als_iterations(part, _initial(part, init, spec), spec, collective, rank, tags)
+
+    return as_partition(collective, rank, body)
 
 
 def _initial(part, init, spec):
@@ -453,18 +446,7 @@ class _SGDSpec:
 
 def sgd_task(part, init, spec, collective, rank, tags):
     """One partition's task: every epoch of :func:`sgd_factorize` (see its docstring)."""
-    from distributed import secede
-
-    secede()
-    collective.join(rank)
-    try:
-        outcome = sgd_epochs(part, init, spec, collective, rank, tags)
-    except BaseException as error:
-        collective.abort(f"partition {rank} failed: {type(error).__name__}: {error}")
-        raise
-    finally:
-        collective.leave(rank)
-    return outcome
+    return as_partition(collective, rank, sgd_epochs, part, init, spec, collective, rank, tags)
 
 
 def _sgd_initial(part, init, spec):

@@ -32,6 +32,7 @@ import numpy as np
 from taskdml import _events
 from taskdml.graph._bipartite import BipartiteGraph, partition_bipartite
 from taskdml.graph._factorize import _run_here, _run_on_workers, _seed, push_pull
+from taskdml.graph._supersteps import as_partition
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,17 +114,9 @@ def logistic_epochs(part, labels, spec, collective, rank, tags):
 def logistic_task(part, labels, spec, collective, rank, tags):
     """One partition's task: :func:`logistic_epochs` between the collective's join and
     leave."""
-    from distributed import secede
-
-    secede()
-    collective.join(rank)
-    try:
-        return logistic_epochs(part, labels, spec, collective, rank, tags)
-    except BaseException as error:
-        collective.abort(f"partition {rank} failed: {type(error).__name__}: {error}")
-        raise
-    finally:
-        collective.leave(rank)
+    return as_partition(
+        collective, rank, logistic_epochs, part, labels, spec, collective, rank, tags
+    )
 
 
 @dataclasses.dataclass

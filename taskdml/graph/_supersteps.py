@@ -235,21 +235,31 @@ def superstep_task(
     """One partition's task: supersteps ``first`` to ``stop - 1`` (all of them by default) of
     *program* on *partition* (see the module docstring); returns ``(values, history,
     converged, totals)``, the values being the program's result once the run ended."""
+    program = copy.copy(program)  # its per-partition state is its own, even on one worker
+    return as_partition(
+        collective,
+        rank,
+        _iterate,
+        partition, program, data, collective, rank, max_iter, tags, first, stop, start,
+    )  # fmt: skip
+
+
+def as_partition(collective, rank, body, *args):
+    """``body(*args)`` as partition *rank*'s long-running task of a run: seceded from the
+    worker's thread pool (partitions wait on each other: none may hold a thread another one
+    needs), joined to *collective*, telling the other partitions if it fails, and leaving
+    the collective however it ends. Every graph run's partition task is this."""
     from distributed import secede
 
-    secede()  # partitions wait on each other: none may hold a thread another one needs
-    program = copy.copy(program)  # its per-partition state is its own, even on one worker
+    secede()
     collective.join(rank)
     try:
-        outcome = _iterate(
-            partition, program, data, collective, rank, max_iter, tags, first, stop, start
-        )
+        return body(*args)
     except BaseException as error:
         collective.abort(f"partition {rank} failed: {type(error).__name__}: {error}")
         raise
     finally:
         collective.leave(rank)
-    return outcome
 
 
 def _iterate(part, program, data, collective, rank, max_iter, tags, first=0, stop=None, start=None):
