@@ -112,6 +112,8 @@ class Progress:
                 self._step(kind, event)
             elif kind in ("epoch", "round", "trial") and event.get("step") in self.state:
                 self._progress(kind, event)
+            elif kind == "superstep" and event.get("step") in self.state:
+                self._superstep(event)
             elif kind == "tasks":
                 for name, tasks in event["steps"].items():
                     if name in self.state:
@@ -158,6 +160,13 @@ class Progress:
             entry["at_most"] = event.get("at_most", False)
         if not self.live and kind == "epoch":
             self._line(f"  · {event['step']:<16} epoch {_of(event['epoch'], event)}")
+
+    def _superstep(self, event):
+        """Where a graph step stands: its last superstep and the change it measured."""
+        entry = self.state[event["step"]]
+        entry["superstep"] = (event["superstep"] + 1, event.get("change"))
+        if not self.live and event["superstep"] % 10 == 0:  # the first, then every tenth
+            self._line(f"  · {event['step']:<16}{_superstep(entry)}")
 
     def _format(self, name):
         entry = self.state[name]
@@ -208,6 +217,8 @@ def _standing(entry, elapsed):
             counts[word] = counts.get(word, 0) + 1
         parts = ", ".join(f"{n} {word}" for word, n in sorted(counts.items()))
         return f"  {len(trials)} trials seen: {parts} ({ended} ended)"
+    if "superstep" in entry and "epoch" not in entry:
+        return _superstep(entry)
     if "epoch" not in entry:
         tasks = entry.get("tasks")
         if not tasks:
@@ -222,6 +233,12 @@ def _standing(entry, elapsed):
     if 0 < fraction < 1 and elapsed:
         text += f", ETA {elapsed * (1 - fraction) / fraction:.0f} s"
     return text
+
+
+def _superstep(entry):
+    """`` superstep 12 (change 3.1e-07)``: a graph step's last superstep."""
+    number, change = entry["superstep"]
+    return f"  superstep {number}" + ("" if change is None else f" (change {change:.3g})")
 
 
 def _of(epoch, event):

@@ -52,3 +52,35 @@ def stop_requested():
     from taskdml.parallel.engine import _elastic
 
     return sorted(_elastic._REQUESTED)
+
+
+def held_pagerank(graph, hold, at):
+    """PageRank of *graph* (a pipeline's edges Dataset) whose rank-0 partition holds after
+    superstep *at*: it sets the ``distributed.Event`` ``hold + "-reached"`` and waits for
+    *hold* (once per worker process). Marked as a graph builder: it runs in the client."""
+    from taskdml.graph import partition_graph, run_supersteps
+    from taskdml.graph._algorithms import PageRankProgram, _dataset
+
+    class HeldPageRank(PageRankProgram):
+        def init(self, part, data):
+            self.index_ = part.index
+            return super().init(part, data)
+
+        def converged(self, totals, superstep):
+            if superstep == at and self.index_ == 0 and hold not in _PASSED:
+                _hold(hold)
+            return super().converged(totals, superstep)
+
+    result = run_supersteps(partition_graph(graph), HeldPageRank(0.85, 1e-12), max_iter=1000)
+    return _dataset({"pagerank": result.as_array()}, result)
+
+
+held_pagerank.__taskdml_builds_graph__ = True
+
+
+def save_values(result, variable, path):
+    """Write *result*'s *variable* to the ``.npy`` file *path* (a plain callable: a task)."""
+    import numpy as np
+
+    np.save(path, np.asarray(result[variable].values))
+    return path

@@ -74,7 +74,8 @@ How values are labelled (a forward data flow through each function, loops read t
     ``SGDClassifier().fit(X, y)``) is R.
 
     Neutral: literals, fixtures that do not call the code, unfitted scikit-learn estimators,
-    taskdml's generators and readers where they make a test's input (not in their own tests),
+    taskdml's generators, readers and splits (`train_test_split`, `split_edges`) where they make
+    a test's input (not in their own tests),
     and whatever a *probe* returns: ``len``, ``type``, ``isinstance``, ``str``, ``repr``,
     ``.shape``, ``.dtype``, ``.chunks``, ... -- a shape computed with NumPy is not a reference.
 
@@ -113,7 +114,10 @@ LOOP_INPUTS = {
 PEER_SUITES = {"model_selection/test_sklearn_search_suite.py"}
 # taskdml's data generators and readers make a test's input, not the value it checks, except
 # in their own tests.
-DATA_FUNCTIONS = ("taskdml.datasets.", ("make_", "read_", "load_", "train_test_split"))
+DATA_FUNCTIONS = (
+    "taskdml.datasets.",
+    ("make_", "read_", "load_", "train_test_split", "split_edges"),
+)
 DATA_TESTS = {"test_datasets.py", "test_graph_generators.py"}
 
 # fmt: off

@@ -263,7 +263,10 @@ def test_cache_commands_list_clear_and_collect(tmp_path):
     collected = CliRunner().invoke(cli, ["cache", "gc", "--cache-dir", str(tmp_path / "cache")])
     assert collected.output.startswith("removed 1 entries")
     assert not foreign.exists() and not (tmp_path / "cache" / "tmp" / "half-written").exists()
-    assert store.lookup("k" * 32) is not None
+    kept = store.lookup("k" * 32)
+    assert kept is not None
+    # What gc kept still loads as scikit-learn fits the model.
+    np.testing.assert_array_equal(store.load(kept, None)["model"].coef_, _fitted().coef_)
     cleared = CliRunner().invoke(
         cli, ["cache", "clear", "--cache-dir", str(tmp_path / "cache"), "--pipeline", "p"]
     )

@@ -121,7 +121,8 @@ def test_generator_convention(name, seed):
 
 @pytest.mark.parametrize("name", sorted(GENERATORS))
 def test_generator_keys_are_named_after_the_function(name, seed):
-    """Output keys split to the function's name; inside a step, to the step's name."""
+    """Output keys split to the function's name; inside a step, to the step's name, with the
+    values the documented seeding draws (make_regression, make_blobs): names are no seeds."""
     data = GENERATORS[name](n_samples=500, chunk_size=100, random_state=seed)
     for var in ("X", "y"):
         assert {key_split(k) for k in dask.core.flatten(data[var].data.__dask_keys__())} == {name}
@@ -130,6 +131,7 @@ def test_generator_keys_are_named_after_the_function(name, seed):
     with step_scope("data"):
         scoped = GENERATORS[name](n_samples=500, chunk_size=100, random_state=seed)
     assert key_split(scoped.X.data.name) == "data"
+    _assert_documented_values(name, _local(scoped.X), _local(scoped.y), seed)
 
 
 @pytest.mark.parametrize("name", sorted(GENERATORS))

@@ -14,7 +14,7 @@ from sklearn.datasets import make_classification, make_regression
 from sklearn.decomposition import PCA
 from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge
-from sklearn.metrics import accuracy_score, get_scorer, roc_auc_score
+from sklearn.metrics import accuracy_score, get_scorer, log_loss, roc_auc_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.svm import LinearSVC
@@ -274,6 +274,12 @@ def test_unseen_labels_on_the_cluster(client, problems):
         r"not know; its classes_ are \[0, 1\]\. Evaluate on data with the model's classes only",
     ):
         evaluate(p.model, data, ["accuracy"], preprocess=p.preprocess)
+    # Without the rows of unknown labels the same chunks evaluate to scikit-learn's accuracy.
+    known = (y == 0) | (y == 1)
+    kept = as_dataset(p.X[known], y[known], chunks=(700, 1000, 1, 295, 1000))
+    got = evaluate(p.model, kept, ["accuracy"], preprocess=p.preprocess)
+    expected = reference("accuracy", p.model, p.Xt[known], y[known])
+    assert got["accuracy"] == pytest.approx(expected, **TOLERANCE)
 
 
 def test_keys_are_named_and_the_model_is_one_key(problems):
@@ -447,6 +453,11 @@ def test_delayed_model_is_checked_in_the_task(problems):
     model = dask.delayed(LinearSVC().fit(p.X, p.y))
     with pytest.raises(DataError, match=r"^metric 'log_loss' needs the model's predict_proba"):
         evaluate(model, p.data, ["log_loss"])
+    # The metrics it can compute, it computes in the task: scikit-learn's on all the rows.
+    got = evaluate(model, p.data, ["accuracy", "f1"])
+    fitted = LinearSVC().fit(p.X, p.y)
+    for name in ("accuracy", "f1"):
+        assert got[name] == pytest.approx(reference(name, fitted, p.X, p.y), **TOLERANCE)
 
 
 def test_multiclass_ranking_needs_every_class(problems):
@@ -462,12 +473,24 @@ def test_multiclass_ranking_needs_every_class(problems):
         r"classes \['cat'\] have none",
     ):
         evaluate(p.model, data, ["roc_auc_ovr"], preprocess=p.preprocess)
+    # Metrics that do not rank need no class of the model in y: scikit-learn's values.
+    got = evaluate(p.model, data, ["accuracy", "f1_macro"], preprocess=p.preprocess)
+    for name in ("accuracy", "f1_macro"):
+        expected = reference(name, p.model, p.Xt[keep], p.y[keep])
+        assert got[name] == pytest.approx(expected, **TOLERANCE), name
+    # log_loss takes the model's classes as labels (scikit-learn's scorer raises without them).
+    got = evaluate(p.model, data, ["log_loss"], preprocess=p.preprocess)
+    expected = log_loss(p.y[keep], p.model.predict_proba(p.Xt[keep]), labels=p.model.classes_)
+    assert got["log_loss"] == pytest.approx(expected, **TOLERANCE)
 
 
 def test_unfitted_model(problems):
-    """An unfitted plain model is refused before anything runs."""
-    with pytest.raises(NotFittedError):
+    """An unfitted plain model is refused before anything runs, with scikit-learn's error."""
+    with pytest.raises(NotFittedError) as ours:
         evaluate(LogisticRegression(), problems["binary"].data, ["accuracy"])
+    with pytest.raises(NotFittedError) as theirs:
+        LogisticRegression().predict(problems["binary"].X)
+    assert str(ours.value) == str(theirs.value)
 
 
 def test_docstring_examples():

@@ -236,6 +236,68 @@ def test_a_training_killed_mid_way_continues_from_its_last_checkpoint(tmp_path, 
     np.testing.assert_array_equal(model.intercept_, expected.intercept_)
 
 
+GRAPH = """\
+taskdml: 1
+name: graph
+imports: {allow: ["taskdml.*", holds]}
+cluster: {n_workers: 2, threads_per_worker: 1}
+steps:
+  graph:
+    call: taskdml.datasets:make_sbm
+    with: {sizes: [300, 200], p_in: 0.05, p_out: 0.005, random_state: 0}
+  ranks:
+    call: holds:held_pagerank   # taskdml.graph:pagerank whose rank 0 holds after superstep 12
+    inputs: {graph: graph}
+    with: {hold: HOLD, at: 12}
+  saved:
+    call: holds:save_values
+    inputs: {result: ranks}
+    with: {variable: pagerank, path: PATH}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_graph_run_killed_mid_way_goes_on_from_its_checkpointed_superstep(
+    tmp_path, cluster, client
+):
+    """PageRank in a pipeline step checkpoints every 10 supersteps (the default); SIGKILL the
+    CLI while its superstep 12 is held (the checkpoint of superstep 10 is on disk); `taskdml
+    resume` publishes supersteps 10, 11, ... (none before), and the ranks are networkx's."""
+    import networkx as nx
+    from distributed import Event
+
+    from taskdml.datasets import make_sbm
+
+    killed, hold = tmp_path / "killed", f"resume-graph-{uuid.uuid4().hex}"
+    killed.mkdir()
+    saved = killed / "ranks.npy"
+    (killed / "graph.yaml").write_text(GRAPH.replace("HOLD", hold).replace("PATH", str(saved)))
+    shutil.copy(Path(__file__).with_name("holds.py"), killed / "holds.py")
+    where = ["--scheduler", cluster.scheduler_address]
+    process = _start(["run", "graph.yaml", "--run-dir", "runs", *where], killed)
+    reached = Event(f"{hold}-reached", client=client)
+    checkpoints = killed / "cache" / "checkpoints"
+    _kill_when(process, lambda: reached.is_set() and any(checkpoints.glob("*/*.checkpoint")))
+    assert _manifest(killed)["steps"]["ranks"]["state"] == "running"
+    Event(hold, client=client).set()  # the held partition's client is gone: let its task end
+    _run(["resume", "latest", "--run-dir", "runs", *where], killed)
+    manifest = _manifest(killed)
+    assert manifest["status"] == "succeeded"
+    events = _events(killed / "runs" / manifest["run_id"])
+    resumed = events[max(i for i, e in enumerate(events) if e["event"] == "run_started") :]
+    supersteps = [e["superstep"] for e in resumed if e["event"] == "superstep"]
+    assert supersteps == list(range(10, 10 + len(supersteps))) and len(supersteps) > 3
+    assert not any(checkpoints.iterdir())  # removed once the step was stored
+    sbm = make_sbm([300, 200], p_in=0.05, p_out=0.005, random_state=0)
+    reference = nx.Graph()
+    reference.add_nodes_from(range(500))
+    reference.add_edges_from(zip(sbm.src.values.tolist(), sbm.dst.values.tolist()))
+    ranks = nx.pagerank(reference, alpha=0.85, tol=1e-14, max_iter=1000)
+    expected = np.array([ranks[v] for v in range(500)])
+    np.testing.assert_allclose(np.load(saved), expected, rtol=0, atol=1e-10)
+
+
 def _long_training_reference(**options):
     """LONG_TRAINING's model by the loop of reference_loops.py, on its data made here."""
     from reference_loops import chunks_of, merge_linear_sgd, reference_sync

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from taskdml import PipelineSpec, Step, StepFailed, loads_pipeline, run_pipeline
+from taskdml.datasets import make_blobs
 
 ALLOW = {"allow": ["taskdml.*", "sklearn.*", "pipeline_functions"]}
 
@@ -235,10 +236,16 @@ def test_plain_callables_receive_in_memory_data(client):
                 with_={"n_samples": 3000, "chunk_size": 500, "random_state": 0},
             ),
             Step("count", call="pipeline_functions:count_samples", inputs={"data": "data"}),
+            Step("sums", call="pipeline_functions:column_sums", inputs={"data": "data"}),
         ],
         imports=ALLOW,
     )
-    assert run_pipeline(pipeline, client, record=False).outputs["count"]["result"].result() == 3000
+    run = run_pipeline(pipeline, client, record=False)
+    assert run.outputs["count"]["result"].result() == 3000
+    # The rows that arrive are the generator's: their sums, computed here in NumPy.
+    made = make_blobs(n_samples=3000, chunk_size=500, random_state=0)
+    expected = np.asarray(made.X.compute(scheduler="sync")).sum(axis=0)
+    np.testing.assert_allclose(run.outputs["sums"]["result"].result(), expected, rtol=1e-12)
 
 
 def test_failed_step_keeps_what_finished(client, tmp_path):

@@ -5,7 +5,8 @@ graph, or a :class:`~taskdml.graph._partition.PartitionedGraph` already on the w
 its program (:mod:`taskdml.graph._program`) with :func:`~taskdml.graph._supersteps.run_supersteps`,
 and returns an xarray Dataset along ``vertex`` whose variables are dask arrays chunked by
 partition, left on the workers; its attrs say how many supersteps ran (``n_iter``), whether
-the run converged, and the per-superstep history.
+the run converged, the per-superstep history, and where a run went on from a checkpoint
+(``resumed_from``, ``restarts``: see :mod:`taskdml.graph._supersteps`).
 
 What each one equals, and so what the tests compare it with:
 
@@ -289,9 +290,9 @@ def propagate_features(graph, X, k=2, *, n_partitions=None, client=None):
     ----------
     graph : xarray.Dataset, scipy.sparse matrix, networkx graph or PartitionedGraph
         Treated as undirected (a directed graph as ``A + A.T``).
-    X : array-like or dask array of shape (n_vertices, n_features)
-        The vertices' features; a dask array is rechunked to the partitions and read
-        where they live.
+    X : array-like, dask array or Dataset of shape (n_vertices, n_features)
+        The vertices' features (a Dataset: its ``X``); a dask array is rechunked to the
+        partitions and read where they live.
     k : int, default=2
         How many hops.
     n_partitions : int, optional
@@ -310,6 +311,8 @@ def propagate_features(graph, X, k=2, *, n_partitions=None, client=None):
     [[0.5, 0.408, 0.0], [0.408, 0.333, 0.408], [0.0, 0.408, 0.5]]
     """
 
+    if hasattr(X, "data_vars"):  # a table Dataset (a pipeline's value): its X
+        X = X["X"].data
     graph = _partitioned(graph, n_partitions, client, directed=False)
     blocks = _blocks(graph, X, "X", 2)
     result = run_supersteps(graph, PropagateProgram(), blocks, max_iter=int(k))
@@ -371,11 +374,10 @@ def _dataset(variables, result):
     import xarray as xr
 
     variables = {k: v if isinstance(v, tuple) else (("vertex",), v) for k, v in variables.items()}
-    return xr.Dataset(
-        variables,
-        attrs={
-            "n_iter": result.n_iter,
-            "converged": bool(result.converged),
-            "history": result.history,
-        },
-    )
+    attrs = {"n_iter": result.n_iter, "converged": bool(result.converged)}
+    attrs["history"] = result.history
+    if result.resumed_from is not None:  # went on from a checkpoint (taskdml resume)
+        attrs["resumed_from"] = result.resumed_from
+    if result.restarts:  # went on after lost workers
+        attrs["restarts"] = result.restarts
+    return xr.Dataset(variables, attrs=attrs)

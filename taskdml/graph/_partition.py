@@ -341,6 +341,8 @@ class PartitionedGraph:
         The client whose cluster holds them (``None``: this process holds them).
     name : str
         The token of the graph, for the keys of the work on it.
+    source : tuple or None
+        ``(edges, directed)``: what :meth:`repartitioned` cuts again.
     """
 
     partitions: list
@@ -350,6 +352,18 @@ class PartitionedGraph:
     directed: bool
     client: object
     name: str
+    source: tuple = None
+
+    def repartitioned(self):
+        """The same partitions (same vertex ranges) built again from the edges on the
+        workers the cluster has now: after a worker left, dask recomputes what it held.
+
+        Returns
+        -------
+        PartitionedGraph
+        """
+        edges, directed = self.source
+        return partition_graph(edges, self.n_partitions, directed=directed, client=self.client)
 
     @property
     def n_partitions(self):
@@ -443,8 +457,10 @@ def partition_graph(graph, n_partitions=None, *, directed=None, client=None):
     if len(blocks) == 2:
         blocks.append([None] * len(blocks[0]))
     parts = ([c.name for c in columns], bounds, both_ways)
-    names = {
-        phase: _keys.key_name("graph", *parts, phase=phase)
+    names = {  # the partitions' keys name their workers: a graph cut again lands elsewhere
+        phase: _keys.key_name(
+            "graph", *parts, *([placed] if phase not in ("split", "piece") else []), phase=phase
+        )
         for phase in ("split", "piece", "assemble", "mirrors", "partition")
     }
     split = dask.delayed(split_chunk, pure=True)
@@ -475,4 +491,6 @@ def partition_graph(graph, n_partitions=None, *, directed=None, client=None):
     else:
         partitions = client.compute(final)
     name = _keys.key_name("graph", *parts)
-    return PartitionedGraph(partitions, placed, bounds, n_src, not both_ways, client, name)
+    return PartitionedGraph(
+        partitions, placed, bounds, n_src, not both_ways, client, name, (edges, directed)
+    )

@@ -28,6 +28,24 @@ back. A failing partition tells the others, which raise at once (the collective'
 A graph partitioned without a client (small graphs, tests, a laptop) runs the very same
 loop in one thread per partition of this process, its messages going through in-process
 mailboxes (:class:`LocalPeers`) instead of the workers' comms.
+
+**Checkpoints and lost workers** (on a cluster). With ``checkpoint_every=N`` the run goes in
+segments of ``N`` supersteps: the tasks of a segment stop after its last superstep and hand
+their raw values and the last totals to the next segment's tasks on the same workers (no
+transfer), and the client keeps a copy of them, with the superstep number and the history,
+as the run's checkpoint. Inside a pipeline step (the runner's scope of
+:mod:`taskdml.cache._checkpoints`) the copy is also written to the store, every
+:data:`CHECKPOINT_EVERY` supersteps by default (``"auto"``), and a run of the same program
+on the same vertex ranges in the same step (whose cache key covers the graph and the data)
+that finds one (``taskdml resume`` after a crash) starts from it (``resumed_from``). The
+graph subsystem never sees the store: it :func:`claims <taskdml.cache._checkpoints.claim>` a
+:class:`~taskdml.cache._checkpoints.Checkpoints` and calls ``save``/``load``. When a worker
+holding a partition leaves mid-run, its peers' tasks fail (the collective's abort); the
+client sees the worker gone, stops the others, re-partitions the graph from its edges on the
+workers left (same vertex ranges; dask recomputes what the lost worker held) and runs again
+from the last checkpoint (from the start without one): each superstep computes what an
+uninterrupted run computes, in the same order, so the result is the same. ``restarts``
+records each loss.
 """
 
 import copy
@@ -39,8 +57,21 @@ import time
 import numpy as np
 
 from taskdml import _events, _keys
+from taskdml.cache import _checkpoints as _checkpoint
 from taskdml.graph._program import gather
 from taskdml.parallel.collective import _direct
+
+CHECKPOINT_EVERY = 10
+"""Supersteps between two checkpoints of a run inside a pipeline step (``"auto"``)."""
+
+MAX_RESTARTS = 3
+"""Worker losses a run survives before it raises."""
+
+WATCH_S = 0.5
+"""How often the client looks for lost workers while a segment runs."""
+
+LOSS_NOTICE_S = 10
+"""Seconds a partition's failure may precede the scheduler's news of its worker's loss."""
 
 
 @dataclasses.dataclass
@@ -59,12 +90,20 @@ class SuperstepResult:
     converged : bool
         Whether the program's test stopped the run before ``max_iter``.
     graph : PartitionedGraph
+        The partitions the last supersteps ran on (re-partitioned after a lost worker).
+    resumed_from : int or None
+        The superstep a run found checkpointed and started from (``None``: from the start).
+    restarts : list of dict
+        Per worker loss: ``superstep`` (where the run went on from) and ``workers`` (those
+        that left).
     """
 
     outcomes: list
     history: list
     converged: bool
     graph: object
+    resumed_from: int = None
+    restarts: list = dataclasses.field(default_factory=list)
 
     @property
     def n_iter(self):
@@ -98,7 +137,9 @@ class SuperstepResult:
         return da.concatenate(blocks, axis=0)
 
 
-def run_supersteps(graph, program, data=None, *, max_iter=100, timeout=600.0):
+def run_supersteps(
+    graph, program, data=None, *, max_iter=100, timeout=600.0, checkpoint_every="auto"
+):
     """Run *program* on *graph* in supersteps, one task per partition where it lives.
 
     Parameters
@@ -112,13 +153,17 @@ def run_supersteps(graph, program, data=None, *, max_iter=100, timeout=600.0):
         The most supersteps.
     timeout : float, default=600
         Seconds a partition waits for a neighbour's message before it raises.
+    checkpoint_every : int, "auto" or None, default="auto"
+        Supersteps between checkpoints (see the module docstring): the run goes on from the
+        last one when a worker is lost, and inside a pipeline step they are written to the
+        store, so that ``taskdml resume`` goes on from there. ``"auto"``:
+        :data:`CHECKPOINT_EVERY` inside a pipeline step, none outside (a lost worker then
+        costs the supersteps run so far). A graph held in this process takes none.
 
     Returns
     -------
     SuperstepResult
     """
-    import dask
-
     client = graph.client
     if data is None:
         data = [None] * graph.n_partitions
@@ -128,6 +173,21 @@ def run_supersteps(graph, program, data=None, *, max_iter=100, timeout=600.0):
         )
     if client is None:
         return _run_here(graph, program, data, max_iter, timeout)
+    if checkpoint_every not in ("auto", None) and not (
+        isinstance(checkpoint_every, int) and checkpoint_every >= 1
+    ):
+        raise ValueError(
+            f"checkpoint_every must be a positive int, 'auto' or None; got {checkpoint_every!r}."
+        )
+    return _Run(graph, program, data, int(max_iter), timeout, checkpoint_every).run()
+
+
+def _submit(graph, program, data, timeout, max_iter, first, stop, start):
+    """The tasks of supersteps ``first .. stop - 1``, one per partition; *start*: per
+    partition, what the last segment left (its outcome future or a checkpoint's state)."""
+    import dask
+
+    client = graph.client
     _check_direct(client, graph.workers)
     collective = _direct.DirectAllReduce(graph.workers, timeout=timeout)
     name = _keys.key_name(
@@ -145,16 +205,15 @@ def run_supersteps(graph, program, data=None, *, max_iter=100, timeout=600.0):
                     block,
                     collective,
                     rank,
-                    int(max_iter),
+                    max_iter,
                     tags,
+                    first,
+                    stop,
+                    None if start is None else start[rank],
                     dask_key_name=(name, rank),
                 )
             )
-    outcomes = client.compute(tasks)
-    _raise_the_cause(outcomes)
-    summary = client.submit(operator.itemgetter(1, 2), outcomes[0], pure=False)
-    history, converged = summary.result()
-    return SuperstepResult(outcomes, history, converged, graph)
+    return client.compute(tasks), collective
 
 
 def _raise_the_cause(outcomes):
@@ -162,38 +221,57 @@ def _raise_the_cause(outcomes):
     first (the others only say that it did)."""
     from distributed import wait
 
-    wait(outcomes)
+    with outcomes[0].client.as_current():  # the graph's client, default or not
+        wait(outcomes)
     errors = [outcome.exception() for outcome in outcomes if outcome.status == "error"]
     followers = [e for e in errors if str(e).startswith("another replica failed")]
     if errors:
         raise next((e for e in errors if e not in followers), errors[0])
 
 
-def superstep_task(partition, program, data, collective, rank, max_iter, tags):
-    """One partition's task: every superstep of *program* on *partition* (see the module
-    docstring); returns ``(values, history, converged)``."""
+def superstep_task(
+    partition, program, data, collective, rank, max_iter, tags, first=0, stop=None, start=None
+):
+    """One partition's task: supersteps ``first`` to ``stop - 1`` (all of them by default) of
+    *program* on *partition* (see the module docstring); returns ``(values, history,
+    converged, totals)``, the values being the program's result once the run ended."""
+    program = copy.copy(program)  # its per-partition state is its own, even on one worker
+    return as_partition(
+        collective,
+        rank,
+        _iterate,
+        partition, program, data, collective, rank, max_iter, tags, first, stop, start,
+    )  # fmt: skip
+
+
+def as_partition(collective, rank, body, *args):
+    """``body(*args)`` as partition *rank*'s long-running task of a run: seceded from the
+    worker's thread pool (partitions wait on each other: none may hold a thread another one
+    needs), joined to *collective*, telling the other partitions if it fails, and leaving
+    the collective however it ends. Every graph run's partition task is this."""
     from distributed import secede
 
-    secede()  # partitions wait on each other: none may hold a thread another one needs
-    program = copy.copy(program)  # its per-partition state is its own, even on one worker
+    secede()
     collective.join(rank)
     try:
-        outcome = _iterate(partition, program, data, collective, rank, max_iter, tags)
+        return body(*args)
     except BaseException as error:
         collective.abort(f"partition {rank} failed: {type(error).__name__}: {error}")
         raise
     finally:
         collective.leave(rank)
-    return outcome
 
 
-def _iterate(part, program, data, collective, rank, max_iter, tags):
+def _iterate(part, program, data, collective, rank, max_iter, tags, first=0, stop=None, start=None):
     values = program.init(part, data)
     totals = collective.allreduce_sum("init", rank, program.measures(part, None, values))
+    if start is not None:  # a segment going on from the last: its values and totals
+        values, totals = start[0], np.asarray(start[-1], dtype=float)
+    last = max_iter if stop is None else min(stop, max_iter)
     history, converged = [], False
     neighbours = sorted(part.mirrors)
     columns = None  # the gather's input, reused from superstep to superstep
-    for superstep in range(max_iter):
+    for superstep in range(first, last):
         began = time.perf_counter()
         sent = program.message(part, values)
         for peer, indices in part.sends.items():
@@ -219,7 +297,8 @@ def _iterate(part, program, data, collective, rank, max_iter, tags):
         if program.converged(totals, superstep):
             converged = True
             break
-    return program.result(part, values), history, converged
+    ended = converged or last == max_iter
+    return (program.result(part, values) if ended else values), history, converged, totals
 
 
 def _columns(buffer, own, mirrored):
@@ -307,3 +386,134 @@ def _check_direct(client, workers):
     reason = _direct.unavailable(client, workers)
     if reason is not None:
         raise RuntimeError(f"graph supersteps message the workers directly, but {reason}.")
+
+
+# -- checkpoints and lost workers (see the module docstring) --------------------------------
+
+
+class _Run:
+    """A run on a cluster, in segments between checkpoints, going on after lost workers."""
+
+    def __init__(self, graph, program, data, max_iter, timeout, every):
+        from dask.base import tokenize
+
+        self.graph, self.program, self.data = graph, program, data
+        self.max_iter, self.timeout = max_iter, timeout
+        self.checkpoints = _checkpoint.claim()  # None outside a pipeline step
+        if every == "auto":
+            every = CHECKPOINT_EVERY if self.checkpoints is not None else None
+        self.every = every
+        # the step's cache key names the graph and the data; a checkpoint also says which
+        # program and vertex ranges it holds the values of
+        self.token = tokenize(
+            type(program).__qualname__,
+            vars(program),
+            np.asarray(graph.bounds).tolist(),
+            graph.directed,
+            ensure_deterministic=False,
+        )
+        saved = self.checkpoints.load() if self.checkpoints is not None else None
+        self.kept = saved if isinstance(saved, dict) and saved.get("token") == self.token else None
+        self.resumed_from = None if self.kept is None else self.kept["superstep"]
+
+    def run(self):
+        """The :class:`SuperstepResult` of the whole run."""
+        client, restarts = self.graph.client, []
+        first, history, start = self._from_kept()
+        while True:
+            stop = self.max_iter
+            if self.every:
+                stop = min(self.max_iter, (first // self.every + 1) * self.every)
+            graph = self.graph
+            outcomes, collective = _submit(
+                graph, self.program, self.data, self.timeout, self.max_iter, first, stop, start
+            )
+            gone = _lost(client, outcomes, graph.workers)
+            if gone:
+                _stop(client, outcomes, collective, graph.workers, gone)
+                if len(restarts) >= MAX_RESTARTS:
+                    raise ConnectionError(
+                        f"graph supersteps lost workers {len(restarts) + 1} times (last: "
+                        f"{sorted(gone)}); the workers' logs say why they ended."
+                    )
+                self.graph = graph.repartitioned()  # on the workers left
+                first, history, start = self._from_kept()
+                restarts.append({"superstep": first, "workers": sorted(gone)})
+                continue
+            _raise_the_cause(outcomes)
+            segment, converged = client.submit(
+                operator.itemgetter(1, 2), outcomes[0], pure=False
+            ).result()
+            history = history + segment
+            if converged or stop >= self.max_iter:
+                break
+            first, start = stop, outcomes
+            self._keep(client, outcomes, first, history)
+        return SuperstepResult(outcomes, history, converged, graph, self.resumed_from, restarts)
+
+    def _from_kept(self):
+        """Where the run starts (again): the first superstep, the history so far and the
+        partitions' states (``None``: from ``init``)."""
+        if self.kept is None:
+            return 0, [], None
+        client, workers = self.graph.client, self.graph.workers
+        start = [
+            client.scatter([state], workers=[worker], hash=False)[0]
+            for state, worker in zip(self.kept["states"], workers)
+        ]
+        return self.kept["superstep"], list(self.kept["history"]), start
+
+    def _keep(self, client, outcomes, superstep, history):
+        """Take a checkpoint before *superstep* (a copy here, and in the store in a step)."""
+        if not self.every:
+            return
+        states = client.gather([client.submit(_state, o, pure=False) for o in outcomes])
+        self.kept = {
+            "token": self.token,
+            "superstep": superstep,
+            "states": states,
+            "history": list(history),
+        }
+        if self.checkpoints is not None:
+            self.checkpoints.save(self.kept)
+
+
+def _state(outcome):
+    """What a segment's task hands the next: its raw values and the last totals."""
+    return outcome[0], outcome[-1]
+
+
+def _lost(client, outcomes, workers):
+    """Wait for a segment's tasks; the set of its workers that left, or ``None`` once every
+    task ended (or one failed for another reason)."""
+    from distributed import wait
+
+    expected = set(workers)
+    noticed = None
+    while True:
+        try:
+            with client.as_current():
+                wait(outcomes, timeout=WATCH_S)
+        except TimeoutError:
+            pass
+        gone = expected - set(client.nthreads())
+        if gone:
+            return gone
+        if all(outcome.done() for outcome in outcomes):
+            return None
+        if any(outcome.status == "error" for outcome in outcomes):
+            # a peer's worker died: the scheduler may learn of it after the partitions do
+            noticed = noticed or time.monotonic()
+            if time.monotonic() - noticed > LOSS_NOTICE_S:
+                return None
+
+
+def _stop(client, outcomes, collective, workers, gone):
+    """Stop the tasks of a segment that lost the workers *gone*."""
+    import contextlib
+
+    client.cancel(outcomes)
+    live = sorted(set(workers) - set(gone))
+    with contextlib.suppress(Exception):
+        message = f"the workers {sorted(gone)} left the cluster"
+        client.run(_direct.abort_training, collective.training, message, workers=live)

@@ -203,10 +203,16 @@ def test_bad_chunks_are_named_before_training(fault, message):
 
 
 def test_empty_chunk_is_refused():
-    """An empty chunk is an error naming it."""
-    X = da.from_array(np.ones((10, 2)), chunks=((5, 0, 5), 2))
+    """An empty chunk is an error naming it; the same rows without it train scikit-learn's
+    scaler."""
+    rows = np.random.default_rng(0).normal(size=(10, 2))
+    X = da.from_array(rows, chunks=((5, 0, 5), 2))
     with pytest.raises(DataError, match="chunk 1 is empty"):
         train(StandardScaler(), X, client=False)
+    scaler = train(StandardScaler(), X.rechunk(((5, 5), 2)), client=False).estimator
+    expected = StandardScaler().fit(rows)
+    np.testing.assert_allclose(scaler.mean_, expected.mean_)
+    np.testing.assert_allclose(scaler.var_, expected.var_)
 
 
 def test_the_birch_fallback_equals_the_serial_loop(client):
@@ -246,6 +252,22 @@ def test_more_replicas_than_worker_threads_is_refused(client):
     X, y = _data(n_samples=8_000, chunk_size=1_000)
     with pytest.raises(ValueError, match=r"n_replicas=3 needs 3 worker threads .* has 2; use"):
         train(SGDClassifier(), X, y, strategy="sync", n_replicas=3)
+    # Two replicas, which the threads allow, train as the loop of reference_loops.py.
+    from reference_loops import chunks_of, merge_linear_sgd, reference_sync
+
+    options = dict(epochs=1, sync_every=1, random_state=3)
+    model = train(SGDClassifier(random_state=0), X, y, strategy="sync", n_replicas=2, **options)
+    expected = reference_sync(
+        SGDClassifier(random_state=0),
+        chunks_of(X.compute(), y.compute(), X.chunks[0]),
+        [0, 1],
+        merge_linear_sgd,
+        n_replicas=2,
+        shuffle=True,
+        **options,
+    )
+    np.testing.assert_array_equal(model.estimator.coef_, expected.coef_)
+    np.testing.assert_array_equal(model.estimator.intercept_, expected.intercept_)
 
 
 class FailsOnLargeChunks(SGDClassifier):

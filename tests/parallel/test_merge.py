@@ -829,6 +829,20 @@ def test_sgd_merge_rejects_replicas_from_different_starts():
     b = copy.deepcopy(start).partial_fit(X_DENSE[50:], Y_BINARY[50:])
     with pytest.raises(ValueError, match="did not start this round from the same global"):
         merge_replicas([a.partial_fit(X_DENSE[:10], Y_BINARY[:10]), b], [10, 190])
+    # Replicas from one start are merged: the row-weighted mean of scikit-learn's estimators
+    # trained here on the same rows from that start (a fresh SGDClassifier).
+    start = prepare_start(SGDClassifier(random_state=0), X_DENSE[:10], Y_BINARY[:10], [0, 1])
+    c = copy.deepcopy(start).partial_fit(X_DENSE[:50], Y_BINARY[:50], classes=[0, 1])
+    d = copy.deepcopy(start).partial_fit(X_DENSE[50:], Y_BINARY[50:], classes=[0, 1])
+    merged = merge_replicas([c, d], [50, len(X_DENSE) - 50])
+    share = 50 / len(X_DENSE)
+    fresh = SGDClassifier(random_state=0)
+    c_ref = clone(fresh).partial_fit(X_DENSE[:50], Y_BINARY[:50], classes=[0, 1])
+    d_ref = clone(fresh).partial_fit(X_DENSE[50:], Y_BINARY[50:], classes=[0, 1])
+    np.testing.assert_allclose(merged.coef_, share * c_ref.coef_ + (1 - share) * d_ref.coef_)
+    np.testing.assert_allclose(
+        merged.intercept_, share * c_ref.intercept_ + (1 - share) * d_ref.intercept_
+    )
 
 
 @pytest.mark.parametrize(

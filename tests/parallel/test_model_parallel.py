@@ -208,8 +208,13 @@ def test_errors(data, estimator, n_shards, message):
 def test_unknown_label_in_a_chunk(data):
     """A chunk with a label outside classes= fails naming the labels and the fix."""
     X, y = data
-    with pytest.raises(ValueError, match=re.escape("pass every label in classes= to fit")):
+    with pytest.raises(ValueError, match=re.escape("pass every label in classes= to fit")) as info:
         ClassSharded(SGDClassifier(), n_shards=2).fit(*_chunked(X, y), classes=np.arange(5))
+    # The labels it names are those outside classes= (each chunk of 5,000 rows holds them all).
+    named = re.search(r"^a chunk holds labels \[([\d, ]+)\] outside the classes", str(info.value))
+    assert named, str(info.value)
+    outside = np.setdiff1d(y[:CHUNK], np.arange(5))
+    np.testing.assert_array_equal(np.array(named[1].split(", "), dtype=int), outside)
 
 
 def test_predict_rejects_other_feature_counts(data):

@@ -160,6 +160,10 @@ def test_chunkwise_refusals():
     frame = _chunked(pd.DataFrame({"a": np.arange(10.0), "g": list("abcdeabcde")}))
     with pytest.raises(DataError, match=r"strategy='median'.* Use strategy='mean' or"):
         fit_chunkwise(SimpleImputer(strategy="median"), frame[["a"]], client=False)
+    # The fix it names fits chunk by chunk: scikit-learn's mean of the values present.
+    holes = pd.DataFrame({"a": [0.0, np.nan, 2.0, 3.0, np.nan, 5.0, 6.0, 7.0, np.nan, 9.0]})
+    mean = fit_chunkwise(SimpleImputer(strategy="mean"), _chunked(holes), client=False)
+    np.testing.assert_allclose(mean.statistics_, SimpleImputer().fit(holes).statistics_)
     with pytest.raises(DataError, match=r"OneHotEncoder\(min_frequency=...\) needs category"):
         fit_chunkwise(OneHotEncoder(min_frequency=2), frame[["g"]], client=False)
     with pytest.raises(DataError, match=r"grade: PolynomialFeatures cannot be fitted chunk"):

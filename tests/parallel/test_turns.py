@@ -145,10 +145,18 @@ def test_trainings_that_share_workers_take_turns(four_workers):
 
 
 def test_unknown_workers_are_refused(four_workers):
-    """A training given a worker the cluster does not have is refused, naming it."""
+    """A training given a worker the cluster does not have is refused, naming it; given
+    workers it has, it trains on them."""
     X, y = _data()
     with pytest.raises(ValueError, match="are not in the cluster"):
         train(SGDClassifier(), X, y, workers=["tcp://127.0.0.1:1"], client=four_workers)
+    # Workers the cluster has are taken: two of them train as the sync loop.
+    known = sorted(four_workers.nthreads())[:2]
+    result = train(
+        SGDClassifier(random_state=0), X, y, n_replicas=2, workers=known, sync_every=2,
+        epochs=1, random_state=0, client=four_workers,
+    )  # fmt: skip
+    _assert_trained_as_the_sync_loop([result])
 
 
 def test_a_search_runs_two_replicated_trials_side_by_side(four_workers, monkeypatch):

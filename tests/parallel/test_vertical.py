@@ -82,10 +82,16 @@ def test_each_blocks_columns_stay_on_its_worker(client):
 
 
 def test_a_bad_configuration_is_refused(client):
-    """Too many blocks, or an unknown loss: a ValueError that says what is allowed."""
-    _, _, dX, dy = _data(n_features=3)
+    """Too many blocks, or an unknown loss: a ValueError that says what is allowed; as many
+    blocks as features is allowed."""
+    X, y, dX, dy = _data(n_features=3)
     with pytest.raises(ValueError, match="n_blocks must be between 1 and the 3 features"):
         FeatureSharded(n_blocks=5).fit(dX, dy)
+    # The bound is inclusive: a block per column trains as the unsharded steps.
+    model = FeatureSharded(n_blocks=3, random_state=0).fit(dX, dy)
+    w, b = _unsharded_epochs(X, y, epochs=1, learning_rate=0.1, alpha=0.0, random_state=0)
+    np.testing.assert_allclose(model.coef_, w, rtol=0, atol=1e-10)
+    assert model.intercept_ == pytest.approx(b, abs=1e-10)
     with pytest.raises(ValueError, match="loss must be one of"):
         FeatureSharded(loss="hinge").fit(dX, dy)
 
