@@ -118,6 +118,7 @@ __all__ = [
     "validate_params",
     "collection_meta",
     "add_http_application",
+    "as_frames",
     "client_lock",
     "connect_worker",
     "handler_blocked",
@@ -358,6 +359,17 @@ async def connect_worker(worker, address):
     from distributed.comm import connect
 
     return await connect(address, **worker.connection_args)
+
+
+def as_frames(value):
+    """*value* wrapped to travel in a comm message as its own frames
+    (``distributed.protocol.to_serialize``): a NumPy array's buffer goes to the socket as it
+    is and the receiver reads it into the array it gets, with no pickling into the message
+    (collective/_direct's point-to-point ``send``: a graph superstep's mirror values are
+    megabytes). distributed.protocol is the comms' own layer. 2025.1 to 2026.8."""
+    from distributed.protocol import to_serialize
+
+    return to_serialize(value)
 
 
 def worker_identity(worker, address):

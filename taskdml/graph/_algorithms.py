@@ -44,20 +44,30 @@ class PageRankProgram(VertexProgram):
     def init(self, part, data):
         n = int(part.bounds[-1])
         personal = np.full(part.n_local, 1.0 / n) if data is None else np.asarray(data)
-        self.personal_ = personal / self.personal_sum
+        personal = personal / self.personal_sum
+        # what every superstep reuses, computed once per partition: the reciprocal of each
+        # vertex's out-weight (0 for a dangling vertex), the dangling vertices, and the
+        # personalization scaled both ways the update needs
+        weight = part.out_weight
+        self.inverse_ = np.divide(1.0, weight, out=np.zeros_like(personal), where=weight != 0)
+        self.dangling_ = np.flatnonzero(weight == 0)
+        self.jump_, self.spread_ = (1 - self.alpha) * personal, self.alpha * personal
         return np.full(part.n_local, 1.0 / n)
 
     def message(self, part, values):
-        weight = part.out_weight
-        return np.divide(values, weight, out=np.zeros_like(values), where=weight != 0)
+        return values * self.inverse_
 
     def apply(self, part, values, gathered, totals):
-        personal = self.personal_
-        return self.alpha * (gathered + totals[1] * personal) + (1 - self.alpha) * personal
+        new = gathered * self.alpha
+        new += self.spread_ * totals[1]  # the dangling mass, spread by the personalization
+        new += self.jump_
+        return new
 
     def measures(self, part, old, new):
-        change = np.inf if old is None else float(np.abs(new - old).sum())
-        return [change, float(new[part.out_weight == 0].sum())]
+        if old is None:
+            return [np.inf, float(new[self.dangling_].sum())]
+        difference = new - old
+        return [float(np.abs(difference, out=difference).sum()), float(new[self.dangling_].sum())]
 
     def converged(self, totals, superstep):
         return totals[0] < self.tol

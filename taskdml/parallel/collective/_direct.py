@@ -180,9 +180,7 @@ class DirectAllReduce:
         receiver gets, with no pickling and no copy into the message (a graph superstep's
         mirror values are megabytes; pickling them into the message copied them three
         more times and tripled the exchange)."""
-        from distributed.protocol import to_serialize
-
-        self._send(peer, f"p2p:{tag}", value=to_serialize(value))
+        self._send(peer, f"p2p:{tag}", value=_compat.as_frames(value))
 
     def receive(self, sender, tag):
         """The value rank *sender* sent under *tag*, waited for here (raises if a rank
