@@ -35,8 +35,8 @@ every partition that mirrors them.
 The factors stay on the workers, one future per partition, and are returned as dask
 arrays chunked by partition. Imports: numpy in the task functions; dask, xarray,
 distributed and scikit-learn's ``check_random_state`` inside the functions that run on the
-client; :mod:`taskdml.graph._supersteps` (its ``LocalPeers``, ``_check_direct`` and
-``_raise_the_cause``) and :mod:`taskdml.parallel.collective._direct`.
+client; :mod:`taskdml.graph._supersteps`, whose ``pinned_tasks``, ``in_threads`` and
+``as_partition`` run every graph algorithm's partitions, on workers or in threads.
 """
 
 import dataclasses
@@ -45,9 +45,9 @@ import time
 
 import numpy as np
 
-from taskdml import _events, _keys
+from taskdml import _events
 from taskdml.graph._bipartite import BipartiteGraph, partition_bipartite
-from taskdml.graph._supersteps import as_partition
+from taskdml.graph._supersteps import _raise_the_cause, as_partition, in_threads, pinned_tasks
 
 _INIT_BLOCK = 1024
 
@@ -352,61 +352,29 @@ def als(
 
 
 def _run_on_workers(graph, spec, blocks, timeout, function=None, phase="als"):
-    import dask
+    """*function* (ALS by default) as one pinned task per partition; its outcomes and rank
+    0's history, once every partition ended."""
 
-    from taskdml.graph._supersteps import _check_direct, _raise_the_cause
-    from taskdml.parallel.collective import _direct
+    def arguments(rank, collective, tags):
+        return graph.partitions[rank], blocks[rank], spec, collective, rank, tags
 
-    client = graph.client
-    _check_direct(client, graph.workers)
-    collective = _direct.DirectAllReduce(graph.workers, timeout=timeout)
-    name = _keys.key_name("graph", graph.name, spec, collective.training, phase=phase)
-    tags = _events.where()
-    task = dask.delayed(function or als_task, pure=False)
-    tasks = []
-    for rank, (part, block, worker) in enumerate(zip(graph.partitions, blocks, graph.workers)):
-        with dask.annotate(workers=[worker], allow_other_workers=False):
-            tasks.append(
-                task(part, block, spec, collective, rank, tags, dask_key_name=(name, rank))
-            )
-    outcomes = client.compute(tasks)
+    function = function or als_task
+    outcomes, _ = pinned_tasks(graph, function, arguments, timeout, spec, phase=phase)
     _raise_the_cause(outcomes)
-    history = client.submit(operator.itemgetter(2), outcomes[0], pure=False).result()
+    history = graph.client.submit(operator.itemgetter(2), outcomes[0], pure=False).result()
     return outcomes, history
 
 
 def _run_here(graph, spec, blocks, timeout, iterate=None):
-    """The partitions of a graph held in this process: one thread each, in-process
-    mailboxes."""
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
+    """*iterate* (ALS by default) on every partition of a graph held in this process, a
+    thread each (:func:`~taskdml.graph._supersteps.in_threads`)."""
 
-    from taskdml.graph._supersteps import LocalPeers
-    from taskdml.parallel.collective import _direct
+    def run(rank, part, block, peer):
+        if iterate is not None:
+            return iterate(part, block, spec, peer, rank, None)
+        return als_iterations(part, _initial(part, block, spec), spec, peer, rank, None)
 
-    boxes = [_direct.Mailbox() for _ in graph.partitions]
-    peers = [LocalPeers(boxes, rank, timeout) for rank in range(len(boxes))]
-    failed, lock = [], threading.Lock()
-
-    def run(rank):
-        part, block = graph.partitions[rank], blocks[rank]
-        block = block.compute(scheduler="sync") if hasattr(block, "compute") else block
-        try:
-            if iterate is not None:
-                return iterate(part, block, spec, peers[rank], rank, None)
-            users = _initial(part, block, spec)
-            return als_iterations(part, users, spec, peers[rank], rank, None)
-        except BaseException as error:
-            with lock:
-                failed.append(error)
-            peers[rank].abort(f"partition {rank} failed: {type(error).__name__}: {error}")
-            raise
-
-    with ThreadPoolExecutor(len(boxes)) as pool:
-        running = [pool.submit(run, rank) for rank in range(len(boxes))]
-    if failed:
-        raise failed[0]
-    return [future.result() for future in running]
+    return in_threads(graph, blocks, timeout, run)
 
 
 def _factors(graph, outcomes, which, dim, rank):

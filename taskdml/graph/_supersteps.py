@@ -185,34 +185,33 @@ def run_supersteps(
 def _submit(graph, program, data, timeout, max_iter, first, stop, start):
     """The tasks of supersteps ``first .. stop - 1``, one per partition; *start*: per
     partition, what the last segment left (its outcome future or a checkpoint's state)."""
+
+    def arguments(rank, collective, tags):
+        begin = None if start is None else start[rank]
+        return (graph.partitions[rank], program, data[rank], collective, rank, max_iter, tags,
+                first, stop, begin)  # fmt: skip
+
+    return pinned_tasks(
+        graph, superstep_task, arguments, timeout, type(program).__name__, phase="superstep"
+    )
+
+
+def pinned_tasks(graph, function, arguments, timeout, label, phase):
+    """``function(*arguments(rank, collective, tags))`` as one task per partition of *graph*,
+    pinned to the worker that holds it, all joined to one new direct collective; returns the
+    tasks' futures and the collective. Every graph run on workers starts here."""
     import dask
 
     client = graph.client
     _check_direct(client, graph.workers)
     collective = _direct.DirectAllReduce(graph.workers, timeout=timeout)
-    name = _keys.key_name(
-        "graph", graph.name, type(program).__name__, collective.training, phase="superstep"
-    )
+    name = _keys.key_name("graph", graph.name, label, collective.training, phase=phase)
     tags = _events.where()
-    task = dask.delayed(superstep_task, pure=False)
+    task = dask.delayed(function, pure=False)
     tasks = []
-    for rank, (partition, block, worker) in enumerate(zip(graph.partitions, data, graph.workers)):
+    for rank, worker in enumerate(graph.workers):
         with dask.annotate(workers=[worker], allow_other_workers=False):
-            tasks.append(
-                task(
-                    partition,
-                    program,
-                    block,
-                    collective,
-                    rank,
-                    max_iter,
-                    tags,
-                    first,
-                    stop,
-                    None if start is None else start[rank],
-                    dask_key_name=(name, rank),
-                )
-            )
+            tasks.append(task(*arguments(rank, collective, tags), dask_key_name=(name, rank)))
     return client.compute(tasks), collective
 
 
@@ -318,31 +317,41 @@ def _columns(buffer, own, mirrored):
 def _run_here(graph, program, data, max_iter, timeout):
     """The supersteps of a graph held in this process: one thread per partition, the same
     loop, messages through in-process mailboxes."""
+
+    def run(rank, part, block, peer):
+        return _iterate(part, copy.copy(program), block, peer, rank, max_iter, None)
+
+    outcomes = in_threads(graph, data, timeout, run)
+    return SuperstepResult(outcomes, outcomes[0][1], outcomes[0][2], graph)
+
+
+def in_threads(graph, blocks, timeout, run):
+    """``run(rank, partition, block, peer)`` for every partition of a graph held in this
+    process, one thread each, *peer* its in-process mailboxes (:class:`LocalPeers`); a
+    failing partition tells the others and its own error is raised. Every graph run
+    without a client goes through here."""
     from concurrent.futures import ThreadPoolExecutor
 
     boxes = [_direct.Mailbox() for _ in graph.partitions]
     peers = [LocalPeers(boxes, rank, timeout) for rank in range(len(boxes))]
+    failed, lock = [], threading.Lock()
 
-    def run(rank):
-        block = data[rank]
+    def one(rank):
+        block = blocks[rank]
         block = block.compute(scheduler="sync") if hasattr(block, "compute") else block
         try:
-            return _iterate(
-                graph.partitions[rank], copy.copy(program), block, peers[rank], rank, max_iter, None
-            )
+            return run(rank, graph.partitions[rank], block, peers[rank])
         except BaseException as error:
             with lock:
                 failed.append(error)  # the first is the cause; the others follow the abort
             peers[rank].abort(f"partition {rank} failed: {type(error).__name__}: {error}")
             raise
 
-    failed, lock = [], threading.Lock()
     with ThreadPoolExecutor(len(boxes)) as pool:
-        running = [pool.submit(run, rank) for rank in range(len(boxes))]
+        running = [pool.submit(one, rank) for rank in range(len(boxes))]
     if failed:
         raise failed[0]
-    outcomes = [future.result() for future in running]
-    return SuperstepResult(outcomes, outcomes[0][1], outcomes[0][2], graph)
+    return [future.result() for future in running]
 
 
 class LocalPeers:
