@@ -76,7 +76,7 @@ def test_each_superstep_is_published_as_an_event(client):
     assert [(e["superstep"], e["change"]) for e in events] == [
         (h["superstep"], h["change"]) for h in result.history
     ]
-    assert all(e["step"] == "hops" and e["seconds"] >= 0 for e in events)
+    assert all(e["step"] == "hops" and isinstance(e["seconds"], float) for e in events)
 
 
 class FailsOnOne(HopsFrom):
