@@ -16,11 +16,14 @@ from sklearn.datasets import load_breast_cancer, load_digits
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import SGDClassifier
 from sklearn.naive_bayes import GaussianNB
+from sklearn.neural_network import MLPClassifier
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from taskdml import DataParallel
 from taskdml.parallel import train
+from taskdml.parallel.engine._payoff import SHIP_BYTES_PER_S, least_epochs, weigh
+from taskdml.parallel.engine._train import _stopping_rule
 from tests.parallel.reference_loops import (
     chunks_of,
     merge_linear_sgd,
@@ -193,3 +196,38 @@ def test_small_in_memory_data_is_fitted_here_like_fit(client):
         warnings.simplefilter("error")  # explicit epochs keep their meaning: replicas
         explicit = DataParallel(clone(estimator), epochs=2, random_state=0).fit(X_NP, Y_NP)
     assert explicit.strategy_ == "sync" and explicit.n_epochs_ == 2
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [
+        SGDClassifier(tol=1e9, random_state=0),
+        SGDClassifier(tol=1e9, n_iter_no_change=2, random_state=0),
+        MLPClassifier(hidden_layer_sizes=(4,), tol=1e9, random_state=0),
+    ],
+    ids=["sgd", "sgd-patience-2", "mlp"],
+)
+def test_least_epochs_is_what_fit_runs_when_nothing_improves(estimator):
+    """The fewest epochs a family's rule can train (what the in-memory payoff weighs) is
+    what scikit-learn's own fit runs when no epoch counts as an improvement (tol=1e9)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fitted = clone(estimator).fit(X_NP[:200], Y_NP[:200])
+    rule = _stopping_rule(estimator, "auto", None, None, None, 200)
+    assert least_epochs(rule) == fitted.n_iter_
+    assert least_epochs(_stopping_rule(GaussianNB(), "auto", None, None, None, 200)) == 1
+
+
+def test_in_memory_data_is_shipped_only_when_the_replicas_save_more_than_it_costs():
+    """The payoff's rule, against its formula: w replicas save (1 - 1/w) of each of the
+    least epochs; shipping costs the bytes at SHIP_BYTES_PER_S."""
+    one_pass = _stopping_rule(GaussianNB(), "auto", None, None, None, 10**6)
+    sgd = _stopping_rule(SGDClassifier(), "auto", None, None, None, 10**6)
+    nbytes = 168_000_000
+    ships = nbytes / SHIP_BYTES_PER_S
+    epoch_s = 0.26  # GaussianNB.fit on 10^6 x 20 in memory (benchmarks/parity.py)
+    pays, reason = weigh(epoch_s, one_pass, 2, nbytes)
+    assert pays is (epoch_s * 0.5 > ships) is False
+    assert f"about {ships:.2g} s" in reason and "estimator.fit in this process" in reason
+    assert weigh(epoch_s, sgd, 2, nbytes) == (6 * epoch_s * 0.5 > ships, None) == (True, None)
+    assert weigh(epoch_s, one_pass, 16, nbytes / 10)[0] is (epoch_s * 15 / 16 > ships / 10)

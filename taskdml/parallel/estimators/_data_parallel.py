@@ -69,6 +69,7 @@ from taskdml._meta import estimator_has, wrapped_tags
 from taskdml.exceptions import DataError
 from taskdml.parallel.chunkwise import _tabular
 from taskdml.parallel.engine import _options
+from taskdml.parallel.engine._payoff import distributing_pays
 from taskdml.parallel.engine._train import DEFAULT_STALENESS, FIT_AT_ONCE_BYTES, train
 
 __all__ = ["DataParallel"]
@@ -100,8 +101,10 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         deterministic). ``"sequential"``: one replica through every chunk. ``None`` chooses:
         with ``epochs="auto"``, data of at most 64 MiB (``FIT_AT_ONCE_BYTES``) or of one chunk
         is fitted with ``estimator.fit`` at once, where it lies (this process for in-memory
-        data, one worker for dask data); otherwise ``"sync"`` (``"sequential"`` for an
-        estimator without a merge rule).
+        data, one worker for dask data), as is larger in-memory data whose shipping to the
+        workers would cost more than the replicas save (an epoch measured on a probe of the
+        rows: :mod:`taskdml.parallel.engine._payoff`); otherwise ``"sync"``
+        (``"sequential"`` for an estimator without a merge rule).
     epochs : int or "auto", default="auto"
         Passes over the data. ``"auto"`` trains as far as ``estimator.fit`` would: up to
         its ``max_iter``, stopping with its ``tol`` and ``n_iter_no_change`` on the training
@@ -308,7 +311,7 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
                 f"{type(self).__name__} requires y to be passed, but the target y is None."
             )
         client = current_client()
-        here = self._fits_here(X, y, sample_weight, classes, first, epochs)
+        here = self._fits_here(X, y, sample_weight, classes, first, epochs, client)
         if here is not None:
             return self._fit_here(X, y, sample_weight, here)
         if _tabular.is_pipeline(self.estimator) and _is_pandas_frame(X):
@@ -388,12 +391,13 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
             setattr(self, name, value)
         return self
 
-    def _fits_here(self, X, y, sample_weight, classes, first, epochs):
+    def _fits_here(self, X, y, sample_weight, classes, first, epochs, client):
         """Why ``estimator.fit`` in this process is the training asked for, or None: data
-        in memory and small enough that shipping it to replicas costs more than the
-        training (at most :data:`FIT_AT_ONCE_BYTES`), a first ``fit`` as far as the
-        estimator's own would go, no ``validation`` of ours to score, and no ``classes``
-        beyond the labels in ``y`` (``fit`` would not know them)."""
+        in memory, where shipping it to replicas costs more than the training saves (at
+        most :data:`FIT_AT_ONCE_BYTES`, or measured so by
+        :func:`~taskdml.parallel.engine._payoff.distributing_pays`), a first ``fit`` as far
+        as the estimator's own would go, no ``validation`` of ours to score, and no
+        ``classes`` beyond the labels in ``y`` (``fit`` would not know them)."""
         if not first or epochs != "auto" or self.strategy is not None:
             return None
         if self.validation is not None:
@@ -401,20 +405,27 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         if is_chunked(X) or any(is_chunked(a) for a in (y, sample_weight) if a is not None):
             return None
         nbytes = sum(_nbytes(a) for a in (X, y, sample_weight) if a is not None)
-        if nbytes > FIT_AT_ONCE_BYTES:
-            return None
         if classes is not None and (
             y is None or not np.array_equal(np.unique(classes), np.unique(np.asarray(y)))
         ):
             return None
         if not _tabular.is_pipeline(self.estimator) and not _all_finite(X):
             return None  # the engine names the chunk and the rows
-        return (
-            f"in-memory data of {format_bytes(nbytes)} (at most "
-            f"{format_bytes(FIT_AT_ONCE_BYTES)}): "
-            "estimator.fit in this process, where the data lies; shipping it to replicas "
-            "would cost more than the training"
-        )
+        if nbytes <= FIT_AT_ONCE_BYTES:
+            return (
+                f"in-memory data of {format_bytes(nbytes)} (at most "
+                f"{format_bytes(FIT_AT_ONCE_BYTES)}): "
+                "estimator.fit in this process, where the data lies; shipping it to replicas "
+                "would cost more than the training"
+            )
+        if client is None or _tabular.is_pipeline(self.estimator) or is_frame(X):
+            return None  # threads share this process's memory; a frame is cut by columns
+        replicas = self.n_replicas or sum(client.nthreads().values())
+        pays, reason = distributing_pays(
+            self.estimator, X, None if y is None else np.asarray(y), sample_weight, nbytes,
+            replicas,
+        )  # fmt: skip
+        return None if pays else reason
 
     def _fit_here(self, X, y, sample_weight, reason):
         """``estimator.fit`` on in-memory data, in this process (see :meth:`_fits_here`)."""
@@ -947,7 +958,9 @@ def _all_finite(X):
     values = X.tocsr().data if sparse.issparse(X) else np.asarray(X)
     if not np.issubdtype(values.dtype, np.number):
         return True
-    return bool(np.isfinite(values).all())
+    # A finite sum means every value is finite (NaN and infinities carry into it), in one
+    # pass without a mask the size of the data; an overflowing sum asks the full check.
+    return bool(np.isfinite(values.sum()) or np.isfinite(values).all())
 
 
 def _n_rows(data):

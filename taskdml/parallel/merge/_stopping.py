@@ -204,11 +204,13 @@ def sgd_stopping(estimator, n_samples):
     return _tol_rule(estimator, _sgd_loss)
 
 
-def _tol_rule(estimator, loss):
+def _tol_rule(estimator, loss, beyond=0):
     """The rule of ``fit`` for an estimator with ``max_iter``, ``tol``, ``n_iter_no_change``
     and ``early_stopping``/``validation_fraction`` (SGD, MLP): ``tol=None`` trains
-    ``max_iter`` epochs."""
+    ``max_iter`` epochs. *beyond*: epochs without improvement past ``n_iter_no_change``
+    before the stop (SGD stops when the count reaches it, an MLP when it exceeds it)."""
     tol = estimator.tol
+    patience = estimator.n_iter_no_change + beyond
     source = (
         f"{type(estimator).__name__}(max_iter={estimator.max_iter}, tol={tol}, "
         f"n_iter_no_change={estimator.n_iter_no_change}"
@@ -220,13 +222,12 @@ def _tol_rule(estimator, loss):
             estimator.max_iter,
             "validation_score",
             tol,
-            estimator.n_iter_no_change,
+            patience,
             source=source + f", early_stopping=True, validation_fraction="
             f"{estimator.validation_fraction})",
             validation_fraction=estimator.validation_fraction,
         )
-    return Stopping(estimator.max_iter, "train_loss", tol, estimator.n_iter_no_change, loss,
-                    source + ")")  # fmt: skip
+    return Stopping(estimator.max_iter, "train_loss", tol, patience, loss, source + ")")
 
 
 def _mlp_loss(estimator, X, y):
@@ -248,8 +249,10 @@ def _mlp_loss(estimator, X, y):
 def mlp_stopping(estimator, n_samples):
     """An MLP's ``fit``: up to ``max_iter`` epochs, ``tol`` and ``n_iter_no_change`` on the
     training loss, or on the validation score with ``early_stopping`` (solver ``sgd`` or
-    ``adam``; ``lbfgs`` has no ``partial_fit``)."""
-    return _tol_rule(estimator, _mlp_loss)
+    ``adam``; ``lbfgs`` has no ``partial_fit``). Its count must exceed ``n_iter_no_change``
+    (``_multilayer_perceptron``: ``_no_improvement_count > n_iter_no_change``), one epoch
+    more than SGD's."""
+    return _tol_rule(estimator, _mlp_loss, beyond=1)
 
 
 def _inertia(estimator, X, y):
