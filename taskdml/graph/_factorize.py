@@ -50,6 +50,8 @@ from taskdml.graph._bipartite import BipartiteGraph, partition_bipartite
 from taskdml.graph._supersteps import _raise_the_cause, as_partition, in_threads, pinned_tasks
 
 _INIT_BLOCK = 1024
+_SOLVE_CHUNK = 1 << 13
+"""Ratings per chunk of :func:`solve_side`'s products (whole rows; cache-sized)."""
 
 
 # -- the task functions ---------------------------------------------------------------------
@@ -67,31 +69,56 @@ def initial_factors(seed, start, stop, rank):
     return factors / np.linalg.norm(factors, axis=1, keepdims=True)
 
 
-def solve_side(side, mirrored, reg, weighted_reg):
+def solve_side(side, mirrored, reg, weighted_reg, with_error=False):
     """The least-squares factors of *side*'s rows (a :class:`SideCSR`) given the factors of
     the vertices it mirrors, in its column order; rows without ratings get zeros.
 
-    Each row's Gram matrix is built one entry at a time (``rank * (rank + 1) / 2``
-    weighted bincounts over the ratings), so the memory is that of the ratings times the
-    rank, never ratings times rank squared."""
+    The rows' normal equations are built together, about :data:`_SOLVE_CHUNK` ratings (whole
+    rows) at a time: per rating, the ``rank * (rank + 1) / 2`` products of the upper triangle
+    of ``f f^T`` and the ``rank`` entries of ``r f``, laid out one product per row so that
+    ``numpy.add.reduceat`` sums each vertex's contiguous ratings; then one batched
+    ``numpy.linalg.solve`` over the stacked ``rank x rank`` systems. The memory is that of a
+    chunk times the rank squared, never ratings times rank squared.
+
+    With *with_error*, also the summed squared error of the rows' ratings for the new
+    factors, from the same sums: ``sum r^2 - x . b - lambda |x|^2`` per row, since
+    ``(G + lambda I) x = b`` (:func:`squared_error` computes it rating by rating)."""
     rank = mirrored.shape[1]
     counts = side.counts
-    rows = np.repeat(np.arange(side.n_rows), counts)
-    F = mirrored[side.columns]
-    gram = np.empty((side.n_rows, rank, rank))
-    for a in range(rank):
-        for b in range(a, rank):
-            gram[:, a, b] = gram[:, b, a] = np.bincount(rows, F[:, a] * F[:, b], side.n_rows)
-    rhs = np.stack(
-        [np.bincount(rows, F[:, a] * side.values, side.n_rows) for a in range(rank)], axis=1
-    )
-    lam = reg * (counts if weighted_reg else np.ones(side.n_rows))
-    gram += lam[:, None, None] * np.eye(rank)
+    upper_a, upper_b = np.triu_indices(rank)
+    n_upper = len(upper_a)
+    rated = np.flatnonzero(counts > 0)
+    starts = side.indptr[rated]
+    sums = np.empty((n_upper + rank + 1, len(rated)))
+    by_component = np.ascontiguousarray(mirrored.T)
+    first = 0
+    while first < len(rated):
+        last = max(first + 1, int(np.searchsorted(starts, starts[first] + _SOLVE_CHUNK)))
+        lo, hi = int(starts[first]), int(side.indptr[rated[last - 1] + 1])
+        F = np.take(by_component, side.columns[lo:hi], axis=1)
+        products = np.empty((n_upper + rank + 1, hi - lo))
+        at = 0
+        for a in range(rank):
+            np.multiply(F[a], F[a:], out=products[at : at + rank - a])
+            at += rank - a
+        np.multiply(F, side.values[lo:hi], out=products[n_upper:-1])
+        np.square(side.values[lo:hi], out=products[-1])
+        np.add.reduceat(products, starts[first:last] - lo, axis=1, out=sums[:, first:last])
+        first = last
+    gram = np.empty((len(rated), rank, rank))
+    gram[:, upper_a, upper_b] = gram[:, upper_b, upper_a] = sums[:n_upper].T
+    lam = reg * (counts[rated] if weighted_reg else np.ones(len(rated)))
+    gram[:, np.arange(rank), np.arange(rank)] += lam[:, None]
     out = np.zeros((side.n_rows, rank))
-    rated = counts > 0
-    if rated.any():
-        out[rated] = np.linalg.solve(gram[rated], rhs[rated][:, :, None])[:, :, 0]
-    return out
+    if len(rated):
+        out[rated] = np.linalg.solve(gram, sums[n_upper:-1].T[:, :, None])[:, :, 0]
+    if not with_error:
+        return out
+    x = out[rated]
+    error = (
+        sums[-1].sum() - np.einsum("ij,ji->", x, sums[n_upper:-1]) - (lam * (x * x).sum(1)).sum()
+    )
+    return out, float(error)
 
 
 def squared_error(side, own, mirrored):
@@ -131,8 +158,7 @@ def als_iterations(part, users, spec, collective, rank, tags):
             collective, part, rank, items, part.item_sends, part.item_mirrors, ("items", iteration)
         )
         waited += time.perf_counter() - at
-        users = solve_side(part.by_user, mirrored, spec.reg, spec.weighted_reg)
-        error = squared_error(part.by_user, users, mirrored)
+        users, error = solve_side(part.by_user, mirrored, spec.reg, spec.weighted_reg, True)
         at = time.perf_counter()
         totals = collective.allreduce_sum(
             ("rmse", iteration), rank, [error, len(part.by_user.values)]
