@@ -30,6 +30,10 @@ each edge once; its partitions hold both directions (a self-loop once), which is
 networkx's ``to_directed`` and a symmetric scipy matrix give. Bipartite graphs (two vertex
 kinds) are not partitioned here yet.
 
+Partitions that would not fit the workers' memory are built out of core instead
+(:mod:`taskdml.graph._spill`): each partition's task reads the edge chunks itself, one at a
+time, and writes its CSR to its worker's disk, which every superstep streams in row blocks.
+
 Imports: numpy and scipy in the task functions; dask, xarray and distributed inside the
 functions that build graphs on the client.
 """
@@ -466,7 +470,8 @@ def partition_graph(
             f"partition_graph handles graphs of one vertex kind; this one is bipartite "
             f"(shape {[n_src, n_dst]}). Bipartite (MEGA) partitions are not built yet."
         )
-    workers = [None] if client is None else sorted(client.scheduler_info(n_workers=-1)["workers"])
+    info = {None: {}} if client is None else client.scheduler_info(n_workers=-1)["workers"]
+    workers = sorted(info, key=str)
     n_partitions = int(n_partitions or len(workers))
     if not 1 <= n_partitions <= max(1, n_src):
         raise ValueError(
@@ -480,7 +485,8 @@ def partition_graph(
     if out_of_core is None:
         per_worker = -(-n_partitions // len(workers))
         in_edges = edges.sizes["edge"] * (2 if both_ways else 1) / n_partitions * per_worker
-        out_of_core = _spill.should_spill(in_edges, _memory_limit(client))
+        limits = [worker.get("memory_limit") or 0 for worker in info.values()]
+        out_of_core = _spill.should_spill(in_edges, min(limits) if all(limits) else 0)
     block_edges = _spill.BLOCK_EDGES if block_edges is None else int(block_edges)
     if block_edges < 1:
         raise ValueError(f"block_edges must be a positive int; got {block_edges!r}.")
@@ -540,13 +546,3 @@ def partition_graph(
     return PartitionedGraph(
         partitions, placed, bounds, n_src, not both_ways, client, name, (edges, directed, options)
     )
-
-
-def _memory_limit(client):
-    """The smallest memory limit of the client's workers (0: none, or no client)."""
-    if client is None:
-        return 0
-    limits = [
-        w.get("memory_limit") or 0 for w in client.scheduler_info(n_workers=-1)["workers"].values()
-    ]
-    return min(limits) if limits and all(limits) else 0

@@ -17,15 +17,16 @@ chunks it computes one at a time itself (a Zarr store read lazily, or a generato
 never gathered):
 
 1. a first pass over the chunks counts the in-edges of each of its rows, sums the
-   out-weights and self-loops of its vertices, and collects its mirrors (the remote sources
-   it reads: their number is at most the number of vertices); from the counts, the row
-   blocks;
+   out-weights and self-loops of its vertices, and marks the sources it reads (a mask of one
+   byte per vertex of the graph, whose remote ones are its mirrors); from the counts, the
+   row blocks;
 2. a second pass writes each in-edge, as ``(row, column, weight)``, to the bucket file of
    its row block;
 3. each bucket is read alone, made a CSR (duplicates summed, columns sorted, as the
    in-memory partition does) and appended to the two files.
 
-So the store is read twice per partition, and the largest thing in memory is one chunk or
+So the store is read twice per partition (and each chunk is split for every partition, as
+the in-memory path splits it once for all), and the largest thing in memory is one chunk or
 one block. A row with more in-edges than ``block_edges`` is a block of its own: the bound is
 then that row's in-degree (:attr:`SpilledCSR.resident_bytes` records the real one).
 
@@ -215,7 +216,7 @@ def spill_partition(bounds, index, chunks, both_ways, block_edges, name):
     n_local = stop - start
     counts = np.zeros(n_local, np.int64)
     out_weight, loops = np.zeros(n_local), np.zeros(n_local)
-    remote = np.zeros(0, np.int64)
+    read = np.zeros(int(bounds[-1]), bool)  # the vertices its edges come from
 
     def pieces():
         for c in range(len(chunks)):
@@ -230,17 +231,22 @@ def spill_partition(bounds, index, chunks, both_ways, block_edges, name):
         out_weight += leaving
         looped = sources == rows + start
         loops += np.bincount(rows[looped], weights[looped], n_local)
-        far = sources[(sources < start) | (sources >= stop)]
-        remote = np.union1d(remote, far)
+        read[sources] = True
+    read[start:stop] = False
+    remote = np.flatnonzero(read)
+    del read
     owners = np.searchsorted(bounds, remote, side="right") - 1
     mirrors = {int(q): remote[owners == q] for q in np.unique(owners)}
     n_columns = n_local + len(remote)
     blocks = _blocks_of(counts, block_edges)
-    index_dtype = np.int32 if max(n_columns, int(counts.sum())) < 2**31 else np.int64
+    ends = np.concatenate([[0], np.cumsum(counts)])
+    largest = int(np.diff(ends[blocks]).max(initial=0))
+    index_dtype = np.int32 if max(n_columns, largest) < 2**31 else np.int64
+    del counts, ends
 
     directory = os.path.join(_local_directory(), f"taskdml-graph-{name}-{index}-{uuid.uuid4().hex}")
     os.makedirs(directory)
-    record = np.dtype([("row", np.int64), ("column", np.int64), ("weight", np.float64)])
+    record = np.dtype([("row", index_dtype), ("column", index_dtype), ("weight", np.float64)])
     buckets = [os.path.join(directory, f"bucket-{b}") for b in range(len(blocks) - 1)]
     files = [open(path, "wb") for path in buckets]  # noqa: SIM115 (closed below)
     try:
