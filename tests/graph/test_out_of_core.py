@@ -41,10 +41,9 @@ def power_iteration(A, alpha=0.85, tol=1e-13, max_iter=2000):
 
 @pytest.fixture
 def stored(tmp_path):
-    """The weighted graph's edge list in a Zarr store, opened lazily, and its matrix."""
-    A = weighted_graph()
-    path = write_zarr(edges_from_scipy(A, chunk_size=500), tmp_path / "edges.zarr")
-    return read_edges(path), A
+    """The weighted graph's edge list in a Zarr store, opened lazily."""
+    path = write_zarr(edges_from_scipy(weighted_graph(), chunk_size=500), tmp_path / "edges.zarr")
+    return read_edges(path)
 
 
 def test_pagerank_streamed_from_disk_equals_scipy(client, stored):
@@ -53,7 +52,7 @@ def test_pagerank_streamed_from_disk_equals_scipy(client, stored):
     bounded by the block size, or a hub row's in-degree), and PageRank streamed from disk
     equals the power iteration to 1e-10 (L1); cut again after a lost worker they stay out of
     core."""
-    edges, A = stored
+    edges, A = stored, weighted_graph()
     assert edges.src.data.npartitions == -(-A.nnz // 500)  # lazy, the store's chunks
     block = 64
     graph = partition_graph(edges, 2, out_of_core=True, block_edges=block, client=client)
@@ -77,7 +76,7 @@ def test_pagerank_streamed_from_disk_equals_scipy(client, stored):
 def test_components_streamed_from_disk_equal_csgraph(stored):
     """The min-gather streamed block by block from disk (undirected, in this process) gives
     csgraph's components, each labelled by its smallest vertex."""
-    edges, A = stored
+    edges, A = stored, weighted_graph()
     graph = partition_graph(
         edges, 3, directed=False, out_of_core=True, block_edges=50, client=False
     )
@@ -96,5 +95,4 @@ def test_out_of_core_is_chosen_by_the_workers_memory_limit(client, stored):
     fits = int(MEMORY_SHARE * limit / BYTES_PER_EDGE)
     assert not should_spill(fits, limit) and should_spill(fits + 1, limit)
     assert not should_spill(10**12, 0) and not should_spill(10**12, None)
-    edges, _ = stored
-    assert not any(s["out_of_core"] for s in partition_graph(edges, 2, client=client).stats())
+    assert not any(s["out_of_core"] for s in partition_graph(stored, 2, client=client).stats())
