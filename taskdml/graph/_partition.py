@@ -500,9 +500,12 @@ def partition_graph(
     if len(blocks) == 2:
         blocks.append([None] * len(blocks[0]))
     parts = ([c.name for c in columns], bounds, both_ways)
-    names = {  # the partitions' keys name their workers: a graph cut again lands elsewhere
+    # the partitions' keys name their workers (a graph cut again lands elsewhere) and, out of
+    # core, the block size (the same graph in memory is other partitions)
+    held = [placed, block_edges if out_of_core else None]
+    names = {
         phase: _keys.key_name(
-            "graph", *parts, *([placed] if phase not in ("split", "piece") else []), phase=phase
+            "graph", *parts, *(held if phase not in ("split", "piece") else []), phase=phase
         )
         for phase in ("split", "piece", "assemble", "spill", "mirrors", "partition")
     }

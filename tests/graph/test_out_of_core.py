@@ -90,9 +90,12 @@ def test_components_streamed_from_disk_equal_csgraph(stored):
 def test_out_of_core_is_chosen_by_the_workers_memory_limit(client, stored):
     """Partitions go out of core when their in-edges, at the bytes each costs while built,
     would pass the share of the smallest memory limit; never without a limit. On the test
-    cluster (4 GiB a worker) a small graph stays in memory."""
+    cluster (4 GiB a worker) a small graph stays in memory, and the same graph then asked out
+    of core is cut again, not taken from the in-memory partitions."""
     limit = 4 * 2**30
     fits = int(MEMORY_SHARE * limit / BYTES_PER_EDGE)
     assert not should_spill(fits, limit) and should_spill(fits + 1, limit)
     assert not should_spill(10**12, 0) and not should_spill(10**12, None)
     assert not any(s["out_of_core"] for s in partition_graph(stored, 2, client=client).stats())
+    spilled = partition_graph(stored, 2, out_of_core=True, client=client).stats()
+    assert all(s["out_of_core"] for s in spilled)
