@@ -42,9 +42,9 @@ itself: the run checks that it did), and PageRank runs 20 supersteps streamed fr
 workers' disks. Rows: the graph's bytes (its edge list in memory, 24 bytes an edge, and the
 in-memory CSR it would be, 12 bytes an in-edge: int32 columns, float64 weights, duplicates
 summed), the workers' total limit, each worker's peak resident memory (``VmHWM``, reset
-once the cluster is warm) against its limit, the partition seconds, the superstep. Then the same comparison at ``--compare-edge-factor`` on
-workers without a limit: in memory against out of core, per superstep, both to tol 1e-10,
-their L1 to each other and to a scipy power iteration here.
+once the cluster is warm) against its limit, the partition seconds, the superstep. Then,
+at ``--compare-edge-factor`` on workers without a limit, in memory against out of core: per
+superstep, both to tol 1e-10, their L1 to each other and to a scipy power iteration here.
 
     python benchmarks/graph.py --out-of-core --scale 20 --edge-factor 256 --memory-limit 640
 
