@@ -446,7 +446,8 @@ def partition_graph(
         generator's chunks): each partition computes every chunk itself, twice.
     block_edges : int, optional
         The most in-edges of one streamed block (default
-        :data:`~taskdml.graph._spill.BLOCK_EDGES`).
+        :data:`~taskdml.graph._spill.BLOCK_EDGES`); given, it implies ``out_of_core=True``
+        unless that is ``False``.
 
     Returns
     -------
@@ -482,6 +483,8 @@ def partition_graph(
     bounds = np.linspace(0, n_src, n_partitions + 1).round().astype(np.int64)
     placed = [workers[p % len(workers)] for p in range(n_partitions)]
     options = {"out_of_core": out_of_core, "block_edges": block_edges}
+    if out_of_core is None and block_edges is not None:
+        out_of_core = True  # a block size asks for blocks
     if out_of_core is None:
         per_worker = -(-n_partitions // len(workers))
         in_edges = edges.sizes["edge"] * (2 if both_ways else 1) / n_partitions * per_worker

@@ -7,7 +7,8 @@ import pytest
 import scipy.sparse as sp
 from scipy.sparse import csgraph
 
-from taskdml.datasets import read_edges, write_zarr
+from taskdml.datasets import make_blobs, read_edges, write_zarr
+from taskdml.exceptions import DataError
 from taskdml.graph import connected_components, edges_from_scipy, pagerank, partition_graph
 from taskdml.graph._spill import BYTES_PER_EDGE, MEMORY_SHARE, should_spill
 
@@ -90,12 +91,22 @@ def test_components_streamed_from_disk_equal_csgraph(stored):
 def test_out_of_core_is_chosen_by_the_workers_memory_limit(client, stored):
     """Partitions go out of core when their in-edges, at the bytes each costs while built,
     would pass the share of the smallest memory limit; never without a limit. On the test
-    cluster (4 GiB a worker) a small graph stays in memory, and the same graph then asked out
-    of core is cut again, not taken from the in-memory partitions."""
+    cluster (4 GiB a worker) a small graph stays in memory, and the same graph then given a
+    block size is cut again out of core, not taken from the in-memory partitions."""
     limit = 4 * 2**30
     fits = int(MEMORY_SHARE * limit / BYTES_PER_EDGE)
     assert not should_spill(fits, limit) and should_spill(fits + 1, limit)
     assert not should_spill(10**12, 0) and not should_spill(10**12, None)
     assert not any(s["out_of_core"] for s in partition_graph(stored, 2, client=client).stats())
-    spilled = partition_graph(stored, 2, out_of_core=True, client=client).stats()
+    spilled = partition_graph(stored, 2, block_edges=1000, client=client).stats()
     assert all(s["out_of_core"] for s in spilled)
+
+
+def test_bad_block_sizes_and_stores_say_what_to_do(client, tmp_path):
+    """A block size below 1 is refused, and so is a Zarr store that holds no edge list,
+    naming what it lacks and how to write one."""
+    with pytest.raises(ValueError, match=r"block_edges must be a positive int; got 0"):
+        partition_graph(edges_from_scipy(weighted_graph()), 2, block_edges=0, client=client)
+    path = write_zarr(make_blobs(50, random_state=0), tmp_path / "blobs.zarr")
+    with pytest.raises(DataError, match=r"lacks \['dst', 'src', \"attr 'shape'\"\].*write_zarr"):
+        read_edges(path)
