@@ -178,6 +178,19 @@ def assemble(bounds, index, *pieces):
     return Partition(index, np.asarray(bounds), csr, mirrors, out_weight, loops)
 
 
+def spill(bounds, index, chunks, both_ways, block_edges, name):
+    """Partition *index* built out of core (:mod:`taskdml.graph._spill`) on the worker that
+    runs it, from *chunks* (:class:`~taskdml.graph._spill.EdgeChunks`) that it reads one at
+    a time, without its send lists yet."""
+
+    def split():
+        for c in range(len(chunks)):
+            yield split_chunk(*chunks.read(c), bounds, both_ways)[index]
+
+    csr, mirrors, out_weight, loops = _spill.spill_csr(bounds, index, split, block_edges, name)
+    return Partition(index, np.asarray(bounds), csr, mirrors, out_weight, loops)
+
+
 def partition_stats(partition):
     """The sizes of *partition* (see :meth:`PartitionedGraph.stats`)."""
     csr = partition.csr
@@ -524,11 +537,11 @@ def partition_graph(
     raw = []
     if out_of_core:  # each partition reads the chunks itself, one at a time
         chunks = _spill.EdgeChunks(list(zip(*blocks)), names["spill"])
-        spill = dask.delayed(_spill.spill_partition, pure=True)
+        spilled = dask.delayed(spill, pure=True)
         for p, worker in enumerate(placed):
             with dask.annotate(workers=[worker], allow_other_workers=False):
                 raw.append(
-                    spill(bounds, p, chunks, both_ways, block_edges, names["spill"],
+                    spilled(bounds, p, chunks, both_ways, block_edges, names["spill"],
                           dask_key_name=(names["spill"], p, block_edges))
                 )  # fmt: skip
     for p, worker in enumerate([] if out_of_core else placed):

@@ -2,8 +2,9 @@
 
 :func:`~taskdml.graph._partition.partition_graph` with ``out_of_core=True`` (or chosen by
 :func:`should_spill` when the partitions would not fit the workers' memory limits) builds
-each partition with :func:`spill_partition` instead of assembling it in memory. The
-partition is the same :class:`~taskdml.graph._partition.Partition` (its vertex ranges,
+each partition with :func:`~taskdml.graph._partition.spill`, which hands :func:`spill_csr`
+its piece of each edge chunk, instead of assembling it in memory. The partition is the same
+:class:`~taskdml.graph._partition.Partition` (its vertex ranges,
 mirrors, send lists, out-weights and self-loops are in memory: they are the size of its
 vertices), but its ``csr`` is a :class:`SpilledCSR`: the row pointers and the row sums in
 memory, the column indices and the weights in two files under the worker's local directory,
@@ -205,12 +206,12 @@ def _blocks_of(counts, block_edges):
     return np.asarray(starts, dtype=np.int64)
 
 
-def spill_partition(bounds, index, chunks, both_ways, block_edges, name):
-    """Partition *index* built out of core from *chunks* (:class:`EdgeChunks`) on the worker
-    that runs it (see the module docstring), without its send lists yet."""
+def spill_csr(bounds, index, split, block_edges, name):
+    """The in-edges of partition *index* written out of core on the worker that runs it
+    (see the module docstring), as ``(csr, mirrors, out_weight, loops)``; ``split()`` yields
+    its piece of each edge chunk, one chunk at a time, as ``(local rows, global sources,
+    weights or None, out-weights)`` (called twice: the two passes)."""
     import scipy.sparse as sp
-
-    from taskdml.graph._partition import Partition, split_chunk
 
     start, stop = int(bounds[index]), int(bounds[index + 1])
     n_local = stop - start
@@ -219,11 +220,7 @@ def spill_partition(bounds, index, chunks, both_ways, block_edges, name):
     read = np.zeros(int(bounds[-1]), bool)  # the vertices its edges come from
 
     def pieces():
-        for c in range(len(chunks)):
-            src, dst, weight = chunks.read(c)
-            rows, sources, weights, leaving = split_chunk(src, dst, weight, bounds, both_ways)[
-                index
-            ]
+        for rows, sources, weights, leaving in split():
             yield rows, sources, (np.ones(len(rows)) if weights is None else weights), leaving
 
     for rows, sources, weights, leaving in pieces():
@@ -288,7 +285,7 @@ def spill_partition(bounds, index, chunks, both_ways, block_edges, name):
             indptr[r0 + 1 : r1 + 1] = indptr[r0] + block.indptr[1:]
             row_sums[r0:r1] = np.asarray(block.sum(axis=1)).ravel()
     csr = SpilledCSR(directory, (n_local, n_columns), indptr, index_dtype, blocks, row_sums)
-    return Partition(index, np.asarray(bounds), csr, mirrors, out_weight, loops)
+    return csr, mirrors, out_weight, loops
 
 
 def _local_directory():
