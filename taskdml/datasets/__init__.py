@@ -35,6 +35,7 @@ _LAZY = {
     "make_sbm": "taskdml.datasets._graphs",
     "split_edges": "taskdml.datasets._graphs",
     "load_sklearn": "taskdml.datasets._bundled",
+    "read_edges": "taskdml.datasets._files",
     "read_netcdf": "taskdml.datasets._files",
     "read_zarr": "taskdml.datasets._files",
     "write_netcdf": "taskdml.datasets._files",

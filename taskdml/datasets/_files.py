@@ -225,6 +225,49 @@ def write_zarr(data, path, *, overwrite=False):
     return path
 
 
+def read_edges(path):
+    """Open a graph's edge list from a zarr store lazily, chunked as it is stored.
+
+    The store is one that :func:`write_zarr` wrote from a graph Dataset (``src``, ``dst`` and
+    an optional ``weight`` along ``edge``; attrs ``shape`` and ``directed``). Nothing is read
+    until a chunk is computed: :func:`taskdml.graph.partition_graph` with
+    ``out_of_core=True`` reads it chunk by chunk on the workers, so a graph larger than
+    their memory can be partitioned from it.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The zarr store (a directory).
+
+    Returns
+    -------
+    xarray.Dataset
+        The graph Dataset, its variables dask arrays with the store's chunks.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> from taskdml.datasets import make_rmat, read_edges, write_zarr
+    >>> path = os.path.join(tempfile.mkdtemp(), "edges.zarr")
+    >>> _ = write_zarr(make_rmat(6, chunk_edges=300, random_state=0), path)
+    >>> edges = read_edges(path)
+    >>> edges.src.chunks, edges.attrs["shape"]
+    (((300, 300, 300, 124),), [64, 64])
+    """
+    path = _check_path("read_edges", path)
+    ds = xr.open_zarr(path, consolidated=False)
+    missing = sorted({"src", "dst"} - set(ds.data_vars)) + (
+        ["attr 'shape'"] * ("shape" not in ds.attrs)
+    )
+    if missing:
+        raise DataError(
+            f"read_edges: {path!r} is not a graph's edge list: it lacks {missing} (its "
+            f"variables are {sorted(ds.data_vars)}). Write one with write_zarr(edges, path) from "
+            "a graph Dataset such as make_rmat's."
+        )
+    return ds.drop_encoding()
+
+
 def write_netcdf(data, path, *, overwrite=False):
     """Write a data set to a netCDF file.
 

@@ -2,6 +2,7 @@
 where the partitions live, and the algorithms written with them.
 
 ``_partition`` (the edges Dataset, :func:`partition_graph` and its :class:`Partition`\\s),
+``_spill`` (partitions out of core: a CSR on the worker's disk, streamed in row blocks),
 ``_supersteps`` (one long-running task per partition, BSP supersteps whose messages go
 worker to worker), ``_program`` (the vertex-program API), ``_algorithms`` (PageRank,
 connected components, label spreading, propagated features), ``_features`` (vertex results as

@@ -30,6 +30,10 @@ each edge once; its partitions hold both directions (a self-loop once), which is
 networkx's ``to_directed`` and a symmetric scipy matrix give. Bipartite graphs (two vertex
 kinds) are not partitioned here yet.
 
+Partitions that would not fit the workers' memory are built out of core instead
+(:mod:`taskdml.graph._spill`): each partition's task reads the edge chunks itself, one at a
+time, and writes its CSR to its worker's disk, which every superstep streams in row blocks.
+
 Imports: numpy and scipy in the task functions; dask, xarray and distributed inside the
 functions that build graphs on the client.
 """
@@ -40,6 +44,7 @@ import operator
 import numpy as np
 
 from taskdml import _client, _keys
+from taskdml.graph import _spill
 
 
 @dataclasses.dataclass
@@ -52,9 +57,10 @@ class Partition:
         Its rank among the partitions.
     bounds : numpy.ndarray
         The vertex ranges of every partition (``P + 1`` ids).
-    csr : scipy.sparse.csr_matrix
+    csr : scipy.sparse.csr_matrix or SpilledCSR
         The in-edges of its vertices: ``csr[i, j]`` is the weight of the edge from column
         ``j``'s vertex to vertex ``start + i``; columns are its own vertices, then its mirrors.
+        Out of core, a :class:`~taskdml.graph._spill.SpilledCSR` on its worker's disk.
     mirrors : dict
         ``{q: global ids}``: the vertices of partition ``q`` it reads, in column order.
     sends : dict
@@ -172,13 +178,34 @@ def assemble(bounds, index, *pieces):
     return Partition(index, np.asarray(bounds), csr, mirrors, out_weight, loops)
 
 
+def spill(bounds, index, chunks, both_ways, block_edges, name):
+    """Partition *index* built out of core (:mod:`taskdml.graph._spill`) on the worker that
+    runs it, from *chunks* (:class:`~taskdml.graph._spill.EdgeChunks`) that it reads one at
+    a time, without its send lists yet."""
+
+    def split():
+        for c in range(len(chunks)):
+            yield split_chunk(*chunks.read(c), bounds, both_ways)[index]
+
+    csr, mirrors, out_weight, loops = _spill.spill_csr(bounds, index, split, block_edges, name)
+    return Partition(index, np.asarray(bounds), csr, mirrors, out_weight, loops)
+
+
 def partition_stats(partition):
     """The sizes of *partition* (see :meth:`PartitionedGraph.stats`)."""
+    csr = partition.csr
+    spilled = hasattr(csr, "row_blocks")
     return {
         "vertices": partition.n_local,
-        "in_edges": int(partition.csr.nnz),
+        "in_edges": int(csr.nnz),
         "mirrors": int(sum(len(ids) for ids in partition.mirrors.values())),
         "sends": int(sum(len(idx) for idx in partition.sends.values())),
+        "out_of_core": spilled,
+        "edge_bytes": int(
+            csr.resident_bytes
+            if spilled
+            else csr.data.nbytes + csr.indices.nbytes + csr.indptr.nbytes
+        ),
     }
 
 
@@ -342,7 +369,8 @@ class PartitionedGraph:
     name : str
         The token of the graph, for the keys of the work on it.
     source : tuple or None
-        ``(edges, directed)``: what :meth:`repartitioned` cuts again.
+        ``(edges, directed, options)``: what :meth:`repartitioned` cuts again, and how
+        (``out_of_core``, ``block_edges``).
     """
 
     partitions: list
@@ -362,8 +390,10 @@ class PartitionedGraph:
         -------
         PartitionedGraph
         """
-        edges, directed = self.source
-        return partition_graph(edges, self.n_partitions, directed=directed, client=self.client)
+        edges, directed, options = self.source
+        return partition_graph(
+            edges, self.n_partitions, directed=directed, client=self.client, **options
+        )
 
     @property
     def n_partitions(self):
@@ -382,8 +412,11 @@ class PartitionedGraph:
         -------
         list of dict
             Per partition: ``vertices``, ``in_edges`` (stored entries of its CSR),
-            ``mirrors`` (remote vertices it reads: values received per superstep) and
-            ``sends`` (values it sends per superstep), read where the partitions are.
+            ``mirrors`` (remote vertices it reads: values received per superstep),
+            ``sends`` (values it sends per superstep), ``out_of_core`` (whether its CSR is
+            on disk) and ``edge_bytes`` (the bytes of edges it holds in memory: its whole
+            CSR, or out of core the most that one streamed block holds), read where the
+            partitions are.
 
         Examples
         --------
@@ -397,7 +430,9 @@ class PartitionedGraph:
         return self.client.gather([self.client.submit(partition_stats, p) for p in self.partitions])
 
 
-def partition_graph(graph, n_partitions=None, *, directed=None, client=None):
+def partition_graph(
+    graph, n_partitions=None, *, directed=None, client=None, out_of_core=None, block_edges=None
+):
     """Cut *graph* into partitions held on the workers.
 
     Parameters
@@ -414,6 +449,18 @@ def partition_graph(graph, n_partitions=None, *, directed=None, client=None):
     client : distributed.Client or False, optional
         Default: the current client. With none (or ``False``), the partitions are built and
         kept in this process, and the supersteps run in threads here: for small graphs.
+    out_of_core : bool, optional
+        ``True``: each partition's CSR is built on its worker's disk from the edge chunks,
+        one chunk at a time, and every superstep streams it in row blocks (see
+        :mod:`taskdml.graph._spill`): a worker then holds its vertices' values and one block
+        of edges. Default: out of core when the partitions would not fit half the smallest
+        worker memory limit (about 64 bytes per in-edge while they are built). The edges
+        should then be lazy (a Zarr store through :func:`taskdml.datasets.read_edges`, or a
+        generator's chunks): each partition computes every chunk itself, twice.
+    block_edges : int, optional
+        The most in-edges of one streamed block (default
+        :data:`~taskdml.graph._spill.BLOCK_EDGES`); given, it implies ``out_of_core=True``
+        unless that is ``False``.
 
     Returns
     -------
@@ -437,7 +484,8 @@ def partition_graph(graph, n_partitions=None, *, directed=None, client=None):
             f"partition_graph handles graphs of one vertex kind; this one is bipartite "
             f"(shape {[n_src, n_dst]}). Bipartite (MEGA) partitions are not built yet."
         )
-    workers = [None] if client is None else sorted(client.scheduler_info(n_workers=-1)["workers"])
+    info = {None: {}} if client is None else client.scheduler_info(n_workers=-1)["workers"]
+    workers = sorted(info, key=str)
     n_partitions = int(n_partitions or len(workers))
     if not 1 <= n_partitions <= max(1, n_src):
         raise ValueError(
@@ -447,6 +495,17 @@ def partition_graph(graph, n_partitions=None, *, directed=None, client=None):
     both_ways = not (edges.attrs.get("directed", True) if directed is None else directed)
     bounds = np.linspace(0, n_src, n_partitions + 1).round().astype(np.int64)
     placed = [workers[p % len(workers)] for p in range(n_partitions)]
+    options = {"out_of_core": out_of_core, "block_edges": block_edges}
+    if out_of_core is None and block_edges is not None:
+        out_of_core = True  # a block size asks for blocks
+    if out_of_core is None:
+        per_worker = -(-n_partitions // len(workers))
+        in_edges = edges.sizes["edge"] * (2 if both_ways else 1) / n_partitions * per_worker
+        limits = [worker.get("memory_limit") or 0 for worker in info.values()]
+        out_of_core = _spill.should_spill(in_edges, min(limits) if all(limits) else 0)
+    block_edges = _spill.BLOCK_EDGES if block_edges is None else int(block_edges)
+    if block_edges < 1:
+        raise ValueError(f"block_edges must be a positive int; got {block_edges!r}.")
 
     columns = [edges.src.data, edges.dst.data]
     if "weight" in edges.data_vars:
@@ -457,11 +516,14 @@ def partition_graph(graph, n_partitions=None, *, directed=None, client=None):
     if len(blocks) == 2:
         blocks.append([None] * len(blocks[0]))
     parts = ([c.name for c in columns], bounds, both_ways)
-    names = {  # the partitions' keys name their workers: a graph cut again lands elsewhere
+    # the partitions' keys name their workers (a graph cut again lands elsewhere) and, out of
+    # core, the block size (the same graph in memory is other partitions)
+    held = [placed, block_edges if out_of_core else None]
+    names = {
         phase: _keys.key_name(
-            "graph", *parts, *([placed] if phase not in ("split", "piece") else []), phase=phase
+            "graph", *parts, *(held if phase not in ("split", "piece") else []), phase=phase
         )
-        for phase in ("split", "piece", "assemble", "mirrors", "partition")
+        for phase in ("split", "piece", "assemble", "spill", "mirrors", "partition")
     }
     split = dask.delayed(split_chunk, pure=True)
     take = dask.delayed(operator.getitem, pure=True)
@@ -473,7 +535,16 @@ def partition_graph(graph, n_partitions=None, *, directed=None, client=None):
         for c, (s, d, w) in enumerate(zip(*blocks))
     ]
     raw = []
-    for p, worker in enumerate(placed):
+    if out_of_core:  # each partition reads the chunks itself, one at a time
+        chunks = _spill.EdgeChunks(list(zip(*blocks)), names["spill"])
+        spilled = dask.delayed(spill, pure=True)
+        for p, worker in enumerate(placed):
+            with dask.annotate(workers=[worker], allow_other_workers=False):
+                raw.append(
+                    spilled(bounds, p, chunks, both_ways, block_edges, names["spill"],
+                          dask_key_name=(names["spill"], p, block_edges))
+                )  # fmt: skip
+    for p, worker in enumerate([] if out_of_core else placed):
         pieces = [
             take(chunk, p, dask_key_name=(names["piece"], c, p)) for c, chunk in enumerate(splits)
         ]
@@ -492,5 +563,5 @@ def partition_graph(graph, n_partitions=None, *, directed=None, client=None):
         partitions = client.compute(final)
     name = _keys.key_name("graph", *parts)
     return PartitionedGraph(
-        partitions, placed, bounds, n_src, not both_ways, client, name, (edges, directed)
+        partitions, placed, bounds, n_src, not both_ways, client, name, (edges, directed, options)
     )

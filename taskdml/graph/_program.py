@@ -171,6 +171,13 @@ def gather(program, part, full):
     csr, combiner = part.csr, program.combiner
     if combiner not in COMBINERS:
         raise ValueError(f"combiner must be one of {COMBINERS}; got {combiner!r}.")
+    if hasattr(csr, "row_blocks"):  # spilled to disk (graph/_spill): a block of rows at a time
+        return csr.gather(lambda block: _gather_rows(program, block, full))
+    return _gather_rows(program, csr, full)
+
+
+def _gather_rows(program, csr, full):
+    combiner = program.combiner
     if combiner == "sum" and program.edge_value is None:
         return csr @ full
     carried = full[csr.indices]

@@ -66,6 +66,8 @@ def test_partitions_hold_the_in_edges_of_their_vertices(client, n_partitions, di
             "in_edges": (full.T.tocsr()[part.start : part.stop] != 0).sum(),
             "mirrors": len(reads),
             "sends": sum(len(idx) for idx in part.sends.values()),
+            "out_of_core": False,
+            "edge_bytes": part.csr.data.nbytes + part.csr.indices.nbytes + part.csr.indptr.nbytes,
         }
     assert sum(s["mirrors"] for s in stats) == sum(s["sends"] for s in stats)
 
