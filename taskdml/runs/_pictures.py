@@ -105,7 +105,7 @@ def draw_run(run_dir):
                 entry["diagnostics"],
             )
         plot = entry.get("artifacts", {}).get("plot")
-        if name in graphs:
+        if graphs.get(name, {}).get("events"):  # supersteps that ran in this run
             _save(draw_convergence, run_dir, f"convergence-{name}.png", pictures, graphs[name])
         if plot and (run_dir / plot["path"]).exists():
             pictures[Path(plot["path"]).name] = plot["path"]
@@ -584,7 +584,8 @@ def graph_steps(run_dir, steps):
         ``{item or None: [event, ...]}`` in superstep order), ``measure`` (the event field
         drawn, or ``None``), ``label`` (what it is), ``tol`` and ``max_iter`` (``None`` where
         the events do not say), ``supersteps`` (the most run by an item), ``converged``
-        (``None``: not known) and ``why`` (why the supersteps stopped, in words).
+        (``None``: not known) and ``why`` (why the supersteps stopped, in words). A step
+        read from the cache has its result's ``supersteps`` and ``converged`` and no events.
 
     Examples
     --------
@@ -596,7 +597,7 @@ def graph_steps(run_dir, steps):
     ...           for i, c in enumerate([0.5, 0.01, 1e-4])]
     >>> _ = (folder / "events.jsonl").write_text("\\n".join(map(json.dumps, events)))
     >>> graph_steps(folder, {"ranks": {"state": "completed"}})["ranks"]["why"]
-    'converged after 3 supersteps: change 0.0001 below tol 0.001'
+    'converged after 3 supersteps: L1 change 0.0001 below tol 0.001'
     """
     path = Path(run_dir) / "events.jsonl"
     found = {}
@@ -612,6 +613,36 @@ def graph_steps(run_dir, steps):
             name, steps[name], {k: sorted(v.values(), key=_number) for k, v in by_item.items()}
         )
         for name, by_item in found.items()
+    } | {
+        name: _reused_facts(name, entry, result)
+        for name, entry in steps.items()
+        if name not in found and (result := _graph_result(entry)) is not None
+    }
+
+
+def _graph_result(entry):
+    """The summary of a step's graph algorithm result (:func:`taskdml.runner._runner.summarize`)."""
+    for value in (entry.get("summary") or {}).values():
+        if isinstance(value, dict) and value.get("type") == "graph result":
+            return value
+    return None
+
+
+def _reused_facts(name, entry, result):
+    """A graph step whose supersteps did not run in this run (read from the cache): what its
+    result says."""
+    why = "; ".join(map(str, (entry.get("cache") or {}).get("why") or [])) or "not run here"
+    return {
+        "step": name,
+        "state": step_state(entry),
+        "events": {},
+        "measure": None,
+        "label": None,
+        "tol": None,
+        "max_iter": None,
+        "supersteps": result["supersteps"],
+        "converged": result["converged"],
+        "why": f"no superstep ran in this run: {why}",
     }
 
 
@@ -633,10 +664,8 @@ def _graph_facts(name, entry, events):
     tol = next((e["tol"] for e in rows if e.get("tol") is not None), None)
     max_iter = next((e["max_iter"] for e in rows if e.get("max_iter") is not None), None)
     supersteps = max(len(item) for item in events.values())
-    converged = None
-    for value in (entry.get("summary") or {}).values():  # the result's own word
-        if isinstance(value, dict) and value.get("type") == "graph result":
-            converged = bool(value["converged"])
+    result = _graph_result(entry)  # the result's own word
+    converged = None if result is None else bool(result["converged"])
     state = step_state(entry)
     last = rows[-1].get(measure) if measure else None
     if state in ("failed", "interrupted", "running"):

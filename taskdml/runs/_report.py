@@ -244,7 +244,7 @@ def _graphs_section(run_dir, graphs, pictures):
         rows = [row for item in facts["events"].values() for row in item]
         seconds = [row["seconds"] for row in rows if isinstance(row.get("seconds"), (int, float))]
         exchange = [row["exchange_s"] for row in rows if isinstance(row.get("exchange_s"), float)]
-        last = rows[-1].get(facts["measure"]) if facts["measure"] else None
+        last = rows[-1].get(facts["measure"]) if facts["measure"] and rows else None
         converged = {True: "yes", False: "no", None: "not tested"}[facts["converged"]]
         table = {
             "supersteps run": facts["supersteps"],
