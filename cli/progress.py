@@ -42,6 +42,11 @@ def describe(summary):
                 f"{name}: {value['n_samples']:,} rows × {len(value['columns'])} columns "
                 f"in {value['chunks']} chunks"
             )
+        elif isinstance(value, dict) and value.get("type") == "graph result":
+            parts.append(
+                f"{name}: {value['vertices']:,} vertices, {value['supersteps']} supersteps"
+                + (", converged" if value["converged"] else "")  # else: see report.html
+            )
         elif (
             isinstance(value, dict)
             and value

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from browser import CHROMIUM, launch
 from distributed import Client, LocalCluster
 from sklearn.metrics import accuracy_score, f1_score, log_loss, roc_auc_score
@@ -55,8 +56,9 @@ def test_the_state_follows_a_runs_events_and_counts_its_steps_tasks():
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
-    """A quickstart run (4 epochs) and a search run on a cluster with a dashboard: the
-    cluster's address, the runs and the events each run handed to its callback."""
+    """A graph run (PageRank in supersteps), a search run and a quickstart run (4 epochs) on a
+    cluster with a dashboard: the cluster's address, the runs and the events each run handed
+    to its callback."""
     folder = tmp_path_factory.mktemp("dashboard")
     with (
         LocalCluster(
@@ -76,8 +78,13 @@ def finished_run(tmp_path_factory):
             overrides=["trials=9", "steps.data.with.n_samples=60000",
                        "steps.data.with.chunk_size=7500"],
         )  # fmt: skip
-        events = {"quickstart": [], "search": []}
+        folder.joinpath("graph.yaml").write_text(GRAPH_PIPELINE)
+        graph = taskdml.load_pipeline(folder / "graph.yaml")
+        events = {"graph": [], "quickstart": [], "search": []}
         runs = {
+            "graph": taskdml.run_pipeline(
+                graph, client, run_root=folder, on_event=events["graph"].append
+            ),
             "search": taskdml.run_pipeline(
                 search, client, run_root=folder, on_event=events["search"].append
             ),
@@ -86,6 +93,49 @@ def finished_run(tmp_path_factory):
             ),
         }
         yield client.dashboard_link.rsplit("/status", 1)[0], runs, events
+
+
+GRAPH_PIPELINE = """\
+taskdml: 1
+name: graph_dash
+steps:
+  graph:
+    call: taskdml.datasets:make_sbm
+    with: {sizes: [150, 100], p_in: 0.05, p_out: 0.004, chunk_vertices: 125, random_state: 0}
+  ranks:
+    call: taskdml.graph:pagerank
+    inputs: {graph: graph}
+    with: {tol: 1.0e-9}
+"""
+"""PageRank of a small SBM graph on the workers: its supersteps go to the dashboard."""
+
+
+def _power_iteration_changes(alpha=0.85, tol=1e-9):
+    """The L1 change of each step of PageRank's power iteration (written here, networkx's
+    dangling rule) on GRAPH_PIPELINE's graph, made here, until it is below *tol*: what the
+    run's supersteps must have measured, one per superstep."""
+    edges = datasets.make_sbm([150, 100], 0.05, 0.004, chunk_vertices=125, random_state=0)
+    n, src, dst = edges.attrs["shape"][0], edges.src.values, edges.dst.values
+    A = sp.csr_matrix((np.ones(len(src)), (src, dst)), shape=(n, n))
+    A = A + sp.triu(A, 1).T + sp.tril(A, -1).T  # undirected: each edge stored once
+    out = np.asarray(A.sum(axis=1)).ravel()
+    P = sp.diags(np.divide(1.0, out, out=np.zeros(n), where=out != 0)) @ A
+    x, changes = np.full(n, 1.0 / n), []
+    while not changes or changes[-1] >= tol:
+        new = alpha * (P.T @ x + x[out == 0].sum() / n) + (1 - alpha) / n
+        changes.append(np.abs(new - x).sum())
+        x = new
+    return changes
+
+
+def _recorded_supersteps(run_path, step):
+    """``[(superstep, change)]`` of *step*'s superstep events, read from ``events.jsonl``."""
+    lines = (Path(run_path) / "events.jsonl").read_text().splitlines()
+    return [
+        (event["superstep"], event["change"])
+        for event in map(json.loads, lines)
+        if event["event"] == "superstep" and event["step"] == step
+    ]
 
 
 def _scaled_test_rows(run_path, n_samples, chunk_size):
@@ -135,6 +185,15 @@ def test_the_json_endpoint_lists_the_runs_steps_epochs_and_trials(finished_run):
     expected = accuracy_score(y_test, load_model(runs["quickstart"].path, "model").predict(X_test))
     assert newest["steps"]["report"]["metrics"]["accuracy"] == pytest.approx(expected, rel=1e-12)
     assert len(older["steps"]["tune"]["trials"]) == 9
+    # the graph run's supersteps: those of events.jsonl, and the power iteration's changes
+    (graph,) = [run for run in state["runs"] if run["run_id"] == runs["graph"].run_id]
+    shown = [(e["superstep"], e["change"]) for e in graph["steps"]["ranks"]["supersteps"]]
+    recorded = _recorded_supersteps(runs["graph"].path, "ranks")
+    assert shown == recorded
+    changes = _power_iteration_changes()
+    assert [number for number, _ in shown] == list(range(len(changes)))
+    np.testing.assert_allclose([change for _, change in shown], changes, rtol=1e-6, atol=1e-15)
+    assert graph["steps"]["ranks"]["supersteps"][-1]["tol"] == 1e-9
 
 
 def test_the_event_stream_of_a_search_run_is_whole(finished_run):
@@ -210,6 +269,18 @@ def test_the_page_in_chromium_shows_the_steps_and_a_training_curve(finished_run)
             page.select_option("#pick", runs["search"].run_id)
             page.wait_for_selector("table.leaderboard[data-step='tune']", timeout=30_000)
             assert page.locator("table.leaderboard tr").count() == 1 + 9
+            # the graph run: PageRank's superstep and change, its curve against the tolerance
+            page.select_option("#pick", runs["graph"].run_id)
+            curve = page.locator("svg.convergence[data-step='ranks']")
+            curve.wait_for(timeout=30_000)
+            recorded = _recorded_supersteps(runs["graph"].path, "ranks")
+            assert curve.get_attribute("data-scale") == "log"
+            assert curve.locator("circle").count() == len(recorded)
+            assert curve.locator("line.tolerance").count() == 1
+            row = page.locator("#steps tbody tr[data-step='ranks']").inner_text()
+            assert f"superstep {len(recorded)} (at most 1000)" in row, row
+            assert f"{recorded[-1][1]:.2e}" in row, row  # the last change, as the page writes it
+            page.screenshot(path=str(ARTIFACTS / "dashboard-graph.png"), full_page=True)
             page.select_option("#pick", runs["quickstart"].run_id)
             page.wait_for_selector("#steps tbody tr[data-step='model']", timeout=30_000)
             page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
@@ -275,3 +346,27 @@ def test_report_html_of_a_finished_run_opens_offline_in_chromium(finished_run):
         finally:
             browser.close()
     assert [url for url in requested if not url.startswith(("file:", "data:"))] == []
+
+
+def test_report_html_of_a_graph_run_shows_its_supersteps(finished_run):
+    """report.html of the graph run gives PageRank's supersteps run (the power iteration's
+    count), that it converged below its tolerance, and its convergence picture, which the
+    pictures list notes."""
+    _, runs, _ = finished_run
+    path = Path(runs["graph"].path)
+    changes = _power_iteration_changes()
+    page = (path / "report.html").read_text()
+    (table,) = re.findall(r"<table class='facts graph' data-step='ranks'>(.*?)</table>", page)
+    facts = dict(re.findall(r"<tr><th>(.*?)</th><td>(.*?)</td></tr>", table))
+    assert int(facts["supersteps run"]) == len(changes) == len(_recorded_supersteps(path, "ranks"))
+    assert facts["converged"] == "yes" and facts["tolerance"] == "1e-09"
+    assert facts["why it stopped"].startswith(f"converged after {len(changes)} supersteps")
+    assert float(facts["last L1 change"]) == pytest.approx(changes[-1], rel=1e-3)
+    assert "alt='convergence-ranks.png'" in page
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["pictures"]["convergence-ranks.png"] == "convergence-ranks.png"
+    header = (path / "convergence-ranks.png").read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(header[16:20], "big") > 600
+    summary = manifest["steps"]["ranks"]["summary"]["result"]
+    assert summary == {"type": "graph result", "vertices": 250, "supersteps": len(changes),
+                       "converged": True}  # fmt: skip

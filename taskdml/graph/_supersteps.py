@@ -292,7 +292,9 @@ def _iterate(part, program, data, collective, rank, max_iter, tags, first=0, sto
         }
         history.append(entry)
         if rank == 0:
-            _events.publish_from(tags, "superstep", **entry)
+            _events.publish_from(
+                tags, "superstep", **entry, tol=getattr(program, "tol", None), max_iter=max_iter
+            )
         if program.converged(totals, superstep):
             converged = True
             break

@@ -840,8 +840,9 @@ def summarize(value):
     -------
     dict or scalar
         Datasets give ``n_samples``, ``n_features``, ``chunks`` and ``nbytes``, tables (no
-        ``X``) ``n_samples`` and their ``columns``; other objects their type (and a short
-        repr).
+        ``X``) ``n_samples`` and their ``columns``, a graph algorithm's result its
+        ``vertices``, ``supersteps`` and whether it ``converged``; other objects their type
+        (and a short repr).
     """
     import dask
 
@@ -857,6 +858,13 @@ def summarize(value):
             "n_features": int(n_features),
             "chunks": len(value["X"].chunks[0]) if value["X"].chunks else 1,
             "nbytes": int(value.nbytes),
+        }
+    if hasattr(value, "data_vars") and {"n_iter", "converged"} <= set(value.attrs):
+        return {  # a graph algorithm's result (taskdml.graph): its vertices and supersteps
+            "type": "graph result",
+            "vertices": int(max(value.sizes.values(), default=0)),
+            "supersteps": int(value.attrs["n_iter"]),
+            "converged": bool(value.attrs["converged"]),
         }
     if is_table(value):
         return {

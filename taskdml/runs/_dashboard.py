@@ -15,8 +15,10 @@ It serves, on the scheduler's HTTP server (the dashboard's address):
 
 - ``/taskdml``: a page that polls the state every second and draws the pipeline's DAG with
   each step's state, per-step progress, training curves (score and loss per epoch, the sync
-  period), a search's trial leaderboard (stopped trials marked with the rung they stopped at)
-  and links to the dashboard's own pages;
+  period), a graph step's supersteps (its last superstep and change in the progress, the
+  change per superstep against the tolerance, on a log scale where it spans decades, and the
+  seconds per superstep), a search's trial leaderboard (stopped trials marked with the rung
+  they stopped at) and links to the dashboard's own pages;
 - ``/taskdml/api/state``: the same state as JSON, for scripts.
 
 The transition hook is on the scheduler's hot path: it does one string split and two
@@ -46,6 +48,9 @@ KEEP_RUNS = 5
 
 MOST_ROUNDS = 400
 """Round events kept per training (the oldest are thinned out)."""
+
+MOST_SUPERSTEPS = 1000
+"""Superstep events kept per graph step (then every other one is dropped, the last kept)."""
 
 
 class RunState:
@@ -92,6 +97,7 @@ class RunState:
                 "tasks": {"done": 0, "seen": 0, "erred": 0},
                 "epochs": [],
                 "rounds": [],
+                "supersteps": [],
                 "trials": {},
                 "metrics": {},
             }
@@ -177,6 +183,15 @@ def _round(step, event):
         del rounds[::2]
 
 
+def _superstep(step, event):
+    """A graph superstep: its number, the algorithm's measures, seconds, ``tol`` and
+    ``max_iter`` (the event's fields but the run's tags)."""
+    supersteps = step["supersteps"]
+    supersteps.append({k: v for k, v in event.items() if k not in ("event", "run_id", "step")})
+    if len(supersteps) > MOST_SUPERSTEPS:
+        del supersteps[-2::-2]  # every other one, from the last but one: the last stays
+
+
 def _trial(step, event):
     trial = step["trials"].setdefault(str(event.get("trial")), {"trial": event.get("trial")})
     for field in ("params", "rung", "budget", "score", "status", "error"):
@@ -197,6 +212,7 @@ _HANDLERS = {
     "step_skipped": _step_state("skipped"),
     "epoch": _epoch,
     "round": _round,
+    "superstep": _superstep,
     "trial": _trial,
     "metric": _metric,
 }

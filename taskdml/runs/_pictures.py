@@ -14,6 +14,12 @@ after its cluster is gone: :func:`draw_run` draws them all. The runner calls
 - ``dag.png``: the steps in layers by topological depth, coloured by their final state, with
   their durations.
 
+- ``convergence-<step>.png``: per step that ran graph supersteps (:mod:`taskdml.graph`), its
+  ``superstep`` events from ``events.jsonl``: the measured change (L1 change, vertices
+  changed, training RMSE or loss: what the algorithm's events carry) per superstep, on a log
+  scale where it spans decades, with the tolerance line, and the seconds of each superstep
+  (the part spent exchanging with the other partitions shaded).
+
 Search steps draw their own ``trials-<step>.png`` while they run
 (:func:`taskdml.model_selection.plot_trials`).
 
@@ -22,15 +28,18 @@ pyplot, so the user's backend and pyplot's figures are left alone.
 """
 
 import json
+import textwrap
 from pathlib import Path
 
 __all__ = [
     "STATE_COLOURS",
     "dag_edges",
+    "draw_convergence",
     "draw_dag",
     "draw_evaluation",
     "draw_run",
     "draw_training",
+    "graph_steps",
     "step_state",
 ]
 
@@ -80,6 +89,7 @@ def draw_run(run_dir):
     manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
     steps = manifest.get("steps", {})
     pictures = {}
+    graphs = graph_steps(run_dir, steps)
     _save(draw_dag, run_dir, "dag.png", pictures, steps, dag_edges(run_dir, steps))
     for name, entry in steps.items():
         training = entry.get("training")
@@ -95,6 +105,8 @@ def draw_run(run_dir):
                 entry["diagnostics"],
             )
         plot = entry.get("artifacts", {}).get("plot")
+        if graphs.get(name, {}).get("events"):  # supersteps that ran in this run
+            _save(draw_convergence, run_dir, f"convergence-{name}.png", pictures, graphs[name])
         if plot and (run_dir / plot["path"]).exists():
             pictures[Path(plot["path"]).name] = plot["path"]
     return pictures
@@ -540,3 +552,259 @@ def _residual_panel(axis, found, title):
     shown = f"{len(prediction):,} of {found.get('n_samples', len(prediction)):,} rows"
     axis.set_title(f"{title + ': ' if title else ''}{shown}", fontsize=9)
     axis.legend(fontsize=7, loc="upper right")
+
+
+# -- graph steps ------------------------------------------------------------------------------
+
+_NOT_MEASURES = frozenset(
+    {"event", "time", "run_id", "step", "item", "worker", "superstep", "seconds", "exchange_s",
+     "tol", "max_iter"}
+)  # fmt: skip
+"""The fields of a ``superstep`` event that are not the algorithm's measures."""
+
+_MEASURES = {"change": "change", "rmse": "training RMSE", "log_loss": "training log loss"}
+"""The measure a convergence picture draws, the first one an event carries, and its name."""
+
+
+def graph_steps(run_dir, steps):
+    """What the ``superstep`` events in a run's ``events.jsonl`` say of each graph step.
+
+    A step run again (``taskdml resume``, a retry) keeps each superstep's last event.
+
+    Parameters
+    ----------
+    run_dir : path
+    steps : dict
+        ``{step: manifest entry}``.
+
+    Returns
+    -------
+    dict
+        ``{step: facts}``, a step's facts being ``step``, ``state``, ``events`` (per item:
+        ``{item or None: [event, ...]}`` in superstep order), ``measure`` (the event field
+        drawn, or ``None``), ``label`` (what it is), ``tol`` and ``max_iter`` (``None`` where
+        the events do not say), ``supersteps`` (the most run by an item), ``converged``
+        (``None``: not known) and ``why`` (why the supersteps stopped, in words). A step
+        read from the cache has its result's ``supersteps`` and ``converged`` and no events.
+
+    Examples
+    --------
+    >>> import json, pathlib, tempfile
+    >>> from taskdml.runs._pictures import graph_steps
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> events = [{"event": "superstep", "step": "ranks", "superstep": i, "change": c,
+    ...            "seconds": 0.01, "tol": 1e-3, "max_iter": 100}
+    ...           for i, c in enumerate([0.5, 0.01, 1e-4])]
+    >>> _ = (folder / "events.jsonl").write_text("\\n".join(map(json.dumps, events)))
+    >>> graph_steps(folder, {"ranks": {"state": "completed"}})["ranks"]["why"]
+    'converged after 3 supersteps: L1 change 0.0001 below tol 0.001'
+    """
+    path = Path(run_dir) / "events.jsonl"
+    found = {}
+    if path.exists():
+        with open(path, encoding="utf-8") as log:
+            for line in log:
+                event = json.loads(line) if line.strip() else {}
+                if event.get("event") == "superstep" and event.get("step") in steps:
+                    by_item = found.setdefault(event["step"], {}).setdefault(event.get("item"), {})
+                    by_item[event["superstep"]] = event
+    return {
+        name: _graph_facts(
+            name, steps[name], {k: sorted(v.values(), key=_number) for k, v in by_item.items()}
+        )
+        for name, by_item in found.items()
+    } | {
+        name: _reused_facts(name, entry, result)
+        for name, entry in steps.items()
+        if name not in found and (result := _graph_result(entry)) is not None
+    }
+
+
+def _graph_result(entry):
+    """The summary of a step's graph algorithm result (:func:`taskdml.runner._runner.summarize`)."""
+    for value in (entry.get("summary") or {}).values():
+        if isinstance(value, dict) and value.get("type") == "graph result":
+            return value
+    return None
+
+
+def _reused_facts(name, entry, result):
+    """A graph step whose supersteps did not run in this run (read from the cache): what its
+    result says."""
+    why = "; ".join(map(str, (entry.get("cache") or {}).get("why") or [])) or "not run here"
+    return {
+        "step": name,
+        "state": step_state(entry),
+        "events": {},
+        "measure": None,
+        "label": None,
+        "tol": None,
+        "max_iter": None,
+        "supersteps": result["supersteps"],
+        "converged": result["converged"],
+        "why": f"no superstep ran in this run: {why}",
+    }
+
+
+def _number(event):
+    return event["superstep"]
+
+
+def _graph_facts(name, entry, events):
+    rows = [event for item in events.values() for event in item]
+    names = [
+        k
+        for k, v in rows[-1].items()
+        if k not in _NOT_MEASURES and isinstance(v, (int, float)) and not isinstance(v, bool)
+    ]
+    measure = next((k for k in _MEASURES if k in names), names[0] if names else None)
+    label = _MEASURES.get(measure, measure)
+    if measure == "change":  # PageRank's is the L1 change; components' the vertices changed
+        label = "vertices changed" if "roots" in names else "L1 change"
+    tol = next((e["tol"] for e in rows if e.get("tol") is not None), None)
+    max_iter = next((e["max_iter"] for e in rows if e.get("max_iter") is not None), None)
+    supersteps = max(len(item) for item in events.values())
+    result = _graph_result(entry)  # the result's own word
+    converged = None if result is None else bool(result["converged"])
+    state = step_state(entry)
+    last = rows[-1].get(measure) if measure else None
+    if state in ("failed", "interrupted", "running"):
+        why = f"{state} after {supersteps} supersteps"
+    elif measure is None:
+        converged = None  # a set number of supersteps (SGC's k)
+        why = f"ran its {supersteps} supersteps (no measure, no convergence test)"
+    elif converged is None and tol is None and max_iter is None:
+        why = f"ran {supersteps} iterations (a set number; {label} {last:.3g} at the last)"
+    elif converged or (converged is None and _below(last, tol)):
+        converged = True
+        why = f"converged after {supersteps} supersteps: {label} {last:.3g}" + (
+            f" below tol {tol:g}" if tol is not None else " (the program's test)"
+        )
+    elif max_iter is not None and supersteps >= max_iter:
+        converged = False
+        why = f"stopped at max_iter={max_iter}, {label} {last:.3g}" + (
+            f", above tol {tol:g}" if tol is not None else ""
+        )
+    else:
+        why = f"stopped after {supersteps} supersteps with {label} {last:.3g}"
+    return {
+        "step": name,
+        "state": state,
+        "events": events,
+        "measure": measure,
+        "label": label,
+        "tol": tol,
+        "max_iter": max_iter,
+        "supersteps": supersteps,
+        "converged": converged,
+        "why": why,
+    }
+
+
+def _below(value, tol):
+    return value is not None and tol is not None and value < tol
+
+
+def draw_convergence(facts):
+    """A graph step's convergence: its measure per superstep with the tolerance, and the
+    seconds of each superstep.
+
+    Parameters
+    ----------
+    facts : dict
+        A step's facts from :func:`graph_steps`.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Examples
+    --------
+    >>> from taskdml.runs._pictures import draw_convergence
+    >>> events = [{"superstep": i, "change": 0.5 * 0.1**i, "seconds": 0.02, "exchange_s": 0.005}
+    ...           for i in range(6)]
+    >>> facts = {"step": "ranks", "events": {None: events}, "measure": "change",
+    ...          "label": "L1 change", "tol": 1e-5, "max_iter": 100, "supersteps": 6,
+    ...          "converged": True, "why": "converged after 6 supersteps"}
+    >>> figure = draw_convergence(facts)
+    >>> figure.axes[0].get_yscale(), figure.axes[0].get_ylabel()
+    ('log', 'L1 change')
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    measure, label, tol = facts["measure"], facts["label"], facts["tol"]
+    runs = facts["events"]
+    figure = Figure(figsize=(10.4 if measure else 5.6, 3.9))
+    axes = figure.subplots(1, 2 if measure else 1, squeeze=False)[0]
+    for axis in axes:  # superstep numbers: whole
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    many = len(runs) > 1
+    if measure:
+        axis = axes[0]
+        values = []
+        for i, (item, rows) in enumerate(runs.items()):
+            rows = [row for row in rows if isinstance(row.get(measure), (int, float))]
+            xs, ys = [row["superstep"] + 1 for row in rows], [row[measure] for row in rows]
+            values += ys
+            axis.plot(
+                xs,
+                ys,
+                marker="o",
+                markersize=3,
+                color=f"C{i % 10}",
+                label=str(item) if many else label,
+            )
+        if tol is not None and tol > 0:
+            axis.axhline(tol, color="tab:red", linestyle="--", linewidth=1, label=f"tol {tol:g}")
+        _scale(axis, values + ([tol] if tol else []))
+        axis.set_xlabel("superstep")
+        axis.set_ylabel(label)
+        axis.set_title(f"{label} per superstep", fontsize=9)
+        axis.legend(fontsize=8, loc="best")
+    axis = axes[-1]
+    for i, (item, rows) in enumerate(runs.items()):
+        xs = [row["superstep"] + 1 for row in rows]
+        seconds = [row.get("seconds") or 0.0 for row in rows]
+        colour = f"C{i % 10}"
+        if len(xs) <= 12 and not many:  # a few supersteps (SGC's k): bars, not a line
+            axis.bar(xs, seconds, color=colour, width=0.6, label="superstep")
+            axis.set_xticks(xs)
+        else:
+            axis.plot(
+                xs,
+                seconds,
+                color=colour,
+                linewidth=1.2,
+                marker="." if len(xs) < 60 else None,
+                label=(f"{item}: " if many else "") + "superstep",
+            )
+        if any("exchange_s" in row for row in rows):
+            exchange = [row.get("exchange_s") or 0.0 for row in rows]
+            name = (f"{item}: " if many else "") + "of which exchange"
+            if len(xs) <= 12 and not many:
+                axis.bar(xs, exchange, color="white", alpha=0.45, width=0.6, hatch="//", label=name)
+            else:
+                axis.fill_between(xs, exchange, color=colour, alpha=0.25, linewidth=0, label=name)
+    axis.set_ylim(bottom=0)
+    axis.set_xlabel("superstep")
+    axis.set_ylabel("seconds")
+    axis.set_title("seconds per superstep", fontsize=9)
+    axis.legend(fontsize=8, loc="upper right")
+    title = f"{facts['step']}: {facts['why']}"
+    figure.suptitle(textwrap.fill(title, int(figure.get_figwidth() * 11)), fontsize=10)
+    figure.tight_layout()
+    return figure
+
+
+def _scale(axis, values):
+    """A log scale where the positive values span more than two decades (a symmetric log
+    one, linear below the smallest positive value, where zeros are among them)."""
+    positive = [v for v in values if v > 0]
+    if not positive or max(positive) / min(positive) < 100 or min(values) < 0:
+        return
+    if min(values) == 0:
+        axis.set_yscale("symlog", linthresh=min(positive))
+        axis.set_ylim(bottom=0)
+    else:
+        axis.set_yscale("log")

@@ -4,7 +4,9 @@
 one self-contained HTML file beside them — inline CSS, the pictures embedded as ``data:``
 URIs, no script and no external link — so the file can be mailed, attached to a ticket or
 opened offline. Everything in it comes from the run directory's records (``manifest.json``,
-``metrics.json``, ``resolved.yaml``), so it can be written again for any recorded run. The
+``metrics.json``, ``resolved.yaml``, and ``events.jsonl`` for the supersteps of graph steps), so
+it can be written again for any recorded run. A graph step's facts (supersteps run, converged or
+not, why it stopped, the time per superstep) are shown with its convergence picture. The
 pictures and the report are listed in the manifest (``pictures``, ``report``).
 
 The page is built with :class:`string.Template` and :func:`html.escape` (no template
@@ -19,7 +21,7 @@ import warnings
 from pathlib import Path
 
 from taskdml.exceptions import ReportWarning
-from taskdml.runs._pictures import STATE_COLOURS, draw_run, step_state
+from taskdml.runs._pictures import STATE_COLOURS, draw_run, graph_steps, step_state
 
 __all__ = ["REPORT_NAME", "render_report", "write_report"]
 
@@ -96,6 +98,9 @@ def render_report(run_dir, pictures=None):
     spec = yaml.safe_load(resolved.read_text(encoding="utf-8")) if resolved.exists() else {}
     status = manifest.get("status", "unknown")
     duration = manifest.get("duration_s")
+    pictures = manifest.get("pictures", {}) if pictures is None else pictures
+    graphs = graph_steps(run_dir, manifest.get("steps", {}))
+    shown = {f"convergence-{name}.png" for name in graphs}
     return _PAGE.substitute(
         title=_e(f"taskdml run {manifest.get('run_id', run_dir.name)}"),
         css=_CSS,
@@ -107,8 +112,9 @@ def render_report(run_dir, pictures=None):
         params=_mapping_table((spec or {}).get("params") or {}, "no parameters"),
         steps=_steps_table(manifest.get("steps", {})),
         metrics=_metrics_section(metrics),
+        graphs=_graphs_section(run_dir, graphs, pictures),
         pictures=_pictures_section(
-            run_dir, manifest.get("pictures", {}) if pictures is None else pictures
+            run_dir, {name: path for name, path in pictures.items() if name not in shown}
         ),
         versions=_mapping_table(manifest.get("versions") or {}, "not recorded"),
     )
@@ -213,17 +219,61 @@ def _number(value):
 
 
 def _pictures_section(run_dir, pictures):
-    figures = []
-    for name, path in pictures.items():
-        file = run_dir / path
-        if not file.exists():
-            continue
-        data = base64.b64encode(file.read_bytes()).decode("ascii")
-        figures.append(
-            f"<figure><img alt='{_e(name)}' src='data:image/png;base64,{data}'>"
-            f"<figcaption>{_e(path)}</figcaption></figure>"
-        )
+    figures = [_figure(run_dir, name, path) for name, path in pictures.items()]
     return "".join(figures) or "<p class='muted'>no pictures</p>"
+
+
+def _figure(run_dir, name, path):
+    file = run_dir / path
+    if not file.exists():
+        return ""
+    data = base64.b64encode(file.read_bytes()).decode("ascii")
+    return (
+        f"<figure><img alt='{_e(name)}' src='data:image/png;base64,{data}'>"
+        f"<figcaption>{_e(path)}</figcaption></figure>"
+    )
+
+
+def _graphs_section(run_dir, graphs, pictures):
+    """Per graph step: its supersteps, whether it converged and why it stopped, the time per
+    superstep, and its convergence picture."""
+    if not graphs:
+        return ""
+    parts = ["<h2>Graph steps</h2>"]
+    for name, facts in graphs.items():
+        rows = [row for item in facts["events"].values() for row in item]
+        seconds = [row["seconds"] for row in rows if isinstance(row.get("seconds"), (int, float))]
+        exchange = [row["exchange_s"] for row in rows if isinstance(row.get("exchange_s"), float)]
+        last = rows[-1].get(facts["measure"]) if facts["measure"] and rows else None
+        converged = {True: "yes", False: "no", None: "not tested"}[facts["converged"]]
+        table = {
+            "supersteps run": facts["supersteps"],
+            "converged": converged,
+            "why it stopped": facts["why"],
+            f"last {facts['label']}": None if last is None else f"{last:.4g}",
+            "tolerance": None if facts["tol"] is None else f"{facts['tol']:g}",
+            "max_iter": facts["max_iter"],
+            "seconds per superstep": f"{sum(seconds) / len(seconds):.4f} s mean, "
+            f"{max(seconds):.4f} s most"
+            if seconds
+            else None,
+            "of which exchanging": f"{sum(exchange) / max(sum(seconds), 1e-12):.0%}"
+            if exchange and seconds
+            else None,
+            "items": ", ".join(map(str, facts["events"])) if len(facts["events"]) > 1 else None,
+        }
+        rows_html = "".join(
+            f"<tr><th>{_e(key)}</th><td>{_e(value)}</td></tr>"
+            for key, value in table.items()
+            if value is not None
+        )
+        picture = f"convergence-{name}.png"
+        parts.append(
+            f"<h3 id='graph-{_e(name)}'>{_e(name)}</h3>"
+            f"<table class='facts graph' data-step='{_e(name)}'>{rows_html}</table>"
+            + (_figure(run_dir, picture, pictures[picture]) if picture in pictures else "")
+        )
+    return "".join(parts)
 
 
 _CSS = """
@@ -263,6 +313,7 @@ $params
 $steps
 <h2>Metrics</h2>
 $metrics
+$graphs
 <h2>Pictures</h2>
 $pictures
 <h2>Versions</h2>
