@@ -275,6 +275,11 @@ def scaling_part(args, store):
             f"  {rows[-1]['epoch_s']:.3f} s/epoch, call {rows[-1]['call_s']:.2f} s, "
             f"ceiling {ceiling['ceiling_s']:.2f} s"
         )
+        if args.save_rows:  # what a run killed at a later count still leaves
+            import json
+
+            with open(args.save_rows, "w") as out:
+                json.dump(rows, out, default=str)
     one = next((r for r in rows if r["workers"] == 1), None)
     for row in rows:
         row["speedup"] = one["epoch_s"] / row["epoch_s"] if one else None
@@ -994,6 +999,9 @@ def parse_args(argv=None):
         help="the parts to run, comma-separated (default all: scaling,stream,memory); a run "
         "of the scaling part alone writes its own block (PARTIAL_BLOCK), leaving the full "
         "run's alone",
+    )
+    parser.add_argument(
+        "--save-rows", default=None, help="a JSON file the measured rows go to, count by count"
     )
     parser.add_argument("--tmp", default=None, help="directory for the Zarr stores")
     parser.add_argument("--out", default=_results.RESULTS, help="markdown file to update")
