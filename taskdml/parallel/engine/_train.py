@@ -51,6 +51,7 @@ import concurrent.futures
 import contextlib
 import copy
 import dataclasses
+import functools
 import math
 import threading
 import time
@@ -1009,7 +1010,7 @@ def _elastic_sync(estimator, chunks, plan, client, n_replicas, clock, workers):
             left = [[by_index[i] for i in share] for share in saved["left"]]
         resumed_from = {"epoch": epoch + 1, "rounds_before": rounds_before}
     while True:
-        threads = _worker_threads(client, workers)
+        threads, who_has = _threads_and_holders(client, workers, chunks)
         clock.lap("workers_s")
         count = _replica_count(n_replicas, threads, len(chunks))
         owned = _owned(chunks, count)
@@ -1044,6 +1045,7 @@ def _elastic_sync(estimator, chunks, plan, client, n_replicas, clock, workers):
             threads,
             clock,
             grows if may_grow else None,
+            who_has=who_has,
         )
         used.update(segment.addresses)
         if segment.gone:
@@ -1340,13 +1342,24 @@ class _Segment:
 
 
 def _segment(
-    client, state, owned, left, plan, strategy, staleness, threads, clock, grows=None, on_copy=None
+    client,
+    state,
+    owned,
+    left,
+    plan,
+    strategy,
+    staleness,
+    threads,
+    clock,
+    grows=None,
+    on_copy=None,
+    who_has=None,
 ):
     """Run the replicas once, from *state*, on the chunks *owned* (and *left* of the first
-    epoch); see :class:`_Segment`."""
+    epoch); see :class:`_Segment`. *who_has*: where the chunks were, if asked already."""
     _in_memory(client, [c for share in owned for c in share])  # placement follows them
     clock.lap("data_wait_s")
-    placement, holders = _place(client, owned, threads)
+    placement, holders = _place(client, owned, threads, who_has)
     addresses = [placement[rank] for rank in range(len(owned))]
     clock.lap("place_s")
     try:
@@ -1467,6 +1480,8 @@ def _in_memory(client, chunks):
     from distributed import Future, as_completed
 
     futures = [part for chunk in chunks for part in chunk[:3] if isinstance(part, Future)]
+    if all(future.done() for future in futures):  # the warm case: as_completed costs ~7 ms
+        return
     for _ in as_completed(futures, loop=client.loop):  # *client*'s, not a default client
         pass
 
@@ -1613,19 +1628,20 @@ def _release_lock(lock):
 
 def _each(function, items):
     """``[function(item) for item in items]``, the calls in flight at once: each is a round
-    trip to the scheduler from a thread of its own (the locks' own blocking calls)."""
-    global _LOCK_CALLS
+    trip to the scheduler (a lock, ``nthreads``, ``who_has``), made from a thread of its own
+    with the client's public blocking calls."""
+    global _SCHEDULER_CALLS
     if len(items) <= 1:
         return [function(item) for item in items]
     with _PER_CLIENT_LOCK:
-        if _LOCK_CALLS is None:
-            _LOCK_CALLS = concurrent.futures.ThreadPoolExecutor(
-                32, thread_name_prefix="taskdml-worker-locks"
+        if _SCHEDULER_CALLS is None:
+            _SCHEDULER_CALLS = concurrent.futures.ThreadPoolExecutor(
+                32, thread_name_prefix="taskdml-scheduler-calls"
             )
-    return list(_LOCK_CALLS.map(function, items))
+    return list(_SCHEDULER_CALLS.map(function, items))
 
 
-_LOCK_CALLS = None  # the threads of _each, started at the first training that needs them
+_SCHEDULER_CALLS = None  # the threads of _each, started at the first training that needs them
 
 
 def _worker_lock(client, address):
@@ -1767,7 +1783,28 @@ def _round_timings(stats):
     return {**timings, "collective_round_s": statistics.median(per_round) if per_round else 0.0}
 
 
-def _place(client, owned, threads):
+def _threads_and_holders(client, workers, chunks):
+    """``(threads, who_has)``: the workers a training may use now (:func:`_worker_threads`)
+    and who holds the chunks, the two questions to the scheduler in flight at once (one
+    round trip of waiting instead of two) when every chunk is in memory already; otherwise
+    ``who_has`` is ``None`` and :func:`_place` asks once the chunks are there."""
+    from distributed import Future
+
+    parts = [part for chunk in chunks for part in chunk[:3] if isinstance(part, Future)]
+    held = [chunk.X for chunk in chunks if isinstance(chunk.X, Future)]
+    if not held or not all(part.done() for part in parts):
+        return _worker_threads(client, workers), None
+    threads, who_has = _each(
+        lambda ask: ask(),
+        [
+            functools.partial(_worker_threads, client, workers),
+            functools.partial(client.who_has, held),
+        ],
+    )
+    return threads, who_has
+
+
+def _place(client, owned, threads, who_has=None):
     """Pin each replica to the free worker holding most of its rows (copies the rest once).
 
     Replicas are spread evenly over the workers first, never more on a worker than it has
@@ -1783,7 +1820,8 @@ def _place(client, owned, threads):
 
     workers = sorted(threads)
     held = [c.X for chunks in owned for c in chunks if isinstance(c.X, Future)]
-    who_has = client.who_has(held) if held else {}
+    if who_has is None:
+        who_has = client.who_has(held) if held else {}
     holders = {key: set(found) for key, found in who_has.items()}
     with _PER_CLIENT_LOCK:  # the choice and its reservation at once, for trainings in threads
         reserved = _RESERVED.setdefault(client, collections.Counter())
