@@ -270,12 +270,15 @@ def helper_main(connection, role, share, n_replicas, n_samples, chunk_size):
 
 
 class Helpers:
-    """The reference helper and ``n_replicas`` ceiling helpers, as spawned processes."""
+    """The reference helper and ``n_replicas`` ceiling helpers, as spawned processes
+    (without the reference when *reference* is false: ``benchmarks/scaling.py`` needs the
+    serial loop once, and the ceiling at every worker count)."""
 
-    def __init__(self, n_replicas, n_samples, chunk_size):
+    def __init__(self, n_replicas, n_samples, chunk_size, reference=True):
         context = multiprocessing.get_context("spawn")
         self.connections, self.processes = {}, {}
-        roles = [("reference", 0)] + [("ceiling", k) for k in range(n_replicas)]
+        roles = [("reference", 0)] if reference else []
+        roles += [("ceiling", k) for k in range(n_replicas)]
         for role, share in roles:
             parent, child = context.Pipe()
             process = context.Process(

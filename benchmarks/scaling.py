@@ -31,6 +31,15 @@ a temporary directory and read with ``da.from_zarr``. Four parts:
    :func:`_peak_rss_kib`) before and after, and the engine's ``stats["data"]``.
    Data over ``--max-gib`` is skipped with a note.
 
+With the speed-up, per worker count and in the same run: the *ceiling* (``w`` plain processes
+each running scikit-learn's ``partial_fit`` loop over ``1/w`` of the chunks, no communication:
+``benchmarks/data_parallel.py``'s helpers, :func:`ceiling_walls`) and the serial loop, taskdml's
+call as a share of the ceiling, the first call on the fresh cluster, where a call goes (the laps
+of ``stats["setup"]``) and who each round waits for and why (``stats["slowest"]``,
+``late_s``, ``copy_s``, ``epoch_end_s``, ``remote_chunks``). ``--parts scaling`` runs that part
+alone (8-16 worker processes with small chunks show the overheads even on 2 cores) and writes
+its own block of RESULTS.md.
+
 Then :func:`modelled_epoch_s` extrapolates the measured costs to 8-256 workers (its assumptions
 are in its docstring and in the report).
 
@@ -65,6 +74,9 @@ BANDWIDTH_GBIT = 10.0
 TARGET_STREAM_RATIO = 1.10
 PACKAGES = ("taskdml", "numpy", "scikit-learn", "dask", "distributed", "zarr", "psutil")
 STARTED = time.perf_counter()
+PARTS = ("scaling", "stream", "memory")
+PARTIAL_BLOCK = "scaling.py --parts scaling"
+"""The generated block of a run of the scaling part alone (the full run's stays as it was)."""
 
 
 def progress(message):
@@ -215,7 +227,7 @@ def _median_split(splits):
     return {
         key: (
             None
-            if any(s[key] is None for s in splits)
+            if any(s.get(key) is None for s in splits)
             else statistics.median(s[key] for s in splits)
         )
         for key in splits[0]
@@ -227,8 +239,10 @@ def _median_split(splits):
 
 
 def scaling_part(args, store):
-    """Per worker count: seconds per epoch, the round split, the persist time."""
-    rows = []
+    """Per worker count: seconds per epoch, the round split, the persist time, the first
+    call on the fresh cluster, the breakdown of a call and of its rounds, and the same run's
+    ceiling (:func:`ceiling_walls`)."""
+    rows, serial_s = [], None
     for workers in args.workers:
         progress(f"scaling: {workers} worker(s)")
         with cluster(workers) as client:
@@ -239,8 +253,12 @@ def scaling_part(args, store):
 
             wait([X, y])
             persist_s = time.perf_counter() - began
-            train(client, X, y, min(args.epochs, 2))  # warm-up
+            first, first_wall = train(client, X, y, args.epochs)  # the first call, untimed
             runs = [train(client, X, y, args.epochs) for _ in range(args.repeats)]
+        ceiling = {"ceiling_s": None}
+        if not args.quick or serial_s is None:  # a smoke run: the ceiling at one count only
+            ceiling = ceiling_walls(args, workers, serial=serial_s is None)
+            serial_s = serial_s or ceiling.pop("serial_s")
         rows.append(
             {
                 "workers": workers,
@@ -248,14 +266,97 @@ def scaling_part(args, store):
                 "epoch_s": statistics.median(epoch_s(r) for r, _ in runs),
                 "call_s": statistics.median(wall for _, wall in runs),
                 "collective": runs[0][0].stats.get("collective"),
+                "first": {"call_s": first_wall, **call_breakdown(first)},
+                "warm": _median_split([call_breakdown(r) for r, _ in runs]),
+                "serial_s": serial_s,
+                "ceiling_s": ceiling["ceiling_s"],
                 **_median_split([round_split(r) for r, _ in runs]),
             }
         )
-        progress(f"  {rows[-1]['epoch_s']:.3f} s/epoch")
+        progress(
+            f"  {rows[-1]['epoch_s']:.3f} s/epoch, call {rows[-1]['call_s']:.2f} s, "
+            f"ceiling {_fmt(ceiling['ceiling_s'], '.2f')} s"
+        )
+        if args.save_rows:  # what a run killed at a later count still leaves
+            import json
+
+            with open(args.save_rows, "w") as out:
+                json.dump(rows, out, default=str)
     one = next((r for r in rows if r["workers"] == 1), None)
     for row in rows:
         row["speedup"] = one["epoch_s"] / row["epoch_s"] if one else None
     return rows
+
+
+def ceiling_walls(args, workers, serial=False):
+    """The same run's ceiling at *workers* (``benchmarks/data_parallel.py``'s helpers:
+    *workers* plain processes, each running scikit-learn's ``partial_fit`` loop over its
+    1/w of the chunks, chunk ``i`` in loop ``i mod w``, started together, no communication):
+    the median wall of ``--repeats`` runs of ``--epochs`` epochs, and with *serial* the one
+    loop over every chunk (``serial_s``). The helpers generate the same rows as the store
+    (``--rows`` is their train share)."""
+    import data_parallel
+
+    n_samples = round(args.rows / data_parallel.TRAIN_FRACTION)
+    helpers = data_parallel.Helpers(workers, n_samples, args.chunk_rows, reference=serial)
+    try:
+        helpers.wait_ready()
+        out = {}
+        if serial:
+            out["serial_s"] = statistics.median(
+                helpers.run("reference", "serial", args.epochs)["wall"] for _ in range(args.repeats)
+            )
+        out["ceiling_s"] = statistics.median(
+            helpers.run("ceiling", "serial", args.epochs)["wall"] for _ in range(args.repeats)
+        )
+        return out
+    finally:
+        helpers.close()
+
+
+CALL_LAPS = (
+    "prepare_s",
+    "inspect_s",
+    "blocks_s",
+    "workers_s",
+    "data_wait_s",
+    "place_s",
+    "collective_s",
+    "lock_s",
+    "submit_s",
+    "dispatch_s",
+    "skew_s",
+    "return_s",
+    "finish_s",
+)
+
+
+def call_breakdown(result):
+    """Where one call went, from ``TrainResult.stats``: the call's laps (``setup``), the
+    epochs' time, and per round (mean over replicas) copying, the epoch ends, the wait for
+    the slowest replica (``late_s``), and what the slowest rounds were late for."""
+    stats = result.stats
+    laps = stats.get("setup") or {}
+    rounds = max(1, stats.get("rounds", 1))
+    slowest = stats.get("slowest") or []
+    late = [entry for entry in slowest if entry["cause"] is not None]
+    remote = stats.get("remote_chunks") or []
+    out = {key: laps.get(key) for key in CALL_LAPS}
+    out.update(
+        epochs_s=sum(entry["duration_s"] for entry in result.history),
+        first_epoch_s=result.history[0]["duration_s"] if result.history else None,
+        copy=_mean_over(stats.get("copy_s"), rounds),
+        epoch_end=_mean_over(stats.get("epoch_end_s"), rounds),
+        late=(stats["late_s"] / rounds) if "late_s" in stats else None,
+        by_rows=sum(entry["cause"] == "rows" for entry in late) / max(1, len(slowest)),
+        remote_chunks=sum(r or 0 for r in remote),
+        start_late=max(stats.get("start_late_s") or [0.0]),
+    )
+    return out
+
+
+def _mean_over(values, rounds):
+    return None if not values else statistics.fmean(values) / rounds
 
 
 def stream_part(args, store, workers):
@@ -512,6 +613,72 @@ def scaling_table(rows):
     return "\n".join(lines)
 
 
+def ceiling_table(rows):
+    lines = [
+        "| workers | serial loop s | ceiling s (× serial) | taskdml call s (× serial) "
+        "| taskdml / ceiling | first call on the fresh cluster s (setup, first epoch) "
+        "| warm call s (setup) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        serial, ceiling, call = r["serial_s"], r["ceiling_s"], r["call_s"]
+        first, warm = r["first"], r["warm"]
+        shown = "–" if ceiling is None else f"{ceiling:.2f} ({serial / ceiling:.2f}×)"
+        share = "–" if ceiling is None else f"**{ceiling / call:.0%}**"
+        lines.append(
+            f"| {r['workers']} | {serial:.2f} | {shown} "
+            f"| {call:.2f} ({serial / call:.2f}×) | {share} "
+            f"| {first['call_s']:.2f} ({_setup_s(first):.2f}, "
+            f"{_fmt(first['first_epoch_s'], '.2f')}) "
+            f"| {call:.2f} ({_setup_s(warm):.2f}) |"
+        )
+    return "\n".join(lines)
+
+
+def _setup_s(breakdown):
+    """Seconds of a call before its replicas ran: the laps up to the submission."""
+    return sum(breakdown.get(key) or 0.0 for key in CALL_LAPS[: CALL_LAPS.index("submit_s") + 1])
+
+
+def call_table(rows):
+    laps = [key[:-2] for key in CALL_LAPS]
+    lines = [
+        "| workers | call | " + " | ".join(laps) + " | epochs |",
+        "|---|---|" + "---|" * (len(laps) + 1),
+    ]
+    for r in rows:
+        for label in ("first", "warm"):
+            b = r[label]
+            lines.append(
+                f"| {r['workers']} | {label} | "
+                + " | ".join(_ms1(b.get(key)) for key in CALL_LAPS)
+                + f" | {_ms1(b.get('epochs_s'))} |"
+            )
+    return "\n".join(lines)
+
+
+def straggler_table(rows):
+    lines = [
+        "| workers | compute | copy | waiting for the slowest (`late_s`) | its cause: more rows "
+        "| collective (serialise + wire + wait + merge) | epoch end | chunks copied to their "
+        "replica | latest start |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        w = r["warm"]
+        collective = sum(r[k] or 0.0 for k in ("serialize", "wire", "wait", "merge"))
+        lines.append(
+            f"| {r['workers']} | {_ms(r['busy'])} | {_ms(w['copy'])} | {_ms(w['late'])} "
+            f"| {_fmt(w['by_rows'], '.0%')} | {_ms(collective)} | {_ms(w['epoch_end'])} "
+            f"| {_fmt(w['remote_chunks'], 'g')} | {_ms1(w['start_late'])} |"
+        )
+    return "\n".join(lines)
+
+
+def _ms1(value):
+    return _fmt(None if value is None else value * 1e3, ".1f")
+
+
 def round_table(rows):
     lines = [
         "| workers | collective | compute | serialise | wire | waiting | merge | other "
@@ -655,6 +822,46 @@ def report(args, facts, rows, streamed, memory, model_parameters_):
         f'("auto"). Per worker count: a fresh cluster, one warm-up call, the median of '
         f"{args.repeats} calls.",
         "",
+        "### The ceiling, in the same run",
+        "",
+        ceiling_table(rows),
+        "",
+        "*serial loop*: one process running scikit-learn's `partial_fit` loop over every "
+        "chunk, in order; *ceiling*: w such processes at once, each over 1/w of the chunks "
+        "(chunk i in loop i mod w), no communication (`benchmarks/data_parallel.py`'s "
+        "helpers), first start to last end; both the median of "
+        f"{args.repeats} runs of {args.epochs} epochs on the same rows. *taskdml call*: the "
+        "whole `train()` call, median; *taskdml / ceiling* = ceiling s / call s. *first call*: "
+        "the first `train()` on the fresh cluster, data persisted; *setup* = its laps up to "
+        "the replicas' submission.",
+        "",
+        "### Where a call goes (ms; `stats['setup']`)",
+        "",
+        call_table(rows),
+        "",
+        "The laps of `TrainResult.stats['setup']`, in order: *prepare* (arguments, the data "
+        "mode, the chunk lists), *inspect* (chunk facts; cached after the first call), "
+        "*blocks*, *workers* (the workers there are), *data_wait* (every chunk in memory), "
+        "*place* (who holds the chunks, placement), *collective*, *lock* (the replicas' "
+        "workers), *submit*, then from the replicas' clocks *dispatch* (submission to the first "
+        "replica's start), *skew* (first start to last), *return* (last end to the results "
+        "here) and *finish* (to the call's end); *epochs*: the epochs' own seconds. *warm*: "
+        "the median over the timed calls.",
+        "",
+        "### Where a round goes, and who it waits for (ms per round, mean over replicas)",
+        "",
+        straggler_table(rows),
+        "",
+        "From `TrainResult.stats` of the timed calls (median over calls): *compute* = "
+        "`busy_s`; *copy* = `copy_s` (the global model copied each round); *waiting for the "
+        "slowest* = `late_s` / rounds (per round, the slowest replica's `partial_fit` seconds "
+        "minus the median replica's: `stats['slowest']`); *its cause: more rows* = the share "
+        "of rounds whose slowest replica was late for its rows rather than its speed (the "
+        "rest: a slower or busier core); *collective* = serialise + wire + wait + merge; "
+        "*epoch end* = `epoch_end_s` (scoring, the epoch's broadcast); *chunks copied* = "
+        "`remote_chunks` (held on another worker when the replicas were placed); *latest "
+        "start* = the most `start_late_s`, ms after the first replica's start.",
+        "",
         "### Speed-up",
         "",
         scaling_table(rows),
@@ -675,21 +882,25 @@ def report(args, facts, rows, streamed, memory, model_parameters_):
         "round* = `collective_round_s`, the collective's own cost. All over every round of "
         "the call, first epoch's probe rounds included.",
     ]
-    lines += [
-        "",
-        "### Streaming against persisting",
-        "",
-        f"The same Zarr store, at the fewest and the most workers; median of "
-        f"{args.repeats} interleaved calls after a warm-up of each; s/epoch as above "
-        '(`data="persist"` reads the store into memory inside the call, before the '
-        "first epoch).",
-        "",
-        *stream_lines(streamed),
-        "",
-        "### Peak memory per worker against data size",
-        "",
-        *memory_lines(*memory, args),
-    ]
+    if streamed:
+        lines += [
+            "",
+            "### Streaming against persisting",
+            "",
+            f"The same Zarr store, at the fewest and the most workers; median of "
+            f"{args.repeats} interleaved calls after a warm-up of each; s/epoch as above "
+            '(`data="persist"` reads the store into memory inside the call, before the '
+            "first epoch).",
+            "",
+            *stream_lines(streamed),
+        ]
+    if memory is not None:
+        lines += [
+            "",
+            "### Peak memory per worker against data size",
+            "",
+            *memory_lines(*memory, args),
+        ]
     if model_parameters_:
         lines += [
             "",
@@ -737,7 +948,8 @@ def parse_args(argv=None):
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="smoke run (< 1 min): 40,000 rows, workers 1,2 (streaming on 2 only), 1 repeat, "
+        help="smoke run (< 1 min): 40,000 rows, workers 1,2 (streaming on 2 only, the ceiling at "
+        "the fewest only), 1 repeat, "
         "memory 0.1× of 2 × 600 MiB; prints only",
     )
     nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -785,6 +997,17 @@ def parse_args(argv=None):
         default=900.0,
         help="seconds a memory-part training may take before it counts as failed",
     )
+    parser.add_argument(
+        "--parts",
+        type=lambda text: [part for part in text.split(",") if part],
+        default=list(PARTS),
+        help="the parts to run, comma-separated (default all: scaling,stream,memory); a run "
+        "of the scaling part alone writes its own block (PARTIAL_BLOCK), leaving the full "
+        "run's alone",
+    )
+    parser.add_argument(
+        "--save-rows", default=None, help="a JSON file the measured rows go to, count by count"
+    )
     parser.add_argument("--tmp", default=None, help="directory for the Zarr stores")
     parser.add_argument("--out", default=_results.RESULTS, help="markdown file to update")
     parser.add_argument("--no-write", action="store_true", help="print only")
@@ -798,6 +1021,11 @@ def parse_args(argv=None):
         args.memory_multiples, args.memory_limit_mib, args.no_write = [0.1], 600, True
         args.memory_timeout = 60.0
     args.workers = sorted(set(args.workers))
+    unknown = sorted(set(args.parts) - set(PARTS))
+    if unknown or "scaling" not in args.parts:
+        parser.error(
+            f"--parts: {unknown or args.parts} — choose from {', '.join(PARTS)}, scaling included"
+        )
     return args
 
 
@@ -820,9 +1048,11 @@ def main(argv=None):
             counts = sorted({min(args.workers), max(args.workers)})
             if args.quick:  # one cluster fewer: the streaming code path is the same
                 counts = counts[-1:]
-            streamed = [stream_part(args, store, workers) for workers in counts]
+            streamed = []
+            if "stream" in args.parts:
+                streamed = [stream_part(args, store, workers) for workers in counts]
             shutil.rmtree(store, ignore_errors=True)
-            memory = memory_part(args, tmp)
+            memory = memory_part(args, tmp) if "memory" in args.parts else None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     facts.update(
@@ -835,7 +1065,15 @@ def main(argv=None):
     text = report(args, facts, rows, streamed, memory, parameters)
     print(text)
     if not args.no_write:
-        _results.write_section(args.out, text, "scaling.py", "Scaling (`benchmarks/scaling.py`)")
+        partial = set(args.parts) != set(PARTS)
+        _results.write_section(
+            args.out,
+            text,
+            PARTIAL_BLOCK if partial else "scaling.py",
+            "Scaling: the ceiling and the breakdown (`benchmarks/scaling.py --parts scaling`)"
+            if partial
+            else "Scaling (`benchmarks/scaling.py`)",
+        )
         progress(f"wrote {args.out}")
 
 

@@ -173,8 +173,9 @@ def test_direct_rounds_record_where_the_time_goes(six_threads):
     for key in ("serialize_s", "wire_s", "wait_s", "merge_s"):
         assert len(stats[key]) == 3 and all(value >= 0 for value in stats[key])
     assert 0 < stats["collective_round_s"] <= max(stats["reduce_wait_s"])
-    pieces = ("prepare_s", "inspect_s", "blocks_s", "place_s", "collective_s", "lock_s")
-    pieces += ("submit_s", "dispatch_s", "skew_s", "return_s")
+    pieces = ("prepare_s", "inspect_s", "blocks_s", "workers_s", "data_wait_s", "place_s")
+    pieces += ("collective_s", "lock_s", "submit_s", "dispatch_s", "skew_s", "return_s")
+    pieces += ("finish_s",)
     assert list(stats["setup"]) == list(pieces)
     assert all(stats["setup"][piece] >= 0 for piece in pieces)
 

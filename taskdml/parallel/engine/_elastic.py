@@ -106,6 +106,8 @@ class Watch:
         while not all(task.done() for task in self.tasks):
             self.changed.wait(WATCH_S)
             self.changed.clear()
+            if all(task.done() for task in self.tasks):
+                break  # every replica ended: no need to ask the scheduler (a round trip)
             workers = set(self.client.nthreads())
             gone = self.addresses - workers
             if gone:

@@ -133,6 +133,7 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
     ``plan.rounds_before``.
     """
     state, history, busy, waiting = start, [], 0.0, 0.0
+    copying_s, epoch_end_s, log = 0.0, 0.0, []  # log: per round (seconds, rows, chunk indices)
     validation, overhead = plan.validation, None
     period = Period(plan.sync_every, plan.most_blocks)
     if plan.period_state is not None:  # a later segment: no new probe rounds
@@ -157,15 +158,18 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
             copying = time.perf_counter()
             replica, rows = copy.deepcopy(state), 0
             began = time.perf_counter()
-            n_blocks = len(order[done : done + size])
+            n_blocks, trained = len(order[done : done + size]), []
             for _ in range(n_blocks):
                 chunk = next(reading)
                 seen, loss = _fit_chunk(replica, chunk, plan, epoch)
                 rows += seen
                 progress.add(seen, loss)
+                trained.append(chunk.index)
                 del chunk  # before the next read: at most prefetch + 1 chunks at once
             reduced = time.perf_counter()
             busy += reduced - began
+            copying_s += began - copying
+            log.append((reduced - began, rows, trained))
             info = period.info(reduced - began, n_blocks, overhead)
             wish = replan_wanted(plan, rank, reduced - segment_began)
             losses = (progress.loss, progress.rows)
@@ -189,6 +193,7 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
                 break
         if position is not None:
             break
+        ending = time.perf_counter()
         facts = period.end_epoch()
         report = None
         if rank == 0:
@@ -201,6 +206,7 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
             }
             report["stop"] = stop_reason([*plan.earlier, *history, report], plan.stopping)
         report = call(collective, "broadcast", ("epoch", epoch), rank, report)
+        epoch_end_s += time.perf_counter() - ending
         history.append(report)
         if rank == 0:
             publish_epoch(plan, report)
@@ -211,6 +217,7 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
             break
     reading.close()
     stats = {"rank": rank, "busy_s": busy, "reduce_wait_s": waiting, "position": position}
+    stats.update(copy_s=copying_s, epoch_end_s=epoch_end_s, round_log=log)
     stats["period_state"] = (period.period, period.inputs, period.probing, period.rounds)
     return (state, history, stats) if rank == 0 else (None, None, stats)
 

@@ -296,8 +296,12 @@ def choose_for(client, data, nbytes, persisted=False, workers=None):
     What a worker's process holds is asked of the worker now, not taken from the scheduler's
     last heartbeat: a worker importing scikit-learn on its event loop (a warm cluster, just
     started) sends no heartbeat meanwhile, and the scheduler's figure misses ~280 MiB per
-    worker. A worker that does not answer counts with the scheduler's figure.
+    worker. A worker that does not answer counts with the scheduler's figure. Data in the
+    workers' memory already (*persisted*) stays there, so nothing is asked (two round trips
+    a call: ``scheduler_info`` and ``Client.run`` on every worker).
     """
+    if persisted:  # in the workers' memory already, whatever their memory: nothing to ask
+        return choose(data, nbytes, [], persisted)
     if client is None:
         import psutil
 

@@ -51,6 +51,7 @@ import concurrent.futures
 import contextlib
 import copy
 import dataclasses
+import functools
 import math
 import threading
 import time
@@ -289,7 +290,29 @@ def train(
     Returns
     -------
     TrainResult
-        The trained copy, its history and facts of the run.
+        The trained copy, its history and facts of the run (:class:`TrainResult` lists
+        ``stats``). Where a call and its epochs go (``"sync"``):
+
+        - ``stats["setup"]``, the call's laps in seconds, in order: ``prepare_s``,
+          ``inspect_s``, ``blocks_s``, ``workers_s`` (the workers there are),
+          ``data_wait_s`` (every chunk in memory), ``place_s`` (who holds them, placement),
+          ``collective_s``, ``lock_s`` (the replicas' workers), ``submit_s``, then from the
+          replicas' clocks ``dispatch_s`` (to the first replica's start, chunks copied to it
+          included), ``skew_s``, ``return_s`` (the last replica's end to the results here)
+          and ``finish_s`` (to the call's end); on a cluster, without the local threads'.
+        - Per replica, by rank: ``copy_s`` (copying the global model each round),
+          ``epoch_end_s`` (scoring and the epoch's broadcast), ``round_busy_s`` and
+          ``round_rows`` (its ``partial_fit`` seconds and rows in each round of the last
+          segment), ``start_late_s`` (seconds after the first replica's start) and, on a
+          cluster, ``remote_chunks`` (its chunks held only on other workers when it was
+          placed, copied before it started; ``None`` unless they were persisted).
+        - ``slowest``: per round, the replica the others waited for: ``rank``, ``late_s``
+          (its seconds minus the median replica's), ``rows``, ``median_rows``,
+          ``row_s_ratio`` (its seconds per row over the median's: above 1 a slower or
+          busier core), ``remote_blocks`` and ``cause`` (``"rows"`` or ``"speed"``,
+          whichever explains more of ``late_s``; ``None`` when no one was late); and
+          ``late_s``, the sum over rounds. All recorded by the replicas and returned with
+          their results: no message of their own.
 
     Raises
     ------
@@ -405,6 +428,7 @@ def train(
             estimator, chunks, plan, client, strategy, staleness, n_replicas, clock, workers
         )
     result.stats.setdefault("setup_s", started - clock.began)
+    clock.finish()
     result.stats["setup"] = clock.laps
     result.stats.update(
         wall_s=time.perf_counter() - started, n_samples=rows, n_chunks=n_chunks, **block_stats
@@ -986,7 +1010,8 @@ def _elastic_sync(estimator, chunks, plan, client, n_replicas, clock, workers):
             left = [[by_index[i] for i in share] for share in saved["left"]]
         resumed_from = {"epoch": epoch + 1, "rounds_before": rounds_before}
     while True:
-        threads = _worker_threads(client, workers)
+        threads, who_has = _threads_and_holders(client, workers, chunks)
+        clock.lap("workers_s")
         count = _replica_count(n_replicas, threads, len(chunks))
         owned = _owned(chunks, count)
         if left is not None and len(left) != count:
@@ -1020,6 +1045,7 @@ def _elastic_sync(estimator, chunks, plan, client, n_replicas, clock, workers):
             threads,
             clock,
             grows if may_grow else None,
+            who_has=who_has,
         )
         used.update(segment.addresses)
         if segment.gone:
@@ -1301,10 +1327,11 @@ class _Segment:
     gone: set = None
     lost_at: float = None  # time.perf_counter() when the loss was seen
     server_copy: object = None  # async: the _ServerCopy the client kept
+    remote: list = None  # per rank, its chunks held only elsewhere at placement (or None)
 
     def result(self, strategy, count):
         timings = [_outcome_stats(strategy, outcome) for outcome in self.outcomes]
-        result = _result(strategy, self.outcomes, self.collective, self.plan, count)
+        result = _result(strategy, self.outcomes, self.collective, self.plan, count, self.remote)
         result.stats.update(
             setup_s=self.setup_s,
             workers=sorted(set(self.addresses)),
@@ -1315,18 +1342,32 @@ class _Segment:
 
 
 def _segment(
-    client, state, owned, left, plan, strategy, staleness, threads, clock, grows=None, on_copy=None
+    client,
+    state,
+    owned,
+    left,
+    plan,
+    strategy,
+    staleness,
+    threads,
+    clock,
+    grows=None,
+    on_copy=None,
+    who_has=None,
 ):
     """Run the replicas once, from *state*, on the chunks *owned* (and *left* of the first
-    epoch); see :class:`_Segment`."""
+    epoch); see :class:`_Segment`. *who_has*: where the chunks were, if asked already."""
     _in_memory(client, [c for share in owned for c in share])  # placement follows them
-    placement = _place(client, owned, threads)
+    clock.lap("data_wait_s")
+    placement, holders = _place(client, owned, threads, who_has)
     addresses = [placement[rank] for rank in range(len(owned))]
     clock.lap("place_s")
     try:
-        return _run_segment(
+        segment = _run_segment(
             client, state, owned, left, plan, strategy, staleness, clock, grows, on_copy, addresses
         )
+        segment.remote = _remote(owned, addresses, holders)
+        return segment
     finally:
         _release(client, addresses)
 
@@ -1439,6 +1480,8 @@ def _in_memory(client, chunks):
     from distributed import Future, as_completed
 
     futures = [part for chunk in chunks for part in chunk[:3] if isinstance(part, Future)]
+    if all(future.done() for future in futures):  # the warm case: as_completed costs ~7 ms
+        return
     for _ in as_completed(futures, loop=client.loop):  # *client*'s, not a default client
         pass
 
@@ -1547,10 +1590,58 @@ def _taking_turns(client, addresses):
     if len(addresses) == 1:
         yield
         return
-    with contextlib.ExitStack() as held:
-        for address in sorted(set(addresses)):
-            held.enter_context(_worker_lock(client, address))
+    locks = [_worker_lock(client, address) for address in sorted(set(addresses))]
+    _acquire_all(locks)
+    try:
         yield
+    finally:
+        _each(_release_lock, locks)
+
+
+def _acquire_all(locks):
+    """Take every one of *locks* (sorted by worker): all tried at once without waiting, so
+    that a training whose workers are free pays one round trip to the scheduler, not one per
+    worker (16 workers: 16 round trips, then 16 more to release); if another training holds
+    any of them, those taken are given back and all are waited for one by one, in order, as
+    :func:`_taking_turns` says (the try waits for nothing, so it adds no cycle)."""
+    taken = _each(_try_lock, locks)
+    if all(taken):
+        return
+    _each(_release_lock, [lock for lock, got in zip(locks, taken) if got])
+    with contextlib.ExitStack() as held:
+        for lock in locks:
+            held.enter_context(lock)
+        held.pop_all()
+
+
+def _try_lock(lock):
+    try:
+        return lock.acquire(blocking=False)
+    except Exception:  # the scheduler refused: the waits that follow say why
+        return False
+
+
+def _release_lock(lock):
+    with contextlib.suppress(Exception):  # a lease that lapsed is released already
+        lock.release()
+
+
+def _each(function, items):
+    """``[function(item) for item in items]``, the calls in flight at once: each is a round
+    trip to the scheduler (a lock, ``nthreads``, ``who_has``), made from a thread of its own
+    with the client's public blocking calls."""
+    global _SCHEDULER_CALLS
+    if len(items) <= 1:
+        return [function(item) for item in items]
+    with _PER_CLIENT_LOCK:
+        if _SCHEDULER_CALLS is None:
+            _SCHEDULER_CALLS = concurrent.futures.ThreadPoolExecutor(
+                32, thread_name_prefix="taskdml-scheduler-calls"
+            )
+    return list(_SCHEDULER_CALLS.map(function, items))
+
+
+_SCHEDULER_CALLS = None  # the threads of _each, started at the first training that needs them
 
 
 def _worker_lock(client, address):
@@ -1565,7 +1656,7 @@ def _worker_lock(client, address):
 _TURNS = weakref.WeakKeyDictionary()  # client -> {worker address: its distributed.Lock}
 
 
-def _result(strategy, outcomes, collective, plan, n_replicas):
+def _result(strategy, outcomes, collective, plan, n_replicas, remote=None):
     if strategy == "sync":
         state, history, _ = outcomes[0]
         stats = [_outcome_stats(strategy, outcome) for outcome in outcomes]
@@ -1575,8 +1666,11 @@ def _result(strategy, outcomes, collective, plan, n_replicas):
             "rounds": sum(entry["rounds"] for entry in history),
             "busy_s": [s["busy_s"] for s in stats],
             "reduce_wait_s": [s["reduce_wait_s"] for s in stats],
+            "copy_s": [s["copy_s"] for s in stats],
+            "epoch_end_s": [s["epoch_end_s"] for s in stats],
             "sync_every": plan.sync_every,
             **_round_timings(stats),
+            **_stragglers(stats, remote),
         }
         if plan.sync_every == _period.AUTO:
             for name in ("sync_every", "block_s", "round_s"):
@@ -1606,6 +1700,69 @@ def _result(strategy, outcomes, collective, plan, n_replicas):
     )
 
 
+def _stragglers(stats, remote=None):
+    """Who each round waited for, and why, from the replicas' own records of their rounds
+    (``round_log``: seconds of ``partial_fit``, rows, chunk indices; no message of its own).
+
+    ``round_busy_s`` and ``round_rows``: per replica, per round. ``slowest``: per round (of
+    the last segment, epochs in order), the replica with the most seconds of ``partial_fit``
+    (``rank``), ``late_s`` (its seconds minus the median replica's), ``rows`` and
+    ``median_rows``, ``row_s_ratio`` (its seconds per row over the median replica's: above 1,
+    a slower or busier core), ``remote_blocks`` (how many of the round's blocks were held only
+    on other workers when it was placed; ``None`` unless persisted) and ``cause``: ``"rows"``
+    when more rows at the median speed explain more of its lateness than its speed does, else
+    ``"speed"`` (``None`` for a round no replica was late in). A remote chunk is copied before
+    its replica starts, so it shows in ``start_late_s`` (per replica, seconds after the first
+    replica's start) rather than in a round. ``late_s`` sums ``late_s`` over the rounds: the
+    seconds the replicas spent waiting for the slowest.
+    """
+    import statistics
+
+    if "round_log" not in stats[0]:
+        return {}
+    logs = [s["round_log"] for s in stats]
+    starts = [s.get("started") for s in stats]
+    slowest = []
+    for i, rounds in enumerate(zip(*logs)):
+        seconds = [entry[0] for entry in rounds]
+        rows = [entry[1] for entry in rounds]
+        rank = max(range(len(rounds)), key=seconds.__getitem__)
+        median_s, median_rows = statistics.median(seconds), statistics.median(rows)
+        per_row = [s / r for s, r in zip(seconds, rows) if r]
+        median_per_row = statistics.median(per_row) if per_row else 0.0
+        late = seconds[rank] - median_s
+        by_rows = (rows[rank] - median_rows) * median_per_row
+        by_speed = seconds[rank] - rows[rank] * median_per_row
+        mine = None if remote is None or remote[rank] is None else remote[rank]
+        slowest.append(
+            {
+                "round": i,
+                "rank": rank,
+                "late_s": late,
+                "rows": rows[rank],
+                "median_rows": median_rows,
+                "row_s_ratio": (
+                    seconds[rank] / rows[rank] / median_per_row
+                    if rows[rank] and median_per_row
+                    else None
+                ),
+                "remote_blocks": None if mine is None else len(set(rounds[rank][2]) & mine),
+                "cause": None if late <= 0 else ("rows" if by_rows >= by_speed else "speed"),
+            }
+        )
+    facts = {
+        "round_busy_s": [[entry[0] for entry in log] for log in logs],
+        "round_rows": [[entry[1] for entry in log] for log in logs],
+        "slowest": slowest,
+        "late_s": sum(entry["late_s"] for entry in slowest),
+    }
+    if None not in starts:
+        facts["start_late_s"] = [start - min(starts) for start in starts]
+    if remote is not None:
+        facts["remote_chunks"] = [None if r is None else len(r) for r in remote]
+    return facts
+
+
 def _collective_kind(collective):
     if isinstance(collective, _direct.DirectAllReduce):
         return "direct"
@@ -1626,7 +1783,28 @@ def _round_timings(stats):
     return {**timings, "collective_round_s": statistics.median(per_round) if per_round else 0.0}
 
 
-def _place(client, owned, threads):
+def _threads_and_holders(client, workers, chunks):
+    """``(threads, who_has)``: the workers a training may use now (:func:`_worker_threads`)
+    and who holds the chunks, the two questions to the scheduler in flight at once (one
+    round trip of waiting instead of two) when every chunk is in memory already; otherwise
+    ``who_has`` is ``None`` and :func:`_place` asks once the chunks are there."""
+    from distributed import Future
+
+    parts = [part for chunk in chunks for part in chunk[:3] if isinstance(part, Future)]
+    held = [chunk.X for chunk in chunks if isinstance(chunk.X, Future)]
+    if not held or not all(part.done() for part in parts):
+        return _worker_threads(client, workers), None
+    threads, who_has = _each(
+        lambda ask: ask(),
+        [
+            functools.partial(_worker_threads, client, workers),
+            functools.partial(client.who_has, held),
+        ],
+    )
+    return threads, who_has
+
+
+def _place(client, owned, threads, who_has=None):
     """Pin each replica to the free worker holding most of its rows (copies the rest once).
 
     Replicas are spread evenly over the workers first, never more on a worker than it has
@@ -1642,7 +1820,9 @@ def _place(client, owned, threads):
 
     workers = sorted(threads)
     held = [c.X for chunks in owned for c in chunks if isinstance(c.X, Future)]
-    who_has = client.who_has(held) if held else {}
+    if who_has is None:
+        who_has = client.who_has(held) if held else {}
+    holders = {key: set(found) for key, found in who_has.items()}
     with _PER_CLIENT_LOCK:  # the choice and its reservation at once, for trainings in threads
         reserved = _RESERVED.setdefault(client, collections.Counter())
         local = []
@@ -1660,7 +1840,21 @@ def _place(client, owned, threads):
                     placement[rank] = worker
                     used[worker] = used.get(worker, 0) + 1
         reserved.update(placement.values())
-    return placement
+    return placement, holders
+
+
+def _remote(owned, addresses, holders):
+    """Per rank, the indices of its chunks that were held only on other workers when it was
+    placed (their copy to its worker delays its start), or ``None`` for a rank whose chunks
+    are not all persisted (streamed or computed ones are read wherever they are trained)."""
+    remote = []
+    for chunks, address in zip(owned, addresses):
+        keys = [getattr(chunk.X, "key", None) for chunk in chunks]
+        if not all(key in holders for key in keys):
+            remote.append(None)
+            continue
+        remote.append({c.index for c, k in zip(chunks, keys) if address not in holders[k]})
+    return remote
 
 
 def _release(client, addresses):
@@ -1718,18 +1912,20 @@ def _outcome_stats(strategy, outcome):
 class _Clock:
     """Where the fixed cost of one :func:`train` call goes: seconds per piece, in order.
 
-    Before submission, laps of the client's own work (``prepare_s``: arguments and chunk
-    lists; ``inspect_s``; ``blocks_s``; ``place_s``: the chunks in memory, worker threads,
-    who holds them, placement; ``collective_s``; ``lock_s``: the wait for the replicas'
-    workers; ``submit_s``). After it, from the replicas' own clocks (``time.time``, so across hosts
-    only as good as their clock sync): ``dispatch_s`` from submission to the first replica's
-    start, ``skew_s`` from the first start to the last, and ``return_s`` from the last
-    replica's end to the results in this process.
+    Before submission, laps of the client's own work (``prepare_s``: arguments, the data
+    mode, chunk lists; ``inspect_s``; ``blocks_s``; ``workers_s``: the workers there are;
+    ``data_wait_s``: until every chunk is in memory; ``place_s``: who holds them, placement;
+    ``collective_s``; ``lock_s``: the wait for the replicas' workers; ``submit_s``). After
+    it, from the replicas' own clocks (``time.time``, so across hosts only as good as their
+    clock sync): ``dispatch_s`` from submission to the first replica's start (the copies of
+    chunks held elsewhere included), ``skew_s`` from the first start to the last,
+    ``return_s`` from the last replica's end to the results in this process; then
+    ``finish_s``, from there to the call's end.
     """
 
     def __init__(self):
         self.began = self.last = time.perf_counter()
-        self.laps = {}
+        self.laps, self.returned = {}, None
 
     def lap(self, name):
         now = time.perf_counter()
@@ -1745,6 +1941,13 @@ class _Clock:
         self.laps["dispatch_s"] = max(0.0, min(starts) - submitted)
         self.laps["skew_s"] = max(starts) - min(starts)
         self.laps["return_s"] = max(0.0, time.time() - max(s["ended"] for s in stats))
+        self.returned = time.perf_counter()
+
+    def finish(self):
+        """``finish_s``: from the results in this process to the call's end (the workers'
+        locks given back, the stats put together)."""
+        if self.returned is not None:
+            self.laps["finish_s"] = time.perf_counter() - self.returned
 
 
 def _replica_task(strategy, estimator):
