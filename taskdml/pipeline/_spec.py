@@ -566,7 +566,7 @@ def override_text(value):
     Examples
     --------
     >>> override_text("1"), override_text(0.5), override_text("a,b"), override_text([1, "x"])
-    ('"1"', '0.5', 'a,b', '[1, "x"]')
+    ('"1"', '0.5', '"a,b"', '[1, "x"]')
     """
     import json
 
@@ -605,7 +605,7 @@ def _single_value(item, path, text):
 
 
 def _plain(text):
-    return text == text.strip() and not any(c in text for c in "'\"\\()[]{}")
+    return text == text.strip() and not any(c in text for c in ",'\"\\()[]{}")
 
 
 @dataclasses.dataclass
