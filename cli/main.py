@@ -351,17 +351,27 @@ def _sweep(path, overrides, *, run_dir, cache, dry_run, as_json, events, explain
         progress[index] = Progress(order, live=False if as_json else None, events=events)
         return progress[index]
 
-    result = run_sweep(
-        path,
-        overrides,
-        run_root=run_dir,
-        scheduler=options["scheduler"],
-        n_workers=options["workers"],
-        cache=cache,
-        fail_fast=options["fail_fast"],
-        on_run=on_run,
-        performance_report=options["report"],
-    )
+    try:
+        result = run_sweep(
+            path,
+            overrides,
+            run_root=run_dir,
+            scheduler=options["scheduler"],
+            n_workers=options["workers"],
+            cache=cache,
+            fail_fast=options["fail_fast"],
+            on_run=on_run,
+            performance_report=options["report"],
+        )
+    except KeyboardInterrupt:
+        current = progress[max(progress)].run_id if progress else None
+        click.echo(
+            "\ninterrupted; the sweep's finished runs are kept and compared under "
+            f"{run_dir or '.taskdml/runs'}/sweeps/.\n"
+            f"continue the interrupted run with: {_resume_command(current, run_dir, None)}",
+            err=True,
+        )
+        sys.exit(130)
     if as_json:
         click.echo(
             json.dumps(

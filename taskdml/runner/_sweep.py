@@ -44,8 +44,9 @@ class SweepResult:
         The swept keys.
     runs : list of dict
         Per combination, in sweep order: ``index``, ``values`` (``{key: value}``),
-        ``overrides``, ``run_id``, ``run_dir``, ``status`` (``succeeded``, ``failed``, or
-        ``not run`` after ``fail_fast`` stopped the sweep) and ``error``.
+        ``overrides``, ``run_id``, ``run_dir``, ``status`` (``succeeded``, ``failed``,
+        ``interrupted``, or ``not run`` after ``fail_fast`` or an interrupt stopped the sweep)
+        and ``error``.
     comparison : dict
         :func:`~taskdml.runs._directory.compare_runs` of the runs that have a run directory.
     """
@@ -161,6 +162,9 @@ def run_sweep(
                     run_dir = error.run_dir and str(error.run_dir)
                     entry.update(run_dir=run_dir, status="failed", error=str(error))
                     entry["run_id"] = Path(run_dir).name if run_dir else None
+                except KeyboardInterrupt:
+                    entry["status"] = "interrupted"
+                    raise
                 finally:
                     if entry["run_dir"]:
                         _mark(entry, sweep_id, total)
