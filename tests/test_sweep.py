@@ -154,7 +154,8 @@ def _events(run_dir):
 
 
 def test_multirun_of_four_computes_the_shared_steps_once(cluster, tmp_path):
-    """run -m of 2 x 2 combinations: four runs with their own directories and overrides; data
+    """run -m of 2 x 2 combinations: four runs on the one cluster given, with their own
+    directories and overrides; data
     and split (which do not depend on the swept keys) ran in the first run only and were
     reused by the three others, model ran in each; the saved comparison has one row per run
     whose accuracy is the run's metrics file's and scikit-learn's on the test rows."""
@@ -189,6 +190,7 @@ def test_multirun_of_four_computes_the_shared_steps_once(cluster, tmp_path):
     for i, (run_dir, (alpha, loss)) in enumerate(zip(run_dirs, combinations)):
         manifest = json.loads((run_dir / "manifest.json").read_text())
         assert manifest["status"] == "succeeded"
+        assert manifest["cluster"]["scheduler"] == cluster.scheduler_address  # one cluster
         assert manifest["sweep"] == {
             "id": summary["sweep_id"],
             "index": i,
