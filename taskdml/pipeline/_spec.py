@@ -727,7 +727,7 @@ class _SweepReader:
             self.fail(f"range() needs a step other than 0, found {text!r}.")
         if all(isinstance(bound, int) for bound in (start, stop, step)):
             values = list(range(start, stop, step))
-        else:  # Hydra's FloatRange: decimal steps, so 0.1 steps do not drift
+        else:  # Hydra's FloatRange: each float bound as its exact decimal, summed in decimal
             values, at = [], decimal.Decimal(start)
             stop, step = decimal.Decimal(stop), decimal.Decimal(step)
             while (at < stop) if step > 0 else (at > stop):
