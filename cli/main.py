@@ -16,7 +16,7 @@ import click
 # compares them, and compares each exception's exit_code with it).
 EXIT_CODES = (
     (0, "success"),
-    (1, "a step failed"),
+    (1, "a step failed (with -m: in any run)"),
     (2, "usage error"),
     (3, "invalid pipeline"),
     (4, "cluster unavailable"),
@@ -168,6 +168,15 @@ def _cache_dir_option(function):
 @_watch_options
 @click.option("--dry-run", is_flag=True, help="Validate and print the plan; run nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+@click.option(
+    "-m",
+    "--multirun",
+    is_flag=True,
+    help="Sweep: one run per combination of the OVERRIDES in Hydra's sweep grammar "
+    "(alpha=0.1,1 n=range(1,4) steps.fit.parallel.mode=glob(*)), one after the other on one "
+    "cluster, then their comparison, saved in RUN_DIR/sweeps/.",
+)
+@click.option("--fail-fast", is_flag=True, help="With -m: stop at the first run that fails.")
 @_errors
 def run(
     pipeline_file,
@@ -185,14 +194,46 @@ def run(
     report,
     dry_run,
     as_json,
+    multirun,
+    fail_fast,
 ):
     """Run PIPELINE_FILE, with OVERRIDES like seed=3, a.b=1, +new=1, ~gone.
 
     Steps whose outputs are in the step cache (same spec, code, inputs and files) are reused,
     not run again; a step that fails or is interrupted can be continued with 'taskdml resume'.
+    With -m, OVERRIDES like alpha=0.1,1 sweep: one run per combination, steps that do not
+    depend on the swept keys computed once; exit 1 when any run failed.
     """
     from taskdml import load_pipeline
 
+    if fail_fast and not multirun:
+        raise click.UsageError("--fail-fast is for sweeps: add -m (--multirun).")
+    if multirun:
+        if resume is not None:
+            raise click.UsageError(
+                "-m starts a sweep of new runs; resume one of its runs with --resume RUN alone."
+            )
+        if pipeline_file is None:
+            raise click.MissingParameter(param_hint="'PIPELINE_FILE'", param_type="argument")
+        if cluster_class:
+            overrides = (f"++cluster.spec.class={cluster_class}", *overrides)
+        if trust:
+            overrides = ("++imports.trust=true", *overrides)
+        _sweep(
+            pipeline_file,
+            overrides,
+            scheduler=scheduler,
+            workers=workers,
+            run_dir=run_dir,
+            cache=None if no_cache else _cache(cache_dir),
+            fail_fast=fail_fast,
+            dry_run=dry_run,
+            as_json=as_json,
+            events=events,
+            report=report,
+            explain=explain,
+        )
+        return
     if resume is not None:
         if pipeline_file is not None:
             raise click.UsageError("give a PIPELINE_FILE or --resume RUN, not both.")
@@ -279,6 +320,92 @@ def _resume(run_id, scheduler, workers, run_dir, cache_dir, no_cache, explain, a
         as_json=as_json,
         events=watch["events"],
     )
+
+
+def _sweep(path, overrides, *, run_dir, cache, dry_run, as_json, events, explain, **options):
+    """``run -m``: every combination run by ``run_sweep``, then the comparison; exit 1 when
+    any run failed."""
+    from cli.progress import Progress
+    from taskdml.pipeline._spec import load_pipeline, parse_sweep
+    from taskdml.runner import run_sweep
+
+    if dry_run:
+        sweep = parse_sweep(overrides)
+        combinations = [sweep.overrides(i) for i in range(len(sweep.combinations))]
+        for items in combinations:
+            load_pipeline(path, items)  # each one valid, or the error names it
+        if as_json:
+            document = {"keys": list(sweep.keys), "runs": [list(c) for c in combinations]}
+            click.echo(json.dumps({**document, "dry_run": True}, indent=2))
+            return
+        click.echo(f"would run {len(combinations)} runs (dry run: nothing ran):")
+        for i, items in enumerate(combinations, 1):
+            click.echo(f"  {i}. {' '.join(items)}")
+        return
+    progress = {}
+
+    def on_run(index, total, values, pipeline):
+        shown = " ".join(f"{key}={_setting(value)}" for key, value in values.items())
+        click.echo(f"\nsweep run {index + 1}/{total}: {shown}", err=True)
+        order = [step.name for step in pipeline.ordered_steps()]
+        progress[index] = Progress(order, live=False if as_json else None, events=events)
+        return progress[index]
+
+    try:
+        result = run_sweep(
+            path,
+            overrides,
+            run_root=run_dir,
+            scheduler=options["scheduler"],
+            n_workers=options["workers"],
+            cache=cache,
+            fail_fast=options["fail_fast"],
+            on_run=on_run,
+            performance_report=options["report"],
+        )
+    except KeyboardInterrupt:
+        current = progress[max(progress)].run_id if progress else None
+        click.echo(
+            "\ninterrupted; the sweep's finished runs are kept and compared under "
+            f"{run_dir or '.taskdml/runs'}/sweeps/.\n"
+            f"continue the interrupted run with: {_resume_command(current, run_dir, None)}",
+            err=True,
+        )
+        sys.exit(130)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "sweep_id": result.sweep_id,
+                    "sweep_dir": str(result.path),
+                    "keys": list(result.keys),
+                    "runs": result.runs,
+                    "comparison": result.comparison,
+                    "exit_code": 1 if result.failed else 0,
+                },
+                indent=2,
+                default=str,
+            )
+        )
+    else:
+        if result.comparison:
+            click.echo("\n" + _comparison_text(result.comparison))
+        if explain:
+            from taskdml.runs._directory import run_summary
+
+            for run in result.runs:
+                if run["run_dir"]:
+                    steps = run_summary(run["run_dir"])["steps"]
+                    click.echo(f"\nrun {run['run_id']}:" + _explanation(steps, list(steps)))
+        click.echo(
+            f"\nsweep {result.sweep_id}: {len(result.runs) - len(result.failed)} of "
+            f"{len(result.runs)} runs succeeded; compared in {result.path}"
+        )
+    if result.failed:
+        for run in result.failed:
+            what = run["error"] or "not run (--fail-fast stopped the sweep)"
+            click.echo(f"  {' '.join(run['overrides'])}: {what}", err=True)
+        sys.exit(1)
 
 
 def _library_run(pipeline, **options):

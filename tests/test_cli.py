@@ -364,7 +364,7 @@ def test_exit_codes_are_one_table_shared_by_help_readme_and_errors():
             RunNotFound.exit_code,
         )
         == (
-            codes["a step failed"],
+            codes["a step failed (with -m: in any run)"],
             codes["invalid pipeline"],
             codes["cluster unavailable"],
             codes["run not found"],

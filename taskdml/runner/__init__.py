@@ -7,7 +7,8 @@ executes the steps as their inputs become ready (each kind's ``run`` imported by
 :mod:`taskdml.pipeline._kinds`) and hands every record to the run directory through its
 recorder, the only writer of the run's records; :mod:`._reuse` is its use of the step cache
 (reuse stored outputs or store new ones); :mod:`._values` turns what one step produced into
-what the next reads.
+what the next reads. :mod:`._sweep` runs one run per combination of ``-m`` overrides on one
+cluster and records their comparison.
 
 May import every lower layer (pipeline, cluster, cache, runs, the engines); never
 :mod:`taskdml.steps` (named only) or ``cli``.
@@ -22,6 +23,7 @@ _LAZY = {
     "Run": "taskdml.runner._runner",
     "resume_run": "taskdml.runner._runner",
     "run_pipeline": "taskdml.runner._runner",
+    "run_sweep": "taskdml.runner._sweep",
 }
 
 __all__ = sorted(_LAZY)
