@@ -139,6 +139,16 @@ def _cache_dir_option(function):
     )(function)
 
 
+def _track_option(function):
+    """``--track URI``: log the run to MLflow (``taskdml[tracking]``)."""
+    return click.option(
+        "--track",
+        metavar="URI",
+        help="Log the run to MLflow: a folder (mlruns), sqlite:///FILE or http://HOST:PORT of "
+        "a tracking server; overrides the file's tracking.mlflow.",
+    )(function)
+
+
 @cli.command(epilog=EXIT_CODES_TEXT)
 @click.argument("pipeline_file", type=click.Path(dir_okay=False), required=False)
 @click.argument("overrides", nargs=-1)
@@ -168,6 +178,7 @@ def _cache_dir_option(function):
 @_watch_options
 @click.option("--dry-run", is_flag=True, help="Validate and print the plan; run nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+@_track_option
 @_errors
 def run(
     pipeline_file,
@@ -185,6 +196,7 @@ def run(
     report,
     dry_run,
     as_json,
+    track,
 ):
     """Run PIPELINE_FILE, with OVERRIDES like seed=3, a.b=1, +new=1, ~gone.
 
@@ -196,7 +208,7 @@ def run(
     if resume is not None:
         if pipeline_file is not None:
             raise click.UsageError("give a PIPELINE_FILE or --resume RUN, not both.")
-        watch = {"events": events, "report": report}
+        watch = {"events": events, "report": report, "track": track}
         _resume(resume, scheduler, workers, run_dir, cache_dir, no_cache, explain, as_json, watch)
         return
     if pipeline_file is None:
@@ -227,6 +239,7 @@ def run(
             on_event=progress,
             cache=cache,
             performance_report=report,
+            track=track,
         ),
         pipeline,
         run_dir=run_dir,
@@ -244,16 +257,28 @@ def run(
 @_cache_options
 @_watch_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+@_track_option
 @_errors
 def resume(
-    run_id, scheduler, workers, run_dir, cache_dir, no_cache, explain, events, report, as_json
+    run_id,
+    scheduler,
+    workers,
+    run_dir,
+    cache_dir,
+    no_cache,
+    explain,
+    events,
+    report,
+    as_json,
+    track,
 ):
     """Continue RUN (an id, an id prefix, a path, or 'latest') after a failure or a crash.
 
     Its completed steps are reused from the step cache, a training that checkpointed
-    continues from its last checkpoint, and the rest runs; the run directory is the same.
+    continues from its last checkpoint, and the rest runs; the run directory is the same (and
+    the MLflow run, when it was tracked).
     """
-    watch = {"events": events, "report": report}
+    watch = {"events": events, "report": report, "track": track}
     _resume(run_id, scheduler, workers, run_dir, cache_dir, no_cache, explain, as_json, watch)
 
 
@@ -271,6 +296,7 @@ def _resume(run_id, scheduler, workers, run_dir, cache_dir, no_cache, explain, a
             on_event=progress,
             cache=None if no_cache else _cache(cache_dir),
             performance_report=watch["report"],
+            track=watch.get("track"),
         ),
         pipeline,
         run_dir=run_dir,
