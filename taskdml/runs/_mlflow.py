@@ -319,6 +319,8 @@ class Tracking:
                     continue
                 if key in space:
                     params.append(Param(key, str(value)))
+                elif key == "trial":  # in the run's name
+                    continue
                 elif isinstance(value, (int, float)) and not isinstance(value, bool):
                     metrics.append(Metric(key, float(value), _now(), 0))
                 else:
