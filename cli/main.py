@@ -139,6 +139,16 @@ def _cache_dir_option(function):
     )(function)
 
 
+def _track_option(function):
+    """``--track URI``: log the run to MLflow (``taskdml[tracking]``)."""
+    return click.option(
+        "--track",
+        metavar="URI",
+        help="Log the run to MLflow: a folder (mlruns), sqlite:///FILE or http://HOST:PORT of "
+        "a tracking server; overrides the file's tracking.mlflow.",
+    )(function)
+
+
 @cli.command(epilog=EXIT_CODES_TEXT)
 @click.argument("pipeline_file", type=click.Path(dir_okay=False), required=False)
 @click.argument("overrides", nargs=-1)
@@ -177,6 +187,7 @@ def _cache_dir_option(function):
     "cluster, then their comparison, saved in RUN_DIR/sweeps/.",
 )
 @click.option("--fail-fast", is_flag=True, help="With -m: stop at the first run that fails.")
+@_track_option
 @_errors
 def run(
     pipeline_file,
@@ -196,6 +207,7 @@ def run(
     as_json,
     multirun,
     fail_fast,
+    track,
 ):
     """Run PIPELINE_FILE, with OVERRIDES like seed=3, a.b=1, +new=1, ~gone.
 
@@ -232,12 +244,13 @@ def run(
             events=events,
             report=report,
             explain=explain,
+            track=track,
         )
         return
     if resume is not None:
         if pipeline_file is not None:
             raise click.UsageError("give a PIPELINE_FILE or --resume RUN, not both.")
-        watch = {"events": events, "report": report}
+        watch = {"events": events, "report": report, "track": track}
         _resume(resume, scheduler, workers, run_dir, cache_dir, no_cache, explain, as_json, watch)
         return
     if pipeline_file is None:
@@ -268,6 +281,7 @@ def run(
             on_event=progress,
             cache=cache,
             performance_report=report,
+            track=track,
         ),
         pipeline,
         run_dir=run_dir,
@@ -285,16 +299,28 @@ def run(
 @_cache_options
 @_watch_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+@_track_option
 @_errors
 def resume(
-    run_id, scheduler, workers, run_dir, cache_dir, no_cache, explain, events, report, as_json
+    run_id,
+    scheduler,
+    workers,
+    run_dir,
+    cache_dir,
+    no_cache,
+    explain,
+    events,
+    report,
+    as_json,
+    track,
 ):
     """Continue RUN (an id, an id prefix, a path, or 'latest') after a failure or a crash.
 
     Its completed steps are reused from the step cache, a training that checkpointed
-    continues from its last checkpoint, and the rest runs; the run directory is the same.
+    continues from its last checkpoint, and the rest runs; the run directory is the same (and
+    the MLflow run, when it was tracked).
     """
-    watch = {"events": events, "report": report}
+    watch = {"events": events, "report": report, "track": track}
     _resume(run_id, scheduler, workers, run_dir, cache_dir, no_cache, explain, as_json, watch)
 
 
@@ -312,6 +338,7 @@ def _resume(run_id, scheduler, workers, run_dir, cache_dir, no_cache, explain, a
             on_event=progress,
             cache=None if no_cache else _cache(cache_dir),
             performance_report=watch["report"],
+            track=watch.get("track"),
         ),
         pipeline,
         run_dir=run_dir,
@@ -362,6 +389,7 @@ def _sweep(path, overrides, *, run_dir, cache, dry_run, as_json, events, explain
             fail_fast=options["fail_fast"],
             on_run=on_run,
             performance_report=options["report"],
+            track=options["track"],
         )
     except KeyboardInterrupt:
         current = progress[max(progress)].run_id if progress else None

@@ -79,6 +79,14 @@ class RunNotFound(TaskdmlError, LookupError):
     exit_code = 5
 
 
+class TrackingError(TaskdmlError, ValueError):
+    """A run cannot be tracked in MLflow as asked (``--track``, the file's ``tracking:``):
+    mlflow is not installed, the server does not answer, or it refuses the experiment. Raised
+    before any step runs (:mod:`taskdml.runs._mlflow`)."""
+
+    exit_code = 2
+
+
 def did_you_mean(word, choices):
     """A "did you mean" hint for a mistyped name.
 

@@ -471,6 +471,9 @@ class PipelineSpec:
         ``{n_workers, threads_per_worker, memory_limit}``, ``{address}`` or ``{spec}``.
     silos : mapping, optional
         The parties of federated steps: ``{name: {load, with, workers | resources}}``.
+    tracking : mapping, optional
+        ``{"mlflow": URI, "experiment": name}``: the run is logged to MLflow
+        (:mod:`taskdml.runs._mlflow`).
     imports : mapping, optional
         ``{"allow": [module globs], "trust": bool}``; default allow: ``sklearn.*, taskdml.*,
         numpy, scipy.stats, scipy.sparse`` (:mod:`taskdml.pipeline._trust`).
@@ -494,11 +497,12 @@ class PipelineSpec:
     cluster: dict | None = None
     imports: dict | None = None
     silos: dict | None = None
+    tracking: dict | None = None
     source: object = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "steps", tuple(self.steps))
-        for field in ("params", "cluster", "imports", "silos"):
+        for field in ("params", "cluster", "imports", "silos", "tracking"):
             object.__setattr__(self, field, freeze(getattr(self, field) or {}))
         problems = _schema.check(self.to_dict(), _schema.SCHEMA)
         if not problems:
@@ -606,7 +610,7 @@ class PipelineSpec:
         result = {"taskdml": 1, "name": self.name}
         if self.description:
             result["description"] = self.description
-        for field in ("params", "cluster", "silos", "imports"):
+        for field in ("params", "cluster", "silos", "imports", "tracking"):
             if getattr(self, field):
                 result[field] = thaw(getattr(self, field))
         result["steps"] = {step.name: step.to_dict() for step in self.steps}

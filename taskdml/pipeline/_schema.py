@@ -324,6 +324,24 @@ CLUSTER = {
     },
 }
 
+TRACKING = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["mlflow"],
+    "description": "log the run to MLflow (taskdml[tracking]); --track URI overrides mlflow",
+    "properties": {
+        "mlflow": {
+            "type": "string",
+            "description": "a tracking URI: a folder (mlruns), sqlite:///mlflow.db or "
+            "http://HOST:PORT of a server",
+        },
+        "experiment": {
+            "type": "string",
+            "description": "the MLflow experiment (default: the pipeline's name)",
+        },
+    },
+}
+
 SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": "https://taskdml.dev/schema/pipeline-1.json",
@@ -371,6 +389,7 @@ SCHEMA = {
             "propertyNames": {"pattern": IDENTIFIER},
             "additionalProperties": STEP,
         },
+        "tracking": TRACKING,
     },
 }
 

@@ -194,7 +194,7 @@ def _build(data, source, locations=None):
         return None, problems
     fields = {
         key: data[key]
-        for key in ("description", "params", "cluster", "silos", "imports")
+        for key in ("description", "params", "cluster", "silos", "imports", "tracking")
         if key in data
     }
     try:

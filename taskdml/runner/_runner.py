@@ -38,7 +38,7 @@ import uuid
 from taskdml import _events, _keys, _warm
 from taskdml.cache import _checkpoints as _checkpoint
 from taskdml.cluster._versions import check_cluster, required_distributions, versions
-from taskdml.exceptions import ClusterUnavailable, StepFailed, TaskdmlError
+from taskdml.exceptions import ClusterUnavailable, StepFailed, TaskdmlError, TrackingError
 from taskdml.pipeline._kinds import KINDS
 from taskdml.runner._plan import plan_run
 from taskdml.runner._reuse import Reuse
@@ -210,6 +210,7 @@ class _Recorder:
         self.reuse = None  # the run's use of the cache (taskdml.runner._reuse.Reuse)
         self.client, self.run_id = None, None  # set once connected: events go to the cluster too
         self.interrupted = False
+        self.tracking = None  # the run's MLflow run (taskdml.runs._mlflow.Tracking), if tracked
         self._lock = threading.Lock()
 
     def step(self, name, **fields):
@@ -278,6 +279,7 @@ def run_pipeline(
     cache=None,
     resume=None,
     performance_report=False,
+    track=None,
 ):
     """Run *pipeline* and return a :class:`Run`.
 
@@ -310,6 +312,10 @@ def run_pipeline(
     performance_report : bool, default False
         Save Dask's performance report of the steps (task stream, worker profiles,
         bandwidth) as ``performance-report.html`` in the run directory.
+    track : str, optional
+        Log the run to MLflow at this tracking URI (a folder, ``sqlite:///FILE`` or a server's
+        ``http://`` address), overriding the file's ``tracking.mlflow``; a resumed run
+        continues the MLflow run it was tracked in (:mod:`taskdml.runs._mlflow`).
 
     Raises
     ------
@@ -320,6 +326,9 @@ def run_pipeline(
         version that breaks runs (dask, distributed, a scikit-learn minor version, ...), or a
         module the pipeline names does not import on its scheduler or a worker (checked before
         any step runs). Harmless differences are a ``VersionMismatchWarning``.
+    TrackingError
+        When the run is tracked in MLflow but mlflow is not installed or the tracking server
+        does not answer (before any step runs).
 
     Notes
     -----
@@ -346,8 +355,10 @@ def run_pipeline(
     plan = plan_run(
         pipeline, cache=as_cache(cache), client=client, scheduler=scheduler, n_workers=n_workers
     )
+    earlier = RunDirectory.reopen(resume) if resume is not None else None
+    tracking = _tracking(pipeline, track, earlier, record)
     if resume is not None:
-        directory = RunDirectory.reopen(resume)
+        directory = earlier
     else:
         directory = RunDirectory(run_root) if record else None
     recorder = _Recorder(directory, on_event)
@@ -357,6 +368,9 @@ def run_pipeline(
     recorder.reuse = Reuse(plan, recorder)
     if directory is not None:
         _write_definition(directory, pipeline, resumed=resume is not None)
+    if tracking is not None:
+        tracking.begin(directory, pipeline)
+        recorder.tracking = tracking
     started = time.perf_counter()
     status = "failed"
     try:
@@ -425,6 +439,8 @@ def run_pipeline(
                 finished=datetime.datetime.now().isoformat(timespec="seconds"),
             )
             write_report(directory, on_error="warn")
+        if recorder.tracking is not None:
+            recorder.tracking.run_finished(status)
         recorder.event("run_finished", status=status, duration_s=duration)
     run = Run(
         _run_id(directory),
@@ -441,6 +457,21 @@ def run_pipeline(
             f"step {failed[0]!r} failed: {first['error']}", step=failed[0], run_dir=run.path
         )
     return run
+
+
+def _tracking(pipeline, track, earlier, record):
+    """The run's MLflow tracking (or ``None``), connected before anything is recorded."""
+    from taskdml.runs._mlflow import Tracking, tracking_target
+
+    target = tracking_target(pipeline, track, earlier.manifest if earlier else None)
+    if target is None:
+        return None
+    if not record:
+        raise TrackingError(
+            f"tracking in MLflow ({target[0]}) logs the run directory's records: run with "
+            "record=True, or without track= and the file's tracking: block."
+        )
+    return Tracking(*target)
 
 
 CLIENT_MODULES = ("skops.io",)
@@ -715,7 +746,9 @@ def _run_step(pipeline, step, inputs, client, recorder):
         )
         produced = recorder.reuse.reuse(step, StepContext(client, pipeline, step, recorder))
         if produced is not None:
-            return _finished(step, produced, started, recorder, cached=True)
+            return _tracked(
+                step, inputs, _finished(step, produced, started, recorder, True), recorder
+            )
         recorder.event("step_started", step=step.name, kind=step.kind, items=items)
         produced = _attempts(pipeline, step, inputs, client, recorder)
         recorder.reuse.keep(step, produced, StepContext(client, pipeline, step, recorder))
@@ -737,7 +770,14 @@ def _run_step(pipeline, step, inputs, client, recorder):
             "step_failed", step=step.name, duration_s=duration, error=message, where=where
         )
         raise
-    return _finished(step, produced, started, recorder, cached=False)
+    return _tracked(step, inputs, _finished(step, produced, started, recorder, False), recorder)
+
+
+def _tracked(step, inputs, produced, recorder):
+    """*produced*, after the step's records went to MLflow (when the run is tracked)."""
+    if recorder.tracking is not None:
+        recorder.tracking.step_finished(step, inputs)
+    return produced
 
 
 def user_frames(error, most=5):

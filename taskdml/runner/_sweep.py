@@ -74,6 +74,7 @@ def run_sweep(
     fail_fast=False,
     on_run=None,
     performance_report=False,
+    track=None,
 ):
     """Run the pipeline file *path* once per combination of the sweeps in *overrides*.
 
@@ -87,8 +88,9 @@ def run_sweep(
     run_root : path, optional
         The folder of run directories (default ``.taskdml/runs``); the sweep's folder is
         ``<run_root>/sweeps/<sweep id>``.
-    scheduler, n_workers, cache, performance_report
-        As :func:`~taskdml.runner.run_pipeline` takes them, for every run.
+    scheduler, n_workers, cache, performance_report, track
+        As :func:`~taskdml.runner.run_pipeline` takes them, for every run (``track``: each
+        run its own MLflow run).
     fail_fast : bool, default False
         Stop at the first run that fails; the rest are recorded as ``not run``.
     on_run : callable, optional
@@ -155,6 +157,7 @@ def run_sweep(
                         cache=cache,
                         on_event=on_event,
                         performance_report=performance_report,
+                        track=track,
                         **where,
                     )
                     entry.update(run_id=run.run_id, run_dir=str(run.path), status="succeeded")
