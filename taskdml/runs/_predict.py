@@ -339,7 +339,7 @@ def read_data(path):
     if suffix == ".zarr":
         import xarray as xr
 
-        opened = xr.open_zarr(path, consolidated=None)
+        opened = xr.open_zarr(path, consolidated=False)
         return datasets.read_zarr(path, y="y" if "y" in opened.data_vars else None)
     if suffix == ".parquet":
         return datasets.read_parquet(path)
@@ -351,9 +351,20 @@ def read_data(path):
     )
 
 
-def predict_run(run, data, out, *, step=None, method="predict", root=None, trust=False):
+def predict_run(
+    run,
+    data,
+    out,
+    *,
+    step=None,
+    method="predict",
+    root=None,
+    trust=False,
+    scheduler=None,
+    n_workers=None,
+):
     """``taskdml predict``: a recorded run's model applied to the data at *data*, written to
-    *out*, on the current client.
+    *out* by the workers of a cluster (an embedded one, or *scheduler*'s).
 
     Parameters
     ----------
@@ -367,6 +378,10 @@ def predict_run(run, data, out, *, step=None, method="predict", root=None, trust
         As :func:`write_predictions`.
     step, method, root, trust
         As :func:`saved_model` and :func:`predictions`.
+    scheduler : str, optional
+        A running scheduler's address; by default a ``LocalCluster`` started for the call.
+    n_workers : int, optional
+        The embedded cluster's workers.
 
     Returns
     -------
@@ -377,10 +392,13 @@ def predict_run(run, data, out, *, step=None, method="predict", root=None, trust
     output_format(out)  # before anything is read
     model, step = saved_model(run, step, root=root, trust=trust)
     check_method(model, method)
-    found = read_data(data)
-    names = getattr(model, "feature_names_in_", None)
-    if names is not None:  # the model's columns, in its order (a target column left out)
-        names = [str(name) for name in names]
-        found = found[names] if "feature" not in found.dims else found.sel(feature=names)
-    written = write_predictions(predictions(model, found, method), out)
+    from taskdml.cluster._connect import connect
+
+    with connect(scheduler=scheduler, n_workers=n_workers) as client, client.as_current():
+        found = read_data(data)
+        names = getattr(model, "feature_names_in_", None)
+        if names is not None:  # the model's columns, in its order (a target column left out)
+            names = [str(name) for name in names]
+            found = found[names] if "feature" not in found.dims else found.sel(feature=names)
+        written = write_predictions(predictions(model, found, method), out)
     return {**written, "run": str(run), "step": step, "method": method}
