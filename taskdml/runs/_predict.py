@@ -249,7 +249,12 @@ def _write_part(block, fmt, folder, i, start, columns):
     final = os.path.join(folder, f"part-{i:06d}.{fmt}")
     partial = final + ".tmp"
     if fmt == "parquet":
+        import pyarrow
+
         frame.to_parquet(partial)
+        # Arrow keeps freed buffers in its own pool: on a small worker streaming hundreds of
+        # chunks they would stay counted against its memory limit (and pause it).
+        pyarrow.default_memory_pool().release_unused()
     else:
         frame.to_csv(partial, header=i == 0)
     os.replace(partial, final)
