@@ -828,6 +828,60 @@ def _parse_size(text):
         ) from None
 
 
+@cli.command(epilog=EXIT_CODES_TEXT)
+@click.argument("run_id", metavar="RUN")
+@click.argument("data", type=click.Path(exists=True))
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(),
+    help="Where the workers write the predictions: a .parquet folder, a .zarr store or a "
+    ".csv file (replaced if it exists).",
+)
+@click.option("--step", help="The step whose saved model to apply [default: the run's only one].")
+@click.option(
+    "--method",
+    type=click.Choice(["predict", "predict_proba", "decision_function", "transform"]),
+    default="predict",
+    show_default=True,
+)
+@click.option(
+    "--trust",
+    is_flag=True,
+    help="Load a model the run saved with joblib (a pickle, which runs code).",
+)
+@_cluster_options
+@_run_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON on stdout.")
+@_errors
+def predict(run_id, data, out, step, method, trust, scheduler, workers, run_dir, as_json):
+    """Apply RUN's saved model to DATA (a .zarr store, .parquet or .csv), chunk by chunk.
+
+    RUN is an id, an id prefix, a path or 'latest'. The workers read DATA, predict and write
+    each chunk to --out; no row passes through this process.
+    """
+    from taskdml.runs._predict import predict_run
+
+    written = predict_run(
+        run_id,
+        data,
+        out,
+        step=step,
+        method=method,
+        root=run_dir,
+        trust=trust,
+        scheduler=scheduler,
+        n_workers=workers,
+    )
+    if as_json:
+        click.echo(json.dumps(written, indent=2))
+        return
+    click.echo(
+        f"{written['rows']} rows of {written['method']} by {written['step']} written to "
+        f"{written['path']} ({written['format']}, {written['parts']} parts)"
+    )
+
+
 @cli.command()
 def schema():
     """Print the JSON Schema of the pipeline file format."""

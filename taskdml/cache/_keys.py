@@ -88,6 +88,10 @@ class _NoKey(Exception):
 
 
 def _parts(step, keys, silos):
+    if step.path is not None:  # the file it writes is its output, and no cache entry holds it
+        raise _NoKey(f"it writes its predictions to {step.path}, which it does each run")
+    if step.model is not None and step.model["run"] == "latest":
+        raise _NoKey("its model is the latest run's, which changes with each run")
     spec = {k: v for k, v in step.to_dict().items() if k not in _NOT_OUTPUTS}
     if silos:  # a federated step reads the data its silos load
         spec["silos"] = silos
@@ -109,6 +113,8 @@ def _parts(step, keys, silos):
 def _modules(step, spec):
     if step.kind == "evaluate":
         found = {"taskdml.metrics"}
+    elif step.kind == "predict":  # a method name: the code that applies it
+        found = {"taskdml.runs"}
     else:
         found = {step.target.partition(":")[0]}
     for value in _strings(spec):
@@ -198,7 +204,7 @@ def _distributions():
 def _files(spec):
     """``{path: fingerprint}`` of the paths named among the step's arguments."""
     found = {}
-    for value in _strings({k: spec.get(k) for k in ("with", "foreach")}):
+    for value in _strings({k: spec.get(k) for k in ("with", "foreach", "model")}):
         if "\n" in value or len(value) > 1024 or not value.strip():
             continue
         stats = _stats(value)

@@ -84,6 +84,7 @@ KIND_MODULES = {
     "fit": ("taskdml.parallel.engine._train", "taskdml.parallel.merge._builtin"),
     "search": ("taskdml.parallel.engine._train", "taskdml.parallel.merge._builtin"),
     "evaluate": ("taskdml.metrics",),
+    "predict": ("taskdml.runs._predict",),
 }
 """What the tasks of a step kind unpickle on the workers, by kind: the training engine's
 replicas and the merge rules (whose registry loads every built-in family at its first
@@ -769,7 +770,7 @@ def pipeline_modules(pipeline, skip=()):
         return []
     named = []
     for step in steps:
-        if step.kind != "evaluate":
+        if step.kind not in ("evaluate", "predict"):  # their targets name no callable
             named += [step.target.partition(":")[0], _defining_module(step.target)]
     kinds = [module for step in steps for module in KIND_MODULES.get(step.kind, ())]
     return [m for m in dict.fromkeys(named + kinds + list(WARM_MODULES)) if m is not None]

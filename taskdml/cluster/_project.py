@@ -220,7 +220,9 @@ def check(client, pipeline, shipped=()):
         Naming the module, the process, the error and the fix.
     """
     targets = [
-        tuple(step.target.split(":", 1)) for step in pipeline.steps if step.kind != "evaluate"
+        tuple(step.target.split(":", 1))
+        for step in pipeline.steps
+        if step.kind not in ("evaluate", "predict")  # their targets name no callable
     ]
     targets = list(dict.fromkeys(targets))
     shipped = tuple(shipped)

@@ -106,5 +106,14 @@ KINDS = {
             allowed_inputs=frozenset({"model", "data", "preprocess"}),
             run="taskdml.steps.evaluate:run",
         ),
+        StepKind(
+            "predict",
+            keys=frozenset({"model", "path"}),
+            outputs=("predictions",),
+            outputs_fixed=True,
+            required_inputs=frozenset({"data"}),
+            allowed_inputs=frozenset({"model", "data"}),
+            run="taskdml.steps.predict:run",
+        ),
     )
 }

@@ -164,6 +164,14 @@ class Step:
         ``"module:Class"``),
         after ``backoff_s`` seconds (default 1), doubled each time.
     description : str, optional
+    predict : str, optional
+        The method (``predict``, ``predict_proba``, ``decision_function``, ``transform``)
+        applied to every chunk of ``inputs["data"]`` by ``inputs["model"]``, or by the model a
+        recorded run saved (``model``); written to ``path`` if given (:mod:`taskdml.steps.predict`).
+    model : mapping, optional
+        ``{run, step}``: a ``predict`` step's model from a recorded run.
+    path : str, optional
+        Where a ``predict`` step writes its predictions (``.parquet``, ``.zarr``, ``.csv``).
 
     Examples
     --------
@@ -194,6 +202,9 @@ class Step:
     features: int | tuple | None = None
     retries: dict | None = None
     description: str = ""
+    predict: str | None = None
+    model: dict | None = None
+    path: str | None = None
 
     def __post_init__(self):
         if self.parallel and any(key in self.parallel for key in _schema.RENAMED_KEYS):
@@ -210,7 +221,7 @@ class Step:
 
     @property
     def kind(self):
-        """``"call"``, ``"map"``, ``"fit"``, ``"search"`` or ``"evaluate"``."""
+        """``"call"``, ``"map"``, ``"fit"``, ``"search"``, ``"evaluate"`` or ``"predict"``."""
         return next(kind for kind in KINDS if getattr(self, kind) is not None)
 
     @property
@@ -397,7 +408,27 @@ class Step:
                         f"{', '.join(sorted(allowed)) or 'none'}.{why}",
                     )
                 )
-        return problems + self._parallel_problems()
+        return problems + self._parallel_problems() + self._predict_problems()
+
+    def _predict_problems(self):
+        """A predict step's model comes from exactly one place."""
+        if self.kind != "predict" or (self.model is None) != ("model" not in (self.inputs or {})):
+            return []
+        if self.model is None:
+            return [
+                (
+                    ("inputs",),
+                    "a 'predict' step needs a model: inputs: {model: a_fit_step} or "
+                    "model: {run: RUN_ID, step: NAME} (a recorded run's).",
+                )
+            ]
+        return [
+            (
+                ("model",),
+                "a 'predict' step takes its model from inputs.model or from model: "
+                "{run, step}, not both; remove one.",
+            )
+        ]
 
     @property
     def mode(self):
@@ -720,6 +751,8 @@ class PipelineSpec:
                 problems.append((("steps", step.name, "retries", "errors"), str(error)))
             if step.kind == "evaluate":
                 problems += _metric_problems(step)
+                continue
+            if step.kind == "predict":  # its target is a method; the model is checked as it runs
                 continue
             if step.kind == "search":
                 problems += _search_problems(step)

@@ -224,6 +224,27 @@ STEP = {
         "scoring": {"type": "string", "description": "a scikit-learn scorer name"},
         "classes": {"type": "array", "description": "all class labels, when fitting a classifier"},
         "parallel": PARALLEL,
+        "predict": {
+            "enum": ["predict", "predict_proba", "decision_function", "transform"],
+            "description": "apply inputs.model (or model: {run, step}) to every chunk of "
+            "inputs.data with this method, where the chunks live",
+        },
+        "model": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["run", "step"],
+            "description": "predict: the model a recorded run saved, in place of inputs.model",
+            "properties": {
+                "run": {"type": "string", "description": "a run id, id prefix, path or latest"},
+                "step": {"type": "string", "description": "its step ('step[item]' in a foreach)"},
+            },
+        },
+        "path": {
+            "type": "string",
+            "pattern": r"^.*\.(parquet|zarr|csv)/?$",
+            "title": "a path ending in .parquet, .zarr or .csv",
+            "description": "predict: where the workers write the predictions, chunk by chunk",
+        },
         "retries": {
             "type": "object",
             "description": "run the step again when it fails with an error marked transient",
