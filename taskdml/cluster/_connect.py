@@ -77,6 +77,8 @@ CLUSTER_CLASSES = (
     "dask_gateway",
 )
 CONNECT_TIMEOUT = "10s"
+"""How long a run tries to reach a scheduler before exit 4 (dask config
+``taskdml.connect-timeout`` overrides it)."""
 WARM_MODULES = ("taskdml", "sklearn.base", "sklearn.utils", "sklearn.metrics")
 """What every run's workers need whatever the pipeline names: taskdml's task functions (which
 import scikit-learn's base, utilities and metrics)."""
@@ -602,7 +604,10 @@ def _port(address):
 
 
 def _client(target, what, security=None):
+    import dask
     from distributed import Client
+
+    timeout = dask.config.get("taskdml.connect-timeout", CONNECT_TIMEOUT)
 
     if isinstance(target, str) and plain_remote(target):
         warnings.warn(
@@ -622,12 +627,10 @@ def _client(target, what, security=None):
                 "tls_client_key), or set distributed.comm.tls in dask's configuration."
             )
     try:
-        return Client(
-            target, timeout=CONNECT_TIMEOUT, set_as_default=False, **_given(security=security)
-        )
+        return Client(target, timeout=timeout, set_as_default=False, **_given(security=security))
     except (OSError, TimeoutError) as error:
         raise ClusterUnavailable(
-            f"could not connect to {what} within {CONNECT_TIMEOUT}: {error}. Start one with "
+            f"could not connect to {what} within {timeout}: {error}. Start one with "
             "'dask scheduler --host 127.0.0.1' and 'dask worker tcp://127.0.0.1:8786', or fix "
             "the address (cluster.address in the file or --scheduler)."
         ) from error
