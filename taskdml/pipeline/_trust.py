@@ -6,8 +6,8 @@ would open a CSV, must not run code the file does not show. So:
 - A step names callables only from ``imports.allow``. The default names what pipelines need
   and nothing wider: taskdml, scikit-learn's public API, numpy's top-level functions,
   scipy's distributions and sparse matrices, and XGBoost's and LightGBM's top-level names
-  (their estimators; their models load from JSON or text, never pickle). Its submodules (``numpy.f2py``,
-  ``numpy.ctypeslib``, ``numpy.testing``) are not in it.
+  (their estimators; their models load from JSON or text, never pickle). Its submodules
+  (``numpy.f2py``, ``numpy.ctypeslib``, ``numpy.testing``) are not in it.
 - Some modules run commands or code whatever their arguments (:data:`BLOCKED`): they are never
   callable, trusted or not.
 - Some callables turn data into code: deserialisers and code loaders (:data:`CODE_LOADERS`).
