@@ -202,9 +202,11 @@ def has_callbacks(estimator):
 def validate_params(estimator):
     """Check *estimator*'s parameter values now, as its ``fit`` would first: scikit-learn's
     ``_validate_params`` (estimators since 1.2; 1.6 to 1.9.1). Raises its ValueError or
-    TypeError; returns False when *estimator* has no such check (not a scikit-learn one)."""
+    TypeError; returns False when *estimator* has no such check (not a scikit-learn one; or
+    one that inherits ``BaseEstimator`` without declaring ``_parameter_constraints``, as
+    XGBoost's and LightGBM's do, on which the check itself fails)."""
     validate = getattr(estimator, "_validate_params", None)
-    if validate is None:
+    if validate is None or not hasattr(estimator, "_parameter_constraints"):
         return False
     validate()
     return True

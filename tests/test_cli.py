@@ -37,13 +37,14 @@ ENV = {
 }
 
 
-def _quickstart_rows(n_samples, test_size=0.2, seed=0):
+def _quickstart_rows(n_samples, test_size=0.2, seed=0, chunk_size=20_000):
     """The quickstart's train and test rows, made here: ``(X_train, y_train, X_test, y_test)``."""
     from taskdml import datasets
 
     data = datasets.make_classification(
-        n_samples=n_samples, n_features=20, n_informative=10, chunk_size=20_000, random_state=seed
-    )
+        n_samples=n_samples, n_features=20, n_informative=10, chunk_size=chunk_size,
+        random_state=seed,
+    )  # fmt: skip
     train, test = datasets.train_test_split(data, test_size=test_size, random_state=seed)
     train, test = train.compute(), test.compute()
     return train["X"].values, train["y"].values, test["X"].values, test["y"].values
@@ -111,6 +112,30 @@ def test_every_example_pipeline_runs(path, cluster, tmp_path):
         assert summary["metrics"]["report"]["accuracy"] > (
             summary["metrics"]["plain_report"]["accuracy"] + 0.1
         )
+    if path.stem == "xgboost":
+        _assert_xgboost_run_is_xgboosts(summary)
+
+
+def _assert_xgboost_run_is_xgboosts(summary):
+    """xgboost.yaml trained with XGBoost's own Dask training on both workers, and scores within
+    0.5 points of xgboost.XGBClassifier fitted in memory on the same split; its reported
+    accuracy is scikit-learn's of its saved model on the test rows."""
+    import xgboost
+    from sklearn.metrics import accuracy_score
+
+    from taskdml.runs._directory import load_model
+
+    training = summary["steps"]["model"]["training"]
+    assert training["strategy"] == "native" and len(training["stats"]["workers"]) == 2
+    X_train, y_train, X_test, y_test = _quickstart_rows(40_000, chunk_size=5_000)
+    in_memory = xgboost.XGBClassifier(
+        n_estimators=100, max_depth=6, learning_rate=0.3, tree_method="hist", random_state=0
+    ).fit(X_train, y_train)
+    accuracy = summary["metrics"]["report"]["accuracy"]
+    assert abs(accuracy - in_memory.score(X_test, y_test)) <= 0.005
+    model = load_model(summary["run_dir"], "model")
+    assert type(model) is xgboost.XGBClassifier
+    assert accuracy == pytest.approx(accuracy_score(y_test, model.predict(X_test)), rel=1e-12)
 
 
 @pytest.mark.slow

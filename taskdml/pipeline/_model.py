@@ -507,7 +507,7 @@ class PipelineSpec:
         (:mod:`taskdml.runs._mlflow`).
     imports : mapping, optional
         ``{"allow": [module globs], "trust": bool}``; default allow: ``sklearn.*, taskdml.*,
-        numpy, scipy.stats, scipy.sparse`` (:mod:`taskdml.pipeline._trust`).
+        numpy, scipy.stats, scipy.sparse, xgboost, lightgbm`` (:mod:`taskdml.pipeline._trust`).
     source : PipelineSource, optional
         The file, text and overrides it was loaded from (set by :func:`taskdml.load_pipeline`).
 

@@ -4,9 +4,10 @@ A pipeline file is data. Someone who runs a file from a colleague or a repositor
 would open a CSV, must not run code the file does not show. So:
 
 - A step names callables only from ``imports.allow``. The default names what pipelines need
-  and nothing wider: taskdml, scikit-learn's public API, numpy's top-level functions, and
-  scipy's distributions and sparse matrices. Its submodules (``numpy.f2py``,
-  ``numpy.ctypeslib``, ``numpy.testing``) are not in it.
+  and nothing wider: taskdml, scikit-learn's public API, numpy's top-level functions,
+  scipy's distributions and sparse matrices, and XGBoost's and LightGBM's top-level names
+  (their estimators; their models load from JSON or text, never pickle). Its submodules
+  (``numpy.f2py``, ``numpy.ctypeslib``, ``numpy.testing``) are not in it.
 - Some modules run commands or code whatever their arguments (:data:`BLOCKED`): they are never
   callable, trusted or not.
 - Some callables turn data into code: deserialisers and code loaders (:data:`CODE_LOADERS`).
@@ -23,9 +24,17 @@ The check is by name, on the ``module:attr`` a step names, before anything is im
 
 import fnmatch
 
-DEFAULT_ALLOW = ("sklearn.*", "taskdml.*", "numpy", "scipy.stats", "scipy.sparse")
+DEFAULT_ALLOW = (
+    "sklearn.*",
+    "taskdml.*",
+    "numpy",
+    "scipy.stats",
+    "scipy.sparse",
+    "xgboost",
+    "lightgbm",
+)
 """Module globs a pipeline may name when its file says nothing: a glob without ``.*`` names
-that module alone, not its submodules."""
+that module alone, not its submodules (``xgboost:XGBClassifier``, not ``xgboost.dask``)."""
 
 BLOCKED = (
     "os",

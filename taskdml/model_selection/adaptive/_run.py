@@ -33,6 +33,7 @@ import numpy as np
 
 from taskdml import _events, _keys
 from taskdml._apply import stacked
+from taskdml.parallel.engine._boosting import dask_class_name
 from taskdml.parallel.engine._stream import is_streamed, read_ahead, read_part
 from taskdml.parallel.engine._tasks import (
     concatenate_parts,
@@ -51,6 +52,29 @@ def subsample_chunk(X, y, fraction, seed, index):
     X, y = read_part(X), read_part(y)
     keep = np.random.default_rng([seed, index]).random(X.shape[0]) < fraction
     return ChunkXY(X[keep], None if y is None else y[keep])
+
+
+def boost_rounds(state, estimator, chunks, start, stop, max_budget):
+    """XGBoost or LightGBM grown from budget *start* to *stop* (a task): the budget counts
+    boosting rounds, *max_budget* standing for the estimator's ``n_estimators``; the new
+    rounds continue *state*'s booster on *chunks* concatenated (``xgb_model``, LightGBM's
+    ``init_model``), so a trial that goes on never starts again."""
+    rounds = estimator.get_params()["n_estimators"]
+    before, after = (max(1, round(rounds * budget / max_budget)) for budget in (start, stop))
+    if start == 0:
+        before = 0
+    after = max(after, before + 1)
+    model = copy.deepcopy(estimator).set_params(n_estimators=after - before)
+    parts = [(read_part(X), read_part(y)) for X, y in chunks]
+    X = concatenate_parts(*[X for X, _ in parts])
+    y = np.concatenate([np.asarray(y) for _, y in parts])
+    if before and hasattr(state, "get_booster"):
+        model.fit(X, y, xgb_model=state.get_booster())
+    elif before:
+        model.fit(X, y, init_model=state.booster_)
+    else:
+        model.fit(X, y)
+    return model.set_params(n_estimators=after)  # the trees it holds, as its fit would have
 
 
 def engine_step(estimator, dataset, epochs, options, seed, classes):
@@ -435,6 +459,8 @@ class ClusterBackend:
     def mode(self, job):
         """How *job*'s step trains: ``subsample``, ``replicated``, ``streamed``, ``fused`` or
         ``chain``."""
+        if dask_class_name(job.trial.estimator) is not None:
+            return "rounds"
         if not self.plan.partial_fit:
             return "subsample"
         if self.streamed:
@@ -508,7 +534,11 @@ class ClusterBackend:
                 if score:
                     scores.append(self._score_streamed(state, fold, job))
             else:
-                step = {"subsample": self._subsample, "replicated": self._replicated}
+                step = {
+                    "subsample": self._subsample,
+                    "replicated": self._replicated,
+                    "rounds": self._rounds,
+                }
                 state = step.get(job.mode, self._chain)(state, train, fold, job)
                 if score:
                     scores.append(self._score(state, fold, job, priority + 1000))
@@ -534,6 +564,20 @@ class ClusterBackend:
             fit_concatenated,
             job.trial.estimator,
             parts,
+            key=(self.names["trial-fit"], job.trial.id, fold, job.stop, 0),
+            priority=job.rung,
+        )
+
+    def _rounds(self, state, train, fold, job):
+        """XGBoost's or LightGBM's next rounds, continuing the trial's booster, in one task."""
+        return self.client.submit(
+            boost_rounds,
+            state,
+            job.trial.estimator,
+            [tuple(self.chunks[c][:2]) for c in train],
+            job.start,
+            job.stop,
+            self.plan.max_budget,
             key=(self.names["trial-fit"], job.trial.id, fold, job.stop, 0),
             priority=job.rung,
         )
@@ -708,6 +752,8 @@ class LocalBackend:
         self.done = []
 
     def mode(self, job):
+        if dask_class_name(job.trial.estimator) is not None:
+            return "rounds"
         return "subsample" if not self.plan.partial_fit else "local"
 
     def launch(self, job):
@@ -727,7 +773,11 @@ class LocalBackend:
                 list(range(len(self.chunks))) if fold == "all" else self.layout.folds[fold].train
             )
             state = trial.states[fold] if trial.states else trial.estimator
-            if not self.plan.partial_fit:
+            if job.mode == "rounds":
+                chunks = [tuple(self.chunks[c][:2]) for c in train]
+                args = (job.start, job.stop, self.plan.max_budget)
+                state = boost_rounds(state, trial.estimator, chunks, *args)
+            elif not self.plan.partial_fit:
                 fraction = job.stop / self.plan.max_budget
                 parts = [
                     subsample_chunk(*self.chunks[c], fraction, self.plan.seed, c) for c in train

@@ -30,7 +30,9 @@ one of three ways, recorded per step as ``mode`` in ``history_`` (and in ``trial
   stay where they are).
 - ``"replicated"``: data-parallel with the engine, see below.
 
-(``"subsample"``: a fit-only estimator's refit at its budget; ``"local"``: without a client.)
+(``"subsample"``: a fit-only estimator's refit at its budget; ``"rounds"``: XGBoost's and
+LightGBM's, whose budget counts boosting rounds, ``max_epochs`` standing for ``n_estimators``,
+each step growing the trial's booster; ``"local"``: without a client.)
 The driver keeps two steps in flight per worker thread (a step of a ``cv=k`` search counts
 k), each fused step going to the worker with the fewest in flight, so a thread never waits
 for the next step's dispatch. It drives them with ``distributed.as_completed``: when a step's

@@ -189,10 +189,14 @@ def classes_of(estimator, y, client):
 
 
 def _train(estimator, index, X, y, parallel, classes, client):
-    """One training: the engine for ``partial_fit`` estimators, else one fit task."""
+    """One training: the engine for ``partial_fit`` estimators and for XGBoost's and
+    LightGBM's (their own Dask training, unless the trials train one task each), else one fit
+    task."""
     from taskdml.parallel import train
+    from taskdml.parallel.engine._boosting import dask_class_name
 
-    if not hasattr(estimator, "partial_fit"):
+    boosted = dask_class_name(estimator) is not None and parallel.get("strategy") != "sequential"
+    if not hasattr(estimator, "partial_fit") and not boosted:
         name = key_name(
             PREFIX, X.name, None if y is None else y.name, estimator_spec(estimator), phase="fit"
         )

@@ -71,6 +71,7 @@ from taskdml.parallel.collective import _direct
 from taskdml.parallel.collective import _server as _collective
 from taskdml.parallel.engine import (
     _blocks,
+    _boosting,
     _chunks,
     _elastic,
     _options,
@@ -149,8 +150,10 @@ class TrainResult:
         also ``block_s`` and ``round_s``, the measurements the period was chosen from
         (:func:`~taskdml.parallel.engine._period.choose_period`).
     strategy : str
-        What ran: ``"sync"``, ``"async"``, ``"sequential"`` or ``"fit"`` (one ``fit`` on all
-        the data, for an estimator without ``partial_fit``).
+        What ran: ``"sync"``, ``"async"``, ``"sequential"``, ``"fit"`` (one ``fit`` on all
+        the data, for an estimator without ``partial_fit``) or ``"native"`` (XGBoost or
+        LightGBM trained by its own library's Dask training,
+        :mod:`taskdml.parallel.engine._boosting`).
     stats : dict
         Facts of the run: ``wall_s``, ``n_samples``, ``n_chunks`` (as given), ``blocks`` (as
         trained on), ``rows_per_block`` (fewest, most), ``min_block_rows`` (not for
@@ -242,6 +245,10 @@ def train(
         Applied to each chunk before training.
     strategy : {"sync", "async", "sequential"}, optional
         Default ``"sync"`` when the estimator has a merge rule, else ``"sequential"``.
+        XGBoost's and LightGBM's estimators on a cluster train with their library's own
+        Dask training instead of replicas (``strategy`` ``"native"`` in the result) when
+        asked for ``"sync"`` or ``"async"``, or by default when the data is larger than
+        one worker fits at once (:mod:`taskdml.parallel.engine._boosting`).
     epochs : int or "auto", default=1
         Passes over the data. ``"auto"`` (the default of :class:`~taskdml.DataParallel` and
         of a pipeline's ``fit`` step) trains as far as ``estimator.fit`` would: up to
@@ -383,6 +390,8 @@ def train(
     if _data.is_frame(X):
         X = _data.outside_annotations(_numeric_array, X)
     arrays = [a for a in (X, y, sample_weight) if a is not None]
+    if _boosted(estimator, strategy, epochs, X, arrays, data, client):
+        return _train_boosted(estimator, X, y, sample_weight, preprocess, client, clock)
     persisted = client is not None and all(_persisted(client, array) for array in arrays)
     in_memory = client is not None and any(_holds_futures(array) for array in arrays)
     mode, data_facts = _data_mode(data, client, arrays, in_memory, workers)
@@ -502,6 +511,41 @@ def _fits_at_once(estimator, epochs, n_chunks, nbytes, mode):
     if n_chunks != 1 and (nbytes > FIT_AT_ONCE_BYTES or mode == "stream"):
         return False
     return not _tasks.is_fitted(estimator)
+
+
+def _boosted(estimator, strategy, epochs, X, arrays, data, client):
+    """Whether *estimator* trains with its own library's Dask training
+    (:mod:`taskdml.parallel.engine._boosting`): XGBoost and LightGBM on a cluster, where
+    replicas would run: data larger than :func:`_fits_at_once` fits on one worker, or
+    ``strategy`` ``"sync"`` or ``"async"`` asked for (both mean the library's own training,
+    whose all-reduce is synchronous). ``"sequential"`` fits once, in one task."""
+    if client is None or _boosting.dask_class_name(estimator) is None or X.numblocks[0] == 1:
+        return False
+    if strategy is not None:
+        return strategy != "sequential"
+    return not _fits_at_once(estimator, epochs, X.numblocks[0], _nbytes(arrays), data)
+
+
+def _train_boosted(estimator, X, y, sample_weight, preprocess, client, clock):
+    """XGBoost or LightGBM trained by its library on the workers, taking turns with the
+    other trainings that hold workers (:func:`_taking_turns`): its tasks, one per worker,
+    wait for each other like replicas."""
+    workers = list(client.scheduler_info(n_workers=-1)["workers"])
+    started = time.perf_counter()
+    with _taking_turns(client, workers):
+        fitted, stats = _boosting.fit(estimator, X, y, sample_weight, preprocess, client)
+    wall_s = time.perf_counter() - started
+    rows = None if math.isnan(X.shape[0]) else int(X.shape[0])
+    stats.update(
+        wall_s=wall_s,
+        setup_s=started - clock.began,
+        n_samples=rows,
+        n_chunks=X.numblocks[0],
+        stopping=f"{stats['library']}'s own rounds (n_estimators, early stopping)",
+        stopped="fitted once",
+    )
+    history = [{"epoch": 1, "duration_s": wall_s, "samples_seen": rows}]
+    return TrainResult(fitted, history, "native", stats)
 
 
 def _pipeline_at_once(pipeline, X, arrays, strategy, epochs, data, client):
