@@ -36,6 +36,8 @@ class PageRankProgram(VertexProgram):
     the dangling mass is an all-reduced measure, spread by the personalization (each
     partition's block of it and of the start vector come as its data)."""
 
+    tolerates_staleness = True  # a contraction / a monotone propagation
+
     measure_names = ("change", "dangling")
 
     def __init__(self, alpha, tol, personal_sum=1.0):
@@ -77,6 +79,8 @@ class ComponentsProgram(VertexProgram):
     """Min-label propagation: every vertex takes the smallest label among itself and its
     neighbours until none changes."""
 
+    tolerates_staleness = True  # a contraction / a monotone propagation
+
     combiner = "min"
     measure_names = ("change", "roots")
 
@@ -100,6 +104,8 @@ class ComponentsProgram(VertexProgram):
 
 class LabelSpreadingProgram(VertexProgram):
     """scikit-learn's LabelSpreading iteration on the graph as its affinity matrix."""
+
+    tolerates_staleness = True  # a contraction / a monotone propagation
 
     def __init__(self, alpha, tol, n_classes):
         self.alpha, self.tol, self.n_classes = alpha, tol, n_classes
@@ -163,6 +169,7 @@ def pagerank(
     *,
     n_partitions=None,
     client=None,
+    staleness=0,
 ):
     """PageRank of every vertex, computed on the workers in supersteps.
 
@@ -183,6 +190,9 @@ def pagerank(
         Partitions to cut *graph* into when it is not partitioned yet (default: one per
         worker).
     client : distributed.Client, optional
+    staleness : int, default=0
+        Supersteps a partition may run ahead of its neighbours' values
+        (:func:`~taskdml.graph.run_supersteps`); ``0``: bulk-synchronous.
 
     Returns
     -------
@@ -207,11 +217,12 @@ def pagerank(
             raise ValueError(
                 f"personalization must be non-negative with a positive sum; its sum is {total}."
             )
-    result = run_supersteps(graph, PageRankProgram(alpha, tol, total), data, max_iter=max_iter)
+    program = PageRankProgram(alpha, tol, total)
+    result = run_supersteps(graph, program, data, max_iter=max_iter, staleness=staleness)
     return _dataset({"pagerank": result.as_array()}, result)
 
 
-def connected_components(graph, *, max_iter=None, n_partitions=None, client=None):
+def connected_components(graph, *, max_iter=None, n_partitions=None, client=None, staleness=0):
     """The connected components (weak, for a directed graph), by min-label propagation.
 
     Parameters
@@ -222,6 +233,8 @@ def connected_components(graph, *, max_iter=None, n_partitions=None, client=None
     n_partitions : int, optional
         As in :func:`pagerank`.
     client : distributed.Client, optional
+    staleness : int, default=0
+        As in :func:`pagerank` (the labels are the same whatever it is).
 
     Returns
     -------
@@ -237,14 +250,24 @@ def connected_components(graph, *, max_iter=None, n_partitions=None, client=None
     ([0, 0, 2, 2], 2)
     """
     graph = _partitioned(graph, n_partitions, client, directed=False)
-    result = run_supersteps(graph, ComponentsProgram(), max_iter=max_iter or graph.n_vertices + 1)
+    # one hop per superstep, up to s + 1 with stale values, and s more to see it settled
+    max_iter = max_iter or (graph.n_vertices + 1) * (staleness + 1) + staleness
+    result = run_supersteps(graph, ComponentsProgram(), max_iter=max_iter, staleness=staleness)
     out = _dataset({"component": result.as_array(dtype=np.int64)}, result)
     out.attrs["n_components"] = int(result.history[-1]["roots"]) if result.history else 0
     return out
 
 
 def label_spreading(
-    graph, labels, alpha=0.2, tol=1e-3, max_iter=30, *, n_partitions=None, client=None
+    graph,
+    labels,
+    alpha=0.2,
+    tol=1e-3,
+    max_iter=30,
+    *,
+    n_partitions=None,
+    client=None,
+    staleness=0,
 ):
     """Spread the known labels over the graph, as scikit-learn's ``LabelSpreading`` does
     with the graph as its affinity matrix.
@@ -262,6 +285,8 @@ def label_spreading(
     max_iter : int, default=30
     n_partitions : int, optional
     client : distributed.Client, optional
+    staleness : int, default=0
+        As in :func:`pagerank`.
 
     Returns
     -------
@@ -282,7 +307,7 @@ def label_spreading(
     data = _blocks(graph, labels, "labels", 1)
     n_classes = int(_max(graph, labels)) + 1
     program = LabelSpreadingProgram(alpha, tol, n_classes)
-    result = run_supersteps(graph, program, data, max_iter=max_iter)
+    result = run_supersteps(graph, program, data, max_iter=max_iter, staleness=staleness)
     distributions = result.as_array(tail=(n_classes,))
     return _dataset(
         {

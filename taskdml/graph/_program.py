@@ -38,6 +38,11 @@ class VertexProgram:
     measure_names : tuple of str
         The names of the numbers :meth:`measures` returns, the first being the change that
         the history reports (default ``("change",)``).
+    tolerates_staleness : bool
+        Whether the program converges to its result from mirror values and totals up to a
+        few supersteps old (a contraction, a monotone propagation), so that
+        :func:`~taskdml.graph.run_supersteps` may run it with ``staleness > 0``; default
+        ``False``: a program runs bulk-synchronous unless it says so.
 
     Examples
     --------
@@ -62,6 +67,7 @@ class VertexProgram:
 
     combiner = "sum"
     measure_names = ("change",)
+    tolerates_staleness = False
 
     def init(self, part, data):
         """The initial values of *part*'s vertices (*data*: its block of the vertex data

@@ -1,4 +1,5 @@
-"""Supersteps where the partitions live: one long-running task per partition, BSP.
+"""Supersteps where the partitions live: one long-running task per partition, BSP or with
+bounded staleness.
 
 :func:`run_supersteps` submits one task per partition of a
 :class:`~taskdml.graph._partition.PartitionedGraph`, pinned to the worker that holds it (as
@@ -24,6 +25,37 @@ the whole iteration itself:
 
 The final values stay on the workers, one future per partition; only the history comes
 back. A failing partition tells the others, which raise at once (the collective's abort).
+
+**Bounded staleness** (``staleness=s > 0``, for a program whose ``tolerates_staleness``
+says it converges from stale values: PageRank and label spreading are contractions,
+min-label components is monotone). A partition starts superstep ``t`` with the newest
+message of each mirror from supersteps ``t - s .. t`` (:meth:`receive_newest`; it waits only
+when the newest it has is older), and skips the per-superstep barrier:
+
+- the convergence test stays a reduction, decided alike everywhere: each partition sends
+  its measures of superstep ``t`` to every other one and, at the end of ``t``, sums
+  everyone's measures of ``t - s`` in rank order (the same floats on every partition) and
+  tests them. Why this rather than an all-reduce every ``k`` supersteps: it is the same
+  bound as the mirrors' (no partition is ever more than ``s`` supersteps ahead of any
+  other, not just of its neighbours), it never stops everyone at once, and a run stops
+  ``s`` supersteps after the test passes, not up to ``k``;
+- the run stops once ``s + 1`` measured supersteps in a row pass the test: one superstep
+  that changes nothing proves little when its mirrors were stale (a neighbour's change may
+  still be on its way), ``s + 1`` in a row cover every read's window. For components the
+  labels are then exactly the fixed point; for a contraction of factor ``d`` changing less
+  than ``tol`` a superstep, the L1 error is at most about ``d (s + 2) tol / (1 - d)``;
+- ``apply`` gets the newest totals every partition has sent (looked for without waiting),
+  at worst those of ``t - s - 1`` (PageRank's dangling mass);
+- the history (rank 0's) and the ``superstep`` events record per superstep ``measured``
+  (the superstep whose measures they hold, ``None`` for the first ``s``) and
+  ``staleness_max`` / ``staleness_mean``: ``t`` minus the superstep of each mirror
+  message read (each partition's own reads are in its outcome's history).
+
+With checkpoints, each segment's last superstep waits for all its measures (a barrier), so
+``checkpoint_every`` must exceed ``s``; a stale run resumes from its checkpoint, or after a
+lost worker, like a synchronous one, but its values depend on the timing: a resumed or
+repeated run equals an uninterrupted one within the tolerance, not bit for bit.
+``staleness=0`` is the bulk-synchronous loop, bit for bit.
 
 A graph partitioned without a client (small graphs, tests, a laptop) runs the very same
 loop in one thread per partition of this process, its messages going through in-process
@@ -138,7 +170,14 @@ class SuperstepResult:
 
 
 def run_supersteps(
-    graph, program, data=None, *, max_iter=100, timeout=600.0, checkpoint_every="auto"
+    graph,
+    program,
+    data=None,
+    *,
+    max_iter=100,
+    timeout=600.0,
+    checkpoint_every="auto",
+    staleness=0,
 ):
     """Run *program* on *graph* in supersteps, one task per partition where it lives.
 
@@ -159,6 +198,11 @@ def run_supersteps(
         store, so that ``taskdml resume`` goes on from there. ``"auto"``:
         :data:`CHECKPOINT_EVERY` inside a pipeline step, none outside (a lost worker then
         costs the supersteps run so far). A graph held in this process takes none.
+    staleness : int, default=0
+        ``0``: bulk-synchronous. ``s > 0``: bounded staleness (see the module docstring), for
+        a program whose :attr:`~taskdml.graph.VertexProgram.tolerates_staleness` says it
+        converges from stale values; the result then depends on the timing (equal within the
+        program's tolerance, not bit for bit).
 
     Returns
     -------
@@ -171,25 +215,32 @@ def run_supersteps(
         raise ValueError(
             f"data must have one block per partition ({graph.n_partitions}); got {len(data)}."
         )
+    if not (isinstance(staleness, int) and staleness >= 0):
+        raise ValueError(f"staleness must be an int >= 0; got {staleness!r}.")
+    if staleness and not getattr(program, "tolerates_staleness", False):
+        raise ValueError(
+            f"{type(program).__name__} does not declare tolerates_staleness = True: it runs "
+            f"bulk-synchronous only (staleness=0); got staleness={staleness}."
+        )
     if client is None:
-        return _run_here(graph, program, data, max_iter, timeout)
+        return _run_here(graph, program, data, max_iter, timeout, staleness)
     if checkpoint_every not in ("auto", None) and not (
         isinstance(checkpoint_every, int) and checkpoint_every >= 1
     ):
         raise ValueError(
             f"checkpoint_every must be a positive int, 'auto' or None; got {checkpoint_every!r}."
         )
-    return _Run(graph, program, data, int(max_iter), timeout, checkpoint_every).run()
+    return _Run(graph, program, data, int(max_iter), timeout, checkpoint_every, staleness).run()
 
 
-def _submit(graph, program, data, timeout, max_iter, first, stop, start):
+def _submit(graph, program, data, timeout, max_iter, first, stop, start, staleness=0):
     """The tasks of supersteps ``first .. stop - 1``, one per partition; *start*: per
     partition, what the last segment left (its outcome future or a checkpoint's state)."""
 
     def arguments(rank, collective, tags):
         begin = None if start is None else start[rank]
         return (graph.partitions[rank], program, data[rank], collective, rank, max_iter, tags,
-                first, stop, begin)  # fmt: skip
+                first, stop, begin, staleness)  # fmt: skip
 
     return pinned_tasks(
         graph, superstep_task, arguments, timeout, type(program).__name__, phase="superstep"
@@ -229,8 +280,9 @@ def _raise_the_cause(outcomes):
 
 
 def superstep_task(
-    partition, program, data, collective, rank, max_iter, tags, first=0, stop=None, start=None
-):
+    partition, program, data, collective, rank, max_iter, tags, first=0, stop=None, start=None,
+    staleness=0,
+):  # fmt: skip
     """One partition's task: supersteps ``first`` to ``stop - 1`` (all of them by default) of
     *program* on *partition* (see the module docstring); returns ``(values, history,
     converged, totals)``, the values being the program's result once the run ended."""
@@ -240,6 +292,7 @@ def superstep_task(
         rank,
         _iterate,
         partition, program, data, collective, rank, max_iter, tags, first, stop, start,
+        staleness,
     )  # fmt: skip
 
 
@@ -261,14 +314,17 @@ def as_partition(collective, rank, body, *args):
         collective.leave(rank)
 
 
-def _iterate(part, program, data, collective, rank, max_iter, tags, first=0, stop=None, start=None):
+def _iterate(
+    part, program, data, collective, rank, max_iter, tags, first=0, stop=None, start=None,
+    staleness=0,
+):  # fmt: skip
     values = program.init(part, data)
     totals = collective.allreduce_sum("init", rank, program.measures(part, None, values))
     if start is not None:  # a segment going on from the last: its values and totals
         values, totals = start[0], np.asarray(start[-1], dtype=float)
     last = max_iter if stop is None else min(stop, max_iter)
-    history, converged = [], False
-    neighbours = sorted(part.mirrors)
+    history, converged, streak, kept, heard = [], False, 0, {}, {}
+    neighbours, n_ranks = sorted(part.mirrors), len(part.bounds) - 1
     columns = None  # the gather's input, reused from superstep to superstep
     for superstep in range(first, last):
         began = time.perf_counter()
@@ -276,30 +332,103 @@ def _iterate(part, program, data, collective, rank, max_iter, tags, first=0, sto
         for peer, indices in part.sends.items():
             collective.send(peer, superstep, sent[indices])
         exchanging = time.perf_counter()
-        mirrored = [collective.receive(q, superstep) for q in neighbours]
+        if staleness:  # the newest of each mirror's messages from superstep - s .. superstep
+            read = [
+                collective.receive_newest(q, max(first, superstep - staleness), superstep)
+                for q in neighbours
+            ]
+            mirrored = [value for value, _ in read]
+            lags = [superstep - tag for _, tag in read]
+        else:
+            mirrored, lags = [collective.receive(q, superstep) for q in neighbours], []
         computing = time.perf_counter()
         columns = _columns(columns, sent, mirrored)
-        new = program.apply(part, values, gather(program, part, columns), totals)
+        known = totals  # staleness: the newest measures every partition sent, if newer
+        if staleness:
+            known = _freshest(collective, rank, n_ranks, kept, heard, totals)
+        new = program.apply(part, values, gather(program, part, columns), known)
         measures = program.measures(part, values, new)
         reducing = time.perf_counter()
-        totals = collective.allreduce_sum(superstep, rank, measures)
+        if staleness:  # the measures of superstep - s (of all left, at a segment's end)
+            _send_measures(collective, rank, n_ranks, superstep, measures, kept)
+            targets = range(max(first, superstep - staleness), superstep + 1)
+            if superstep < last - 1:
+                targets = [superstep - staleness] if superstep - staleness >= first else []
+        else:
+            totals, targets = collective.allreduce_sum(superstep, rank, measures), [superstep]
+        settled = False
+        for measured in targets:
+            if staleness:
+                totals = _measures_of(collective, rank, n_ranks, measured, kept, heard)
+            if program.converged(totals, measured):
+                streak += 1
+                settled = settled or streak > staleness  # s + 1 in a row (module docstring)
+            else:
+                streak = 0
         values, done = new, time.perf_counter()
         entry = {
             "superstep": superstep,
             **{k: float(v) for k, v in zip(program.measure_names, totals)},
             "seconds": done - began,
             "exchange_s": (computing - exchanging) + (done - reducing),
+            "staleness_max": max(lags, default=0),
+            "staleness_mean": float(np.mean(lags)) if lags else 0.0,
         }
+        if staleness:  # the superstep whose measures these are (none yet: the last known)
+            entry["measured"] = targets[-1] if targets else None
         history.append(entry)
         if rank == 0:
             _events.publish_from(
                 tags, "superstep", **entry, tol=getattr(program, "tol", None), max_iter=max_iter
             )
-        if program.converged(totals, superstep):
+        if settled:
             converged = True
             break
     ended = converged or last == max_iter
     return (program.result(part, values) if ended else values), history, converged, totals
+
+
+def _send_measures(collective, rank, n, superstep, measures, kept):
+    """Send this partition's *measures* of *superstep* to the other *n* - 1 partitions and
+    keep them in *kept* (by superstep) until :func:`_measures_of` sums them."""
+    measures = kept[superstep] = np.asarray(measures, dtype=float)
+    for peer in range(n):
+        if peer != rank:
+            collective.send(peer, ("measures", superstep), measures)
+
+
+def _measures_of(collective, rank, n, superstep, kept, heard):
+    """Every partition's measures of *superstep*, summed in rank order (the same floats on
+    every partition), waiting for those not *heard* yet: the bounded-staleness all-reduce."""
+    own, early = kept.pop(superstep), heard.pop(superstep, {})
+    total = np.zeros(len(own))
+    for peer in range(n):
+        if peer == rank:
+            total = total + own
+        elif peer in early:
+            total = total + early[peer]
+        else:
+            total = total + collective.receive(peer, ("measures", superstep))
+    return total
+
+
+def _freshest(collective, rank, n, kept, heard, totals):
+    """The sum of the newest measures that every partition has sent by now (those come are
+    put in *heard*), without waiting; *totals* if there are none newer: what a stale run's
+    ``apply`` gets (the decision to stop waits for ``superstep - s``'s, the same on all)."""
+    for superstep in sorted(kept, reverse=True):
+        early = heard.setdefault(superstep, {})
+        for peer in range(n):
+            if peer != rank and peer not in early:
+                value = collective.poll(peer, ("measures", superstep))
+                if value is not None:
+                    early[peer] = value
+        if len(early) == n - 1:
+            total = np.zeros(len(kept[superstep]))
+            for peer in range(n):
+                total = total + (kept[superstep] if peer == rank else early[peer])
+            return total
+    return totals
 
 
 def _columns(buffer, own, mirrored):
@@ -316,12 +445,13 @@ def _columns(buffer, own, mirrored):
     return np.concatenate([own, *mirrored], out=buffer)
 
 
-def _run_here(graph, program, data, max_iter, timeout):
+def _run_here(graph, program, data, max_iter, timeout, staleness=0):
     """The supersteps of a graph held in this process: one thread per partition, the same
     loop, messages through in-process mailboxes."""
 
     def run(rank, part, block, peer):
-        return _iterate(part, copy.copy(program), block, peer, rank, max_iter, None)
+        program_ = copy.copy(program)
+        return _iterate(part, program_, block, peer, rank, max_iter, None, staleness=staleness)
 
     outcomes = in_threads(graph, data, timeout, run)
     return SuperstepResult(outcomes, outcomes[0][1], outcomes[0][2], graph)
@@ -375,6 +505,19 @@ class LocalPeers:
             raise TimeoutError(f"partition {self.rank}: nothing from {sender} in {self.timeout} s")
         return message["value"]
 
+    def poll(self, sender, tag):
+        """The value rank *sender* sent under *tag* if it came, else ``None`` (no wait)."""
+        message = self.boxes[self.rank].take(sender, tag, 0)
+        return None if message is None else message["value"]
+
+    def receive_newest(self, sender, oldest, newest):
+        """The newest value rank *sender* sent under an int tag in ``oldest .. newest``, and
+        its tag (the older ones are dropped); waits while there is none."""
+        found = self.boxes[self.rank].take_newest(sender, _int_tag, oldest, newest, self.timeout)
+        if found is None:
+            raise TimeoutError(f"partition {self.rank}: nothing from {sender} in {self.timeout} s")
+        return found[0]["value"], found[1]
+
     def allreduce_sum(self, tag, rank, values):
         """Every rank's *values*, summed in rank order (each rank sends its own to all)."""
         values = np.asarray(values, dtype=float)
@@ -392,6 +535,10 @@ class LocalPeers:
             box.fail(message)
 
 
+def _int_tag(tag):
+    return tag if isinstance(tag, int) else None
+
+
 def _check_direct(client, workers):
     """Raise unless every worker in *workers* can receive direct messages."""
     reason = _direct.unavailable(client, workers)
@@ -405,14 +552,19 @@ def _check_direct(client, workers):
 class _Run:
     """A run on a cluster, in segments between checkpoints, going on after lost workers."""
 
-    def __init__(self, graph, program, data, max_iter, timeout, every):
+    def __init__(self, graph, program, data, max_iter, timeout, every, staleness=0):
         from dask.base import tokenize
 
         self.graph, self.program, self.data = graph, program, data
-        self.max_iter, self.timeout = max_iter, timeout
+        self.max_iter, self.timeout, self.staleness = max_iter, timeout, staleness
         self.checkpoints = _checkpoint.claim()  # None outside a pipeline step
         if every == "auto":
             every = CHECKPOINT_EVERY if self.checkpoints is not None else None
+        if every and staleness >= every:
+            raise ValueError(
+                f"checkpoint_every ({every}) must exceed staleness ({staleness}): a segment "
+                "decides to stop from staleness + 1 of its supersteps' measures."
+            )
         self.every = every
         # the step's cache key names the graph and the data; a checkpoint also says which
         # program and vertex ranges it holds the values of
@@ -437,8 +589,9 @@ class _Run:
                 stop = min(self.max_iter, (first // self.every + 1) * self.every)
             graph = self.graph
             outcomes, collective = _submit(
-                graph, self.program, self.data, self.timeout, self.max_iter, first, stop, start
-            )
+                graph, self.program, self.data, self.timeout, self.max_iter, first, stop, start,
+                self.staleness,
+            )  # fmt: skip
             gone = _lost(client, outcomes, graph.workers)
             if gone:
                 _stop(client, outcomes, collective, graph.workers, gone)

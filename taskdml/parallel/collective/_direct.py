@@ -188,6 +188,20 @@ class DirectAllReduce:
         may be read-only: it is the buffer the message was read into."""
         return self._receive(sender, f"p2p:{tag}")["value"]
 
+    def poll(self, sender, tag):
+        """The value rank *sender* sent under *tag* if it has come, else ``None`` (no
+        wait; raises if a rank failed)."""
+        message = self._box.take(sender, f"p2p:{tag}", timeout=0)
+        return None if message is None else message["value"]
+
+    def receive_newest(self, sender, oldest, newest):
+        """The newest value rank *sender* sent under an integer tag in ``oldest ..
+        newest``, waited for here only while it sent none (as :meth:`receive`), and its
+        number; the older ones it sent are dropped, that one stays until a newer one is
+        read (bounded-staleness supersteps)."""
+        message, number = self._receive(sender, (oldest, newest))
+        return message["value"], number
+
     def allreduce_sum(self, tag, rank, values):
         """The sum over every rank of its *values* (a 1-D array of floats), added in rank
         order so that every rank gets the very same floats."""
@@ -247,18 +261,25 @@ class DirectAllReduce:
 
     def _receive(self, sender, tag):
         """Wait for the message *tag* from *sender*, checking on the way that no replica
-        failed, no send failed, and the sender's worker is still there."""
+        failed, no send failed, and the sender's worker is still there (*tag* ``(oldest,
+        newest)``: the newest point-to-point message numbered in that range, and its
+        number)."""
         waited_from = time.perf_counter()
         deadline = waited_from + self.timeout
         next_ping = waited_from + PING_AFTER_S
+        numbered = isinstance(tag, tuple)  # (oldest, newest): the newest p2p message in range
         while True:
-            message = self._box.take(sender, tag, timeout=0.5)
+            if numbered:
+                found = self._box.take_newest(sender, _p2p_superstep, *tag, timeout=0.5)
+                message, number = found if found is not None else (None, None)
+            else:
+                message = self._box.take(sender, tag, timeout=0.5)
             if message is not None:
                 blocked = time.perf_counter() - waited_from
                 wire = min(blocked, max(0.0, message["arrived"] - message["sent"]))
                 self.timings["wire_s"] += wire
                 self.timings["wait_s"] += blocked - wire
-                return message
+                return (message, number) if numbered else message
             self._check_sends()
             now = time.perf_counter()
             if now > deadline:
@@ -391,6 +412,54 @@ class Mailbox:
                     f"{self.disconnected[sender]}"
                 )
             return None
+
+    def take_newest(self, sender, order, oldest, newest, timeout):
+        """The message from *sender* whose tag has the largest ``order(tag)`` in ``oldest
+        .. newest`` and that number, ``(message, number)``, or ``None`` after *timeout* s
+        (raising as :meth:`take`). It stays (the next superstep may read it again, if none
+        newer came); *sender*'s messages numbered below it are dropped.
+        ``order`` gives ``None`` for the tags it does not number."""
+
+        def numbered():
+            found = {}
+            for key in self.messages:
+                number = order(key[1]) if key[0] == sender else None
+                if number is not None:
+                    found[number] = key
+            return found
+
+        with self.condition:
+            self.condition.wait_for(
+                lambda: (
+                    any(oldest <= n <= newest for n in numbered())
+                    or self.failed
+                    or sender in self.disconnected
+                ),
+                timeout,
+            )
+            found = numbered()
+            usable = [n for n in found if oldest <= n <= newest]
+            if usable:
+                number = max(usable)
+                for n, key in found.items():
+                    if n < number:
+                        del self.messages[key]
+                return self.messages[found[number]], number  # kept: may be read again
+            if self.failed:
+                raise RuntimeError(f"another replica failed: {self.failed}")
+            if sender in self.disconnected:
+                raise ConnectionError(
+                    f"replica {sender} closed its connection before sending a message "
+                    f"numbered {oldest} .. {newest}: {self.disconnected[sender]}"
+                )
+            return None
+
+
+def _p2p_superstep(tag):
+    """The integer a point-to-point tag ``"p2p:<int>"`` carries, or ``None``."""
+    if isinstance(tag, str) and tag.startswith("p2p:") and tag[4:].isdigit():
+        return int(tag[4:])
+    return None
 
 
 _MAILBOXES = {}
