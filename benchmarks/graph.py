@@ -20,10 +20,11 @@ first (made there for the SBM, sent from here for the R-MAT graph), then timed:
   PageRank; undirected for components, once more for R-MAT, the same one for the SBM);
 - ``pagerank-20``: 20 supersteps (``tol=0``); ``pagerank-tol``: until the L1 change is below
   1e-10, as ``scipy_pagerank`` stops; ``components``: min-label propagation until no label
-  changes. Seconds are the call's wall time (submit to the history back, the values left on
-  the workers); ``per superstep`` is the median of the history's ``seconds`` and
-  ``exchange`` the median of its ``exchange_s`` (rank 0 waiting for mirrors and in the
-  all-reduce).
+  changes; with ``--staleness 2``, both again with ``staleness=2`` (rows ``taskdml
+  staleness=2``: bounded-staleness supersteps). Seconds are the call's wall time (submit
+  to the history back, the values left on the workers); ``per superstep`` is the median
+  of the history's ``seconds`` and ``exchange`` the median of its ``exchange_s`` (rank 0
+  waiting for mirrors and in the all-reduce).
 
 Checks: taskdml's PageRank against the one-thread scipy result (L1; the issue's bar is 1e-10),
 its iteration count against scipy's, its component count against ``csgraph``'s. Memory: each
@@ -161,8 +162,9 @@ def warm_up(client):
     connected_components(small, client=client)
 
 
-def run_taskdml(client, graph, reference):
-    """taskdml's rows for one graph (*reference*: the scipy rows by task)."""
+def run_taskdml(client, graph, reference, staleness=()):
+    """taskdml's rows for one graph (*reference*: the scipy rows by task; *staleness*: the
+    bounds ``s`` to run ``pagerank-tol`` and ``components`` again with)."""
     from distributed import wait
 
     from taskdml.graph import connected_components, pagerank, partition_graph
@@ -180,17 +182,19 @@ def run_taskdml(client, graph, reference):
     directed, partition_s = timed_partition(None)
     stats = directed.stats()
     undirected, undirected_s = (directed, 0.0) if not graph["directed"] else timed_partition(False)
-    for task in graph_peers.TASKS:
+    runs = [(task, 0) for task in graph_peers.TASKS]
+    runs += [(task, s) for s in staleness for task in ("pagerank-tol", "components")]
+    for task, s in runs:
         began = time.perf_counter()
         if task == "components":
-            out = connected_components(undirected, client=client)
+            out = connected_components(undirected, client=client, staleness=s)
         else:
             max_iter, tol = (20, 0.0) if task == "pagerank-20" else (graph_peers.MAX_ITER, 1e-10)
-            out = pagerank(directed, tol=tol, max_iter=max_iter, client=client)
+            out = pagerank(directed, tol=tol, max_iter=max_iter, client=client, staleness=s)
         seconds = time.perf_counter() - began
         history = out.attrs["history"]
         row = {
-            "peer": "taskdml",
+            "peer": "taskdml" + (f" staleness={s}" if s else ""),
             "task": task,
             "status": "ok",
             "seconds": seconds,
@@ -207,7 +211,7 @@ def run_taskdml(client, graph, reference):
             row["components"] = out.attrs["n_components"]
             row["agrees"] = row["components"] == reference[task]["components"]
         rows.append(row)
-        print(f"taskdml {task}: {seconds:.3f} s, {row['iterations']} supersteps", flush=True)
+        print(f"{row['peer']} {task}: {seconds:.3f} s, {row['iterations']} supersteps", flush=True)
     peaks = client.run(_peak_gib)
     for row in rows:
         row["peak_rss_gib"] = max(peaks.values())
@@ -381,7 +385,7 @@ def out_of_core_table(rows):
 # The run
 
 
-def run(edges_list, workers, cap, networkx_max_edges, peers):
+def run(edges_list, workers, cap, networkx_max_edges, peers, staleness=()):
     from distributed import Client, LocalCluster
 
     graphs = []
@@ -441,7 +445,7 @@ def run(edges_list, workers, cap, networkx_max_edges, peers):
     ):
         warm_up(client)
         for graph, reference in zip(graphs, references):
-            for row in run_taskdml(client, graph, reference):
+            for row in run_taskdml(client, graph, reference, staleness):
                 if row["task"] in reference:
                     row["ratio"] = row["seconds"] / reference[row["task"]]["seconds"]
                     if "iterations" in reference[row["task"]]:
@@ -511,6 +515,14 @@ def main(argv=None):
     parser.add_argument("--memory-limit", type=float, default=512, help="MiB per worker")
     parser.add_argument("--block-edges", type=int, default=None)
     parser.add_argument("--store", default="/tmp/taskdml-graph-ooc.zarr")
+    parser.add_argument(
+        "--staleness",
+        nargs="*",
+        type=int,
+        default=[],
+        help="also run pagerank-tol and components with these staleness bounds (rows "
+        "'taskdml staleness=s')",
+    )
     args = parser.parse_args(argv)
     if args.out_of_core:
         return main_out_of_core(args)
@@ -520,7 +532,9 @@ def main(argv=None):
     args.peers.insert(0, "scipy-1thread")
     load_before = os.getloadavg()
     began = time.perf_counter()
-    rows = run(args.edges, args.workers, args.cap, args.networkx_max_edges, args.peers)
+    rows = run(
+        args.edges, args.workers, args.cap, args.networkx_max_edges, args.peers, args.staleness
+    )
     wall = time.perf_counter() - began
     load_after = os.getloadavg()
     text = table(rows)
