@@ -49,7 +49,8 @@ when the newest it has is older), and skips the per-superstep barrier:
 - the history (rank 0's) and the ``superstep`` events record per superstep ``measured``
   (the superstep whose measures they hold, ``None`` for the first ``s``) and
   ``staleness_max`` / ``staleness_mean``: ``t`` minus the superstep of each mirror
-  message read (each partition's own reads are in its outcome's history).
+  message read (each partition's own reads are in its outcome's history); a synchronous
+  run's entries do not carry these three.
 
 With checkpoints, each segment's last superstep waits for all its measures (a barrier), so
 ``checkpoint_every`` must exceed ``s``; a stale run resumes from its checkpoint, or after a
@@ -371,11 +372,11 @@ def _iterate(
             **{k: float(v) for k, v in zip(program.measure_names, totals)},
             "seconds": done - began,
             "exchange_s": (computing - exchanging) + (done - reducing),
-            "staleness_max": max(lags, default=0),
-            "staleness_mean": float(np.mean(lags)) if lags else 0.0,
         }
-        if staleness:  # the superstep whose measures these are (none yet: the last known)
-            entry["measured"] = targets[-1] if targets else None
+        if staleness:  # BSP's entries stay as they were (the dashboards plot numeric fields)
+            entry["staleness_max"] = max(lags, default=0)
+            entry["staleness_mean"] = float(np.mean(lags)) if lags else 0.0
+            entry["measured"] = targets[-1] if targets else None  # None: the last known
         history.append(entry)
         if rank == 0:
             _events.publish_from(

@@ -90,7 +90,7 @@ def test_staleness_zero_is_the_synchronous_run_bit_for_bit():
     assert [h["change"] for h in zero.attrs["history"]] == [
         h["change"] for h in bsp.attrs["history"]
     ]
-    assert {h["staleness_max"] for h in zero.attrs["history"]} == {0}
+    assert not any("staleness_max" in h for h in zero.attrs["history"])  # as it was
 
 
 def test_stale_pagerank_with_a_partition_held_back_is_within_the_tolerance_bound():
