@@ -574,6 +574,7 @@ class _Run:
             vars(program),
             np.asarray(graph.bounds).tolist(),
             graph.directed,
+            *([staleness] if staleness else []),  # a BSP run's token as it was
             ensure_deterministic=False,
         )
         saved = self.checkpoints.load() if self.checkpoints is not None else None
