@@ -38,6 +38,9 @@ point-to-point :meth:`~DirectAllReduce.send` / :meth:`~DirectAllReduce.receive` 
 between two ranks, and :meth:`~DirectAllReduce.allreduce_sum`, the recursive doubling above
 applied to a small vector of numbers (summed in rank order, so every rank gets the same
 floats and takes the same decision). A graph's collective has no merge rule (``rule=None``).
+Bounded-staleness supersteps add :meth:`~DirectAllReduce.receive_newest` (the newest message
+of a sender numbered in a range, waited for only while there is none; the older ones are
+dropped) and :meth:`~DirectAllReduce.poll` (a message if it came, without waiting).
 
 Failure: a replica that fails sends ``abort`` to every other one, which raises at once; when
 a worker dies its connections close, and a replica waiting for one of its replicas raises
