@@ -558,9 +558,10 @@ def _residual_panel(axis, found, title):
 
 _NOT_MEASURES = frozenset(
     {"event", "time", "run_id", "step", "item", "worker", "superstep", "seconds", "exchange_s",
-     "tol", "max_iter"}
+     "tol", "max_iter", "staleness_max", "staleness_mean", "measured"}
 )  # fmt: skip
-"""The fields of a ``superstep`` event that are not the algorithm's measures."""
+"""The fields of a ``superstep`` event that are not the algorithm's measures (the last three:
+a bounded-staleness run's, graph/_supersteps)."""
 
 _MEASURES = {"change": "change", "rmse": "training RMSE", "log_loss": "training log loss"}
 """The measure a convergence picture draws, the first one an event carries, and its name."""
