@@ -58,6 +58,14 @@ lost worker, like a synchronous one, but its values depend on the timing: a resu
 repeated run equals an uninterrupted one within the tolerance, not bit for bit.
 ``staleness=0`` is the bulk-synchronous loop, bit for bit.
 
+**Vertex cut** (``partition_graph(..., cut="vertex")``): the same loop, with one more
+exchange. A partition's CSR then holds a 2D block of edges, whose rows are its own vertices
+and the remote vertices its edges point into; after the gather it sends the partial gathers
+of those remote rows to their masters and combines the ones it receives for its own
+(:meth:`~taskdml.graph._partition.VertexCutPartition.combine`, the program's combiner, in
+rank order); masters apply, and the next superstep's messages go back to the mirrors as in
+edge cut. An edge-cut partition's ``combine`` returns its gather as it is.
+
 A graph partitioned without a client (small graphs, tests, a laptop) runs the very same
 loop in one thread per partition of this process, its messages going through in-process
 mailboxes (:class:`LocalPeers`) instead of the workers' comms.
@@ -223,6 +231,11 @@ def run_supersteps(
             f"{type(program).__name__} does not declare tolerates_staleness = True: it runs "
             f"bulk-synchronous only (staleness=0); got staleness={staleness}."
         )
+    if staleness and getattr(graph, "cut", "edge") == "vertex":
+        raise ValueError(
+            "a vertex-cut graph runs bulk-synchronous only (staleness=0); partition it with "
+            f"cut='edge' for staleness={staleness}."
+        )
     if client is None:
         return _run_here(graph, program, data, max_iter, timeout, staleness)
     if checkpoint_every not in ("auto", None) and not (
@@ -347,7 +360,8 @@ def _iterate(
         known = totals  # staleness: the newest measures every partition sent, if newer
         if staleness:
             known = _freshest(collective, rank, n_ranks, kept, heard, totals)
-        new = program.apply(part, values, gather(program, part, columns), known)
+        gathered = part.combine(program, gather(program, part, columns), collective, superstep)
+        new = program.apply(part, values, gathered, known)
         measures = program.measures(part, values, new)
         reducing = time.perf_counter()
         if staleness:  # the measures of superstep - s (of all left, at a segment's end)
