@@ -340,20 +340,11 @@ def partition_stats(partition):
     """The sizes of *partition* (see :meth:`PartitionedGraph.stats`)."""
     csr = partition.csr
     spilled = hasattr(csr, "row_blocks")
-    partials = getattr(partition, "partials", {})
-    mirrored = [partition.mirrors[q] for q in partition.mirrors]
-    mirrored += [partials[q] for q in partials]
-    return {
-        "cut": partition.cut,
+    stats = {
         "vertices": partition.n_local,
         "in_edges": int(csr.nnz),
         "mirrors": int(sum(len(ids) for ids in partition.mirrors.values())),
         "sends": int(sum(len(idx) for idx in partition.sends.values())),
-        "partials_sent": int(sum(len(ids) for ids in partials.values())),
-        "partials_received": int(
-            sum(len(idx) for idx in getattr(partition, "gathers", {}).values())
-        ),
-        "replicas": int(len(np.unique(np.concatenate(mirrored)))) if mirrored else 0,
         "out_of_core": spilled,
         "edge_bytes": int(
             csr.resident_bytes
@@ -361,6 +352,16 @@ def partition_stats(partition):
             else csr.data.nbytes + csr.indices.nbytes + csr.indptr.nbytes
         ),
     }
+    if partition.cut == "vertex":  # an edge-cut's stats as they were
+        partials = partition.partials
+        touched = [*partition.mirrors.values(), *partials.values()]
+        stats.update(
+            cut="vertex",
+            partials_sent=int(sum(len(ids) for ids in partials.values())),
+            partials_received=int(sum(len(idx) for idx in partition.gathers.values())),
+            replicas=int(len(np.unique(np.concatenate(touched)))) if touched else 0,
+        )
+    return stats
 
 
 def mirrored_from(partition, owner):
@@ -583,11 +584,11 @@ class PartitionedGraph:
         list of dict
             Per partition: ``vertices``, ``in_edges`` (stored entries of its CSR),
             ``mirrors`` (remote vertices it reads: values received per superstep),
-            ``sends`` (values it sends per superstep), with a vertex cut
+            ``sends`` (values it sends per superstep), with a vertex cut ``cut`` and
             ``partials_sent`` / ``partials_received`` (partial gathers sent to masters /
             received from the other blocks per superstep), ``replicas`` (the remote vertices
-            its edges touch: mirrors and partials' destinations), ``cut``, and where
-            ``cut="auto"`` chose, ``auto_measure``, ``top1_in_share`` and
+            its edges touch: mirrors and partials' destinations), and where
+            ``cut="auto"`` chose, ``cut``, ``auto_measure``, ``top1_in_share`` and
             ``auto_threshold`` (see :func:`partition_graph`), ``out_of_core`` (whether its CSR is
             on disk) and ``edge_bytes`` (the bytes of edges it holds in memory: its whole
             CSR, or out of core the most that one streamed block holds), read where the
@@ -606,7 +607,9 @@ class PartitionedGraph:
             stats = self.client.gather(
                 [self.client.submit(partition_stats, p) for p in self.partitions]
             )
-        return [{**s, **(self.cut_choice or {})} for s in stats]
+        if self.cut_choice is None:
+            return stats
+        return [{**s, "cut": self.cut, **self.cut_choice} for s in stats]
 
 
 def partition_graph(
