@@ -1,4 +1,5 @@
-"""A graph partitioned over the workers: edge-cut by contiguous vertex ranges, pull form.
+"""A graph partitioned over the workers: edge-cut by contiguous vertex ranges, pull form
+(or a 2D vertex cut, :class:`VertexCutPartition`, see :func:`partition_graph`'s ``cut``).
 
 A graph enters as the edges Dataset every step passes (``src``, ``dst``, optional
 ``weight`` along ``edge``; attrs ``shape`` and ``directed``), or as a scipy.sparse matrix or a
@@ -683,6 +684,9 @@ def partition_graph(
     >>> graph = partition_graph(nx.path_graph(10), 2, client=False)
     >>> graph.sizes, graph.directed
     ([5, 5], False)
+    >>> star = nx.star_graph(199)  # one hub: its edges are most of the graph
+    >>> partition_graph(star, 2, client=False, cut="auto").cut
+    'vertex'
     """
     import dask
     import dask.array as da
