@@ -37,6 +37,7 @@ _LAZY = {
     "PartitionedGraph": "taskdml.graph._partition",
     "edges_from_networkx": "taskdml.graph._partition",
     "edges_from_scipy": "taskdml.graph._partition",
+    "edges_from_table": "taskdml.graph._partition",
     "partition_graph": "taskdml.graph._partition",
 }
 
@@ -51,6 +52,7 @@ __all__ = [
     "connected_components",
     "edges_from_networkx",
     "edges_from_scipy",
+    "edges_from_table",
     "join_vertex_features",
     "label_spreading",
     "pagerank",

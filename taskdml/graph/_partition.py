@@ -475,6 +475,90 @@ def edges_from_networkx(graph, weight="weight", chunk_size=None):
     return _edges_dataset(src, dst, w, [n, n], graph.is_directed(), chunk_size)
 
 
+def edges_from_table(table, src="src", dst="dst", weight=None, *, directed=True, shape=None):
+    """The edges Dataset of an edge list read as a table: a CSV or Parquet file through
+    :func:`taskdml.datasets.read_csv` / ``read_parquet`` (its chunks stay where they are), an
+    xarray table, or a pandas DataFrame.
+
+    Parameters
+    ----------
+    table : xarray.Dataset or pandas.DataFrame
+        A Dataset with ``X`` whose ``feature`` coordinate names the columns (what the readers
+        return), or whose variables along ``sample`` are the columns (``y`` included).
+    src, dst : str, default="src", "dst"
+        The columns of the edges' two ends: whole numbers from 0.
+    weight : str, optional
+        The column of the edges' weights (default: every edge weighs 1).
+    directed : bool, default=True
+        ``False``: each row is an edge both ways.
+    shape : (int, int), optional
+        The vertices on each side (default: one more than the largest id, computed where the
+        chunks are with the check that every id is a whole number from 0).
+
+    Returns
+    -------
+    xarray.Dataset
+        ``src``, ``dst`` (int64) and ``weight`` (float64) along ``edge``, chunked as the
+        table's rows; attrs ``shape`` and ``directed``.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> edges = edges_from_table(pd.DataFrame({"src": [0, 2], "dst": [1, 0], "w": [0.5, 2.0]}),
+    ...                          weight="w")
+    >>> edges.dst.values.tolist(), edges.weight.values.tolist(), edges.attrs["shape"]
+    ([1, 0], [0.5, 2.0], [3, 3])
+    """
+    import dask
+    import dask.array as da
+    import xarray as xr
+
+    if hasattr(table, "columns") and not hasattr(table, "data_vars"):  # pandas
+        names = [str(c) for c in table.columns]
+
+        def column(name):
+            return da.from_array(np.asarray(table[name]), chunks=-1)
+    else:
+        by_feature = "X" in table.data_vars and "feature" in table.coords
+        names = [str(f) for f in table.feature.values] if by_feature else []
+        names += [n for n, v in table.data_vars.items() if v.dims == ("sample",)]
+
+        def column(name):
+            if name in table.data_vars and table[name].dims == ("sample",):
+                return table[name].data
+            return table.X.sel(feature=name).data
+
+    for role, name in (("src", src), ("dst", dst), ("weight", weight)):
+        if name is not None and name not in names:
+            raise ValueError(
+                f"edges_from_table: no column {name!r} for {role}; the table has {names}. "
+                f"Pass {role}= the column's name."
+            )
+    ends = [da.asarray(column(src)), da.asarray(column(dst))]
+    ids = [end.astype(np.int64) for end in ends]
+    if shape is None:
+        exact, low, high = dask.compute(
+            da.stack([(e == i).all() for e, i in zip(ends, ids)]).all(),
+            da.minimum(ids[0].min(), ids[1].min()),
+            da.maximum(ids[0].max(), ids[1].max()),
+        )
+        if not exact or low < 0:
+            raise ValueError(
+                f"edges_from_table: the columns {src!r} and {dst!r} must hold vertex ids, whole "
+                "numbers from 0; map other keys to ids first (e.g. pandas.factorize)."
+            )
+        shape = [int(high) + 1] * 2
+    weights = (
+        da.ones_like(ids[0], dtype=np.float64)
+        if weight is None
+        else da.asarray(column(weight)).astype(np.float64)
+    )
+    return xr.Dataset(
+        {"src": ("edge", ids[0]), "dst": ("edge", ids[1]), "weight": ("edge", weights)},
+        attrs={"shape": [int(n) for n in shape], "directed": bool(directed)},
+    )
+
+
 def _edges_dataset(src, dst, weight, shape, directed, chunk_size):
     import dask.array as da
     import xarray as xr
@@ -501,7 +585,9 @@ def as_edges(graph):
         if missing or "shape" not in graph.attrs:
             raise ValueError(
                 "a graph Dataset needs variables 'src' and 'dst' along 'edge' and the attr "
-                f"'shape'; missing {sorted(missing | ({'shape'} - set(graph.attrs)))}."
+                f"'shape'; missing {sorted(missing | ({'shape'} - set(graph.attrs)))}. An edge "
+                "list read as a table (read_csv, read_parquet) becomes one with "
+                "taskdml.graph.edges_from_table(table, src=..., dst=...)."
             )
         return graph
     if sp.issparse(graph):

@@ -108,3 +108,47 @@ def test_an_edge_to_a_vertex_outside_the_shape_is_refused(client):
     edges.attrs["shape"] = [3, 3]
     with pytest.raises(ValueError, match="vertex 3, outside 0 .. 2"):
         client.gather(partition_graph(edges, 2, client=client).partitions)
+
+
+def test_an_edge_list_read_from_csv_ranks_as_networkx_on_the_same_rows(client, tmp_path):
+    """A weighted edge list written as CSV, read by read_csv in chunks and turned into the
+    edges Dataset by edges_from_table: its PageRank on the cluster is networkx's on the same
+    rows (read back here with pandas)."""
+    import pandas as pd
+
+    from taskdml.datasets import read_csv
+    from taskdml.graph import edges_from_table, pagerank
+
+    coo = random_graph(n=200, density=0.03, seed=3).tocoo()
+    path = tmp_path / "edges.csv"
+    frame = pd.DataFrame({"from": coo.row, "to": coo.col, "amount": coo.data})
+    frame.to_csv(path, index=False)
+    edges = edges_from_table(read_csv(path, blocksize=8_000), src="from", dst="to",
+                             weight="amount")  # fmt: skip
+    assert edges.src.data.numblocks[0] > 1 and edges.attrs["shape"] == [200, 200]
+    ranks = pagerank(edges, tol=1e-13, client=client)
+    rows = pd.read_csv(path)
+    reference = nx.DiGraph()
+    reference.add_nodes_from(range(200))
+    reference.add_weighted_edges_from(rows[["from", "to", "amount"]].itertuples(index=False))
+    expected = nx.pagerank(reference, alpha=0.85, tol=1e-15, max_iter=1000, weight="weight")
+    got = np.asarray(ranks.pagerank)
+    assert np.abs(got - [expected[v] for v in range(200)]).sum() < 1e-10
+
+
+@pytest.mark.parametrize(
+    "frame, options, message",
+    [
+        ({"a": [0, 1], "b": [1, 0]}, {}, "no column 'src' for src; the table has"),
+        ({"src": [0.5, 1], "dst": [1, 0]}, {}, "whole numbers from 0"),
+        ({"src": [-1, 1], "dst": [1, 0]}, {}, "whole numbers from 0"),
+    ],
+)
+def test_a_table_that_is_not_an_edge_list_says_what_to_do(frame, options, message):
+    """A missing column, or ids that are not whole numbers from 0, name the fix."""
+    import pandas as pd
+
+    from taskdml.graph import edges_from_table
+
+    with pytest.raises(ValueError, match=message):
+        edges_from_table(pd.DataFrame(frame), **options)
