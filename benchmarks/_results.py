@@ -9,10 +9,12 @@ this module as ``_results``.
 """
 
 import contextlib
+import datetime
 import os
 import platform
 import re
 import subprocess
+import time
 
 import psutil
 
@@ -102,3 +104,21 @@ def write_section(path, body, script, title):
     with open(path + ".tmp", "w") as out:
         out.write(text)
     os.replace(path + ".tmp", path)
+
+
+def publish(report, rows, args, script, title, packages, began):
+    """The end of a benchmark run: its facts (date, command, machine, versions, workers,
+    seconds since *began*), ``report(rows, facts)`` printed and, unless ``args.quick``,
+    written as *script*'s block of ``args.out`` under *title*."""
+    facts = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+        "command": f"python benchmarks/{script}" + (" --quick" if args.quick else ""),
+        "machine": machine(),
+        "versions": versions(packages),
+        "workers": args.workers,
+        "wall_s": time.perf_counter() - began,
+    }
+    text = report(rows, facts)
+    print(text)
+    if not args.quick:
+        write_section(args.out, text, script, title)

@@ -16,7 +16,6 @@ rows, prints only).
 """
 
 import argparse
-import datetime
 import os
 import time
 
@@ -140,19 +139,15 @@ def main(argv=None):
     os.environ.setdefault("OMP_NUM_THREADS", str(args.workers))
     began = time.perf_counter()
     rows = measure(args.sizes, args.workers)
-    facts = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
-        "command": "python benchmarks/boosting.py" + (" --quick" if args.quick else ""),
-        "machine": _results.machine(),
-        "versions": _results.versions(PACKAGES),
-        "workers": args.workers,
-        "wall_s": time.perf_counter() - began,
-    }
-    text = report(rows, facts)
-    print(text)
-    if not args.quick:
-        title = "Gradient-boosted trees (`benchmarks/boosting.py`)"
-        _results.write_section(args.out, text, "boosting.py", title)
+    _results.publish(
+        report,
+        rows,
+        args,
+        "boosting.py",
+        "Gradient-boosted trees (`benchmarks/boosting.py`)",
+        PACKAGES,
+        began,
+    )
 
 
 if __name__ == "__main__":

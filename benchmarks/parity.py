@@ -28,7 +28,6 @@ is a smoke run (bundled data sets and 10^5 rows, one warm repeat) that prints on
 """
 
 import argparse
-import datetime
 import statistics
 import time
 import warnings
@@ -329,19 +328,15 @@ def main(argv=None):
         args.repeats = 1
     began = time.perf_counter()
     rows = measure(args)
-    facts = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
-        "command": "python benchmarks/parity.py" + (" --quick" if args.quick else ""),
-        "machine": _results.machine(),
-        "versions": _results.versions(PACKAGES),
-        "workers": args.workers,
-        "wall_s": time.perf_counter() - began,
-    }
-    text = report(rows, facts)
-    print(text)
-    if not args.quick:
-        title = "Parity with `est.fit` (`benchmarks/parity.py`)"
-        _results.write_section(args.out, text, "parity.py", title)
+    _results.publish(
+        report,
+        rows,
+        args,
+        "parity.py",
+        "Parity with `est.fit` (`benchmarks/parity.py`)",
+        PACKAGES,
+        began,
+    )
 
 
 if __name__ == "__main__":
