@@ -86,7 +86,8 @@ client sees the worker gone, stops the others, re-partitions the graph from its 
 workers left (same vertex ranges; dask recomputes what the lost worker held) and runs again
 from the last checkpoint (from the start without one): each superstep computes what an
 uninterrupted run computes, in the same order, so the result is the same. ``restarts``
-records each loss.
+records each loss. That loop is :class:`Segments`, which the bipartite algorithms
+(:func:`taskdml.graph._factorize.run_bipartite`) run too with their own tasks and state.
 """
 
 import copy
@@ -238,12 +239,7 @@ def run_supersteps(
         )
     if client is None:
         return _run_here(graph, program, data, max_iter, timeout, staleness)
-    if checkpoint_every not in ("auto", None) and not (
-        isinstance(checkpoint_every, int) and checkpoint_every >= 1
-    ):
-        raise ValueError(
-            f"checkpoint_every must be a positive int, 'auto' or None; got {checkpoint_every!r}."
-        )
+    check_every(checkpoint_every)
     return _Run(graph, program, data, int(max_iter), timeout, checkpoint_every, staleness).run()
 
 
@@ -564,39 +560,47 @@ def _check_direct(client, workers):
 # -- checkpoints and lost workers (see the module docstring) --------------------------------
 
 
-class _Run:
-    """A run on a cluster, in segments between checkpoints, going on after lost workers."""
+def _state(outcome):
+    """What a segment's task hands the next: its raw values and the last totals."""
+    return outcome[0], outcome[-1]
 
-    def __init__(self, graph, program, data, max_iter, timeout, every, staleness=0):
-        from dask.base import tokenize
 
-        self.graph, self.program, self.data = graph, program, data
-        self.max_iter, self.timeout, self.staleness = max_iter, timeout, staleness
+class Segments:
+    """A run on a cluster in segments between checkpoints, going on after lost workers: the
+    loop of every graph run that checkpoints (the vertex programs' :class:`_Run`, and the
+    bipartite algorithms of :mod:`taskdml.graph._factorize` and
+    :mod:`taskdml.graph._logistic`).
+
+    A subclass says how to :meth:`submit` the tasks of supersteps ``first .. stop - 1``
+    (``start``: per partition, the previous segment's outcome future, a checkpointed state
+    scattered to its worker, or ``None`` from the start), and may change :attr:`summary`
+    (an outcome's ``(history, converged)``) and :attr:`state` (what of an outcome is
+    checkpointed and starts the next segment). *token* names what the checkpoint holds: a
+    run only goes on from a checkpoint of the same token. The graph must offer ``client``,
+    ``workers`` and ``repartitioned()``.
+    """
+
+    summary = staticmethod(operator.itemgetter(1, 2))
+    state = staticmethod(_state)
+
+    def __init__(self, graph, max_iter, every, token):
+        self.graph, self.max_iter, self.token = graph, max_iter, token
         self.checkpoints = _checkpoint.claim()  # None outside a pipeline step
         if every == "auto":
             every = CHECKPOINT_EVERY if self.checkpoints is not None else None
-        if every and staleness >= every:
-            raise ValueError(
-                f"checkpoint_every ({every}) must exceed staleness ({staleness}): a segment "
-                "decides to stop from staleness + 1 of its supersteps' measures."
-            )
         self.every = every
-        # the step's cache key names the graph and the data; a checkpoint also says which
-        # program and vertex ranges it holds the values of
-        self.token = tokenize(
-            type(program).__qualname__,
-            vars(program),
-            np.asarray(graph.bounds).tolist(),
-            graph.directed,
-            *([staleness] if staleness else []),  # a BSP run's token as it was
-            ensure_deterministic=False,
-        )
         saved = self.checkpoints.load() if self.checkpoints is not None else None
-        self.kept = saved if isinstance(saved, dict) and saved.get("token") == self.token else None
+        self.kept = saved if isinstance(saved, dict) and saved.get("token") == token else None
         self.resumed_from = None if self.kept is None else self.kept["superstep"]
 
+    def submit(self, graph, first, stop, start):
+        """The futures of the tasks of supersteps ``first .. stop - 1`` on *graph*, one per
+        partition, and their collective (:func:`pinned_tasks`)."""
+        raise NotImplementedError
+
     def run(self):
-        """The :class:`SuperstepResult` of the whole run."""
+        """``(outcomes, history, converged, graph, restarts)`` of the whole run: the last
+        segment's futures, the histories of all, and the graph they ran on."""
         client, restarts = self.graph.client, []
         first, history, start = self._from_kept()
         while True:
@@ -604,10 +608,7 @@ class _Run:
             if self.every:
                 stop = min(self.max_iter, (first // self.every + 1) * self.every)
             graph = self.graph
-            outcomes, collective = _submit(
-                graph, self.program, self.data, self.timeout, self.max_iter, first, stop, start,
-                self.staleness,
-            )  # fmt: skip
+            outcomes, collective = self.submit(graph, first, stop, start)
             gone = _lost(client, outcomes, graph.workers)
             if gone:
                 _stop(client, outcomes, collective, graph.workers, gone)
@@ -621,19 +622,17 @@ class _Run:
                 restarts.append({"superstep": first, "workers": sorted(gone)})
                 continue
             _raise_the_cause(outcomes)
-            segment, converged = client.submit(
-                operator.itemgetter(1, 2), outcomes[0], pure=False
-            ).result()
+            segment, converged = client.submit(self.summary, outcomes[0], pure=False).result()
             history = history + segment
             if converged or stop >= self.max_iter:
                 break
             first, start = stop, outcomes
             self._keep(client, outcomes, first, history)
-        return SuperstepResult(outcomes, history, converged, graph, self.resumed_from, restarts)
+        return outcomes, history, converged, graph, restarts
 
     def _from_kept(self):
         """Where the run starts (again): the first superstep, the history so far and the
-        partitions' states (``None``: from ``init``)."""
+        partitions' states (``None``: from the start)."""
         if self.kept is None:
             return 0, [], None
         client, workers = self.graph.client, self.graph.workers
@@ -647,7 +646,7 @@ class _Run:
         """Take a checkpoint before *superstep* (a copy here, and in the store in a step)."""
         if not self.every:
             return
-        states = client.gather([client.submit(_state, o, pure=False) for o in outcomes])
+        states = client.gather([client.submit(self.state, o, pure=False) for o in outcomes])
         self.kept = {
             "token": self.token,
             "superstep": superstep,
@@ -658,9 +657,51 @@ class _Run:
             self.checkpoints.save(self.kept)
 
 
-def _state(outcome):
-    """What a segment's task hands the next: its raw values and the last totals."""
-    return outcome[0], outcome[-1]
+def check_every(checkpoint_every):
+    """Raise unless *checkpoint_every* is a positive int, ``"auto"`` or ``None``."""
+    if checkpoint_every not in ("auto", None) and not (
+        isinstance(checkpoint_every, int) and checkpoint_every >= 1
+    ):
+        raise ValueError(
+            f"checkpoint_every must be a positive int, 'auto' or None; got {checkpoint_every!r}."
+        )
+
+
+class _Run(Segments):
+    """A vertex program's run on a cluster (:func:`run_supersteps`), in :class:`Segments`."""
+
+    def __init__(self, graph, program, data, max_iter, timeout, every, staleness=0):
+        from dask.base import tokenize
+
+        self.program, self.data = program, data
+        self.timeout, self.staleness = timeout, staleness
+        # the step's cache key names the graph and the data; a checkpoint also says which
+        # program and vertex ranges it holds the values of
+        token = tokenize(
+            type(program).__qualname__,
+            vars(program),
+            np.asarray(graph.bounds).tolist(),
+            graph.directed,
+            *([staleness] if staleness else []),  # a BSP run's token as it was
+            ensure_deterministic=False,
+        )
+        super().__init__(graph, max_iter, every, token)
+        if self.every and staleness >= self.every:
+            raise ValueError(
+                f"checkpoint_every ({self.every}) must exceed staleness ({staleness}): a "
+                "segment decides to stop from staleness + 1 of its supersteps' measures."
+            )
+
+    def submit(self, graph, first, stop, start):
+        return _submit(
+            graph, self.program, self.data, self.timeout, self.max_iter, first, stop, start,
+            self.staleness,
+        )  # fmt: skip
+
+    def run(self):
+        """The :class:`SuperstepResult` of the whole run."""
+        outcomes, history, converged, graph, restarts = super().run()
+        return SuperstepResult(outcomes, history, converged, graph, self.resumed_from, restarts)
 
 
 def _lost(client, outcomes, workers):
