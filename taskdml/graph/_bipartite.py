@@ -27,6 +27,10 @@ lists travel between partitions as a ``P x P`` of small tasks of vertex ids. The
 duplicated (user, item) pairs as separate ratings (no summing): each rating is one term of
 the least squares, as in Spark MLlib.
 
+After a worker left, :meth:`BipartiteGraph.repartitioned` cuts the same ranges again from
+the edges on the workers left (the partitions' keys name their workers), for the runs of
+:mod:`taskdml.graph._factorize` that go on from their last checkpoint.
+
 Imports: numpy in the task functions; dask and xarray inside the functions that build
 graphs on the client.
 """
@@ -199,6 +203,8 @@ class BipartiteGraph:
     client : distributed.Client or None
     name : str
         The token of the graph, for the keys of the work on it.
+    source : xarray.Dataset or None
+        The edges, which :meth:`repartitioned` cuts again.
     """
 
     partitions: list
@@ -208,6 +214,17 @@ class BipartiteGraph:
     shape: tuple
     client: object
     name: str
+    source: object = None
+
+    def repartitioned(self):
+        """The same partitions (same user and item ranges) built again from the edges on
+        the workers the cluster has now: after a worker left, dask recomputes what it held.
+
+        Returns
+        -------
+        BipartiteGraph
+        """
+        return partition_bipartite(self.source, self.n_partitions, client=self.client)
 
     @property
     def n_partitions(self):
@@ -303,8 +320,11 @@ def partition_bipartite(edges, n_partitions=None, *, client=None):
     if len(blocks) == 2:
         blocks.append([None] * len(blocks[0]))
     parts = ([c.name for c in columns], user_bounds, item_bounds)
+    # the partitions' keys name their workers: a graph cut again (repartitioned) lands elsewhere
     names = {
-        phase: _keys.key_name("bipartite", *parts, phase=phase)
+        phase: _keys.key_name(
+            "bipartite", *parts, *([] if phase == "piece" else [placed]), phase=phase
+        )
         for phase in ("piece", "assemble", "mirrors", "partition")
     }
     piece = dask.delayed(bipartite_piece, pure=True)
@@ -334,5 +354,5 @@ def partition_bipartite(edges, n_partitions=None, *, client=None):
         partitions = client.compute(final)
     name = _keys.key_name("bipartite", *parts)
     return BipartiteGraph(
-        partitions, placed, user_bounds, item_bounds, (n_users, n_items), client, name
+        partitions, placed, user_bounds, item_bounds, (n_users, n_items), client, name, edges
     )
