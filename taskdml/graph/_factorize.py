@@ -32,14 +32,31 @@ exchange both it and :mod:`taskdml.graph._logistic` use) sends the touched item 
 their owners, which combine them (here: average the copies) and send the new values back to
 every partition that mirrors them.
 
+**Checkpoints and lost workers** (on a cluster), as the vertex programs have them
+(:mod:`taskdml.graph._supersteps`, whose :class:`~taskdml.graph._supersteps.Segments` loop
+:func:`run_bipartite` runs): with ``checkpoint_every=N`` (``"auto"``: every
+:data:`~taskdml.graph._supersteps.CHECKPOINT_EVERY` inside a pipeline step, none outside)
+the run goes in segments of ``N`` iterations, each segment's tasks starting from the last
+one's state on the same workers (the user factors for ALS, the users' and the owned items'
+factors for SGD: after an epoch's last GlobalSync every mirror equals its owner's). Between
+segments the client takes a copy as the checkpoint, written in a step through
+:func:`taskdml.cache._checkpoints.claim` under a token of the algorithm, its parameters and
+the user and item ranges; a run of the same finds it and goes on from there
+(``resumed_from``). A lost worker makes the run cut the graph again on the workers left
+(:meth:`~taskdml.graph._bipartite.BipartiteGraph.repartitioned`) and go on from the last
+checkpoint. Every random stream is seeded by (seed, block) or (seed, epoch, partition), never
+by where a segment starts, so the factors equal an uninterrupted run's exactly.
+
 The factors stay on the workers, one future per partition, and are returned as dask
 arrays chunked by partition. Imports: numpy in the task functions; dask, xarray,
 distributed and scikit-learn's ``check_random_state`` inside the functions that run on the
-client; :mod:`taskdml.graph._supersteps`, whose ``pinned_tasks``, ``in_threads`` and
-``as_partition`` run every graph algorithm's partitions, on workers or in threads.
+client; :mod:`taskdml.graph._supersteps`, whose ``pinned_tasks``, ``in_threads``,
+``as_partition`` and ``Segments`` run every graph algorithm's partitions, on workers or in
+threads.
 """
 
 import dataclasses
+import functools
 import operator
 import time
 
@@ -47,7 +64,13 @@ import numpy as np
 
 from taskdml import _events
 from taskdml.graph._bipartite import BipartiteGraph, partition_bipartite
-from taskdml.graph._supersteps import _raise_the_cause, as_partition, in_threads, pinned_tasks
+from taskdml.graph._supersteps import (
+    Segments,
+    as_partition,
+    check_every,
+    in_threads,
+    pinned_tasks,
+)
 
 _INIT_BLOCK = 1024
 _SOLVE_CHUNK = 1 << 13
@@ -141,12 +164,15 @@ def _exchange(collective, part, rank, factors, sends, mirrors, tag):
     return np.concatenate(blocks) if blocks else np.zeros((0, width))
 
 
-def als_iterations(part, users, spec, collective, rank, tags):
-    """Every ALS iteration of partition *part* from its initial user factors *users*;
-    returns ``(user factors, item factors, history)``."""
+def als_iterations(part, init, spec, collective, rank, tags, first=0, stop=None, start=None):
+    """ALS iterations ``first .. stop - 1`` (all by default) of partition *part*, from its
+    initial user factors (*init*, see :func:`_initial`) or, going on from an earlier segment,
+    from *start*'s user factors (``start[0]``); returns ``(user factors, item factors,
+    history)``."""
+    users = _initial(part, init, spec) if start is None else start[0]
     history = []
     items = np.zeros((part.by_item.n_rows, users.shape[1]))
-    for iteration in range(spec.n_iter):
+    for iteration in range(first, spec.n_iter if stop is None else stop):
         began = time.perf_counter()
         mirrored = _exchange(
             collective, part, rank, users, part.user_sends, part.user_mirrors, ("users", iteration)
@@ -176,13 +202,12 @@ def als_iterations(part, users, spec, collective, rank, tags):
     return users, items, history
 
 
-def als_task(part, init, spec, collective, rank, tags):
-    """One partition's task: every ALS iteration (see the module docstring)."""
-
-    def body():
-        return als_iterations(part, _initial(part, init, spec), spec, collective, rank, tags)
-
-    return as_partition(collective, rank, body)
+def bipartite_task(iterate, part, block, spec, collective, rank, tags, first, stop, start):
+    """One partition's task: ``iterate``'s iterations ``first .. stop - 1`` (one segment of
+    :func:`run_bipartite`) between the collective's join and leave."""
+    return as_partition(
+        collective, rank, iterate, part, block, spec, collective, rank, tags, first, stop, start
+    )
 
 
 def _initial(part, init, spec):
@@ -201,6 +226,109 @@ class _Spec:
     seed: int
 
 
+# -- the run: segments between checkpoints on a cluster, threads here ---------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Algorithm:
+    """A bipartite algorithm as :func:`run_bipartite` runs it.
+
+    Attributes
+    ----------
+    name : str
+        Names it in its checkpoints' token and its tasks' keys (alphabetic).
+    iterate : callable
+        ``iterate(part, block, spec, collective, rank, tags, first, stop, start)``: one
+        partition's iterations ``first .. stop - 1``, from *block* (``start is None``) or
+        from an earlier segment's outcome or checkpointed state *start*; returns an outcome
+        tuple whose last item is the history.
+    kept : tuple of int
+        The positions of an outcome a checkpoint holds (the others are ``None`` in it): all
+        that *iterate* reads of *start*.
+    n_iter : str
+        The field of the spec that holds the number of iterations.
+    """
+
+    name: str
+    iterate: object
+    kept: tuple
+    n_iter: str = "n_iter"
+
+
+@dataclasses.dataclass
+class BipartiteRun:
+    """What :func:`run_bipartite` returns: per partition its last outcome (futures on a
+    cluster), rank 0's history, the graph the last segment ran on, where the run went on
+    from a checkpoint (``resumed_from``, ``None`` from the start) and its lost workers
+    (``restarts``), as :class:`~taskdml.graph._supersteps.SuperstepResult` says them."""
+
+    outcomes: list
+    history: list
+    graph: object
+    resumed_from: int = None
+    restarts: list = dataclasses.field(default_factory=list)
+
+
+def run_bipartite(graph, algorithm, spec, blocks, timeout, checkpoint_every="auto"):
+    """Run *algorithm* on every partition of *graph*: on a cluster one pinned task per
+    partition and segment (:class:`~taskdml.graph._supersteps.Segments`: checkpoints every
+    *checkpoint_every* iterations, resumed in a pipeline step, going on after lost
+    workers); without a client, a thread per partition here (no checkpoints)."""
+    check_every(checkpoint_every)
+    if graph.client is None:
+
+        def run(rank, part, block, peer):
+            return algorithm.iterate(part, block, spec, peer, rank, None, 0, None, None)
+
+        outcomes = in_threads(graph, blocks, timeout, run)
+        return BipartiteRun(outcomes, outcomes[0][-1], graph)
+    segments = _Segments(graph, algorithm, spec, blocks, timeout, checkpoint_every)
+    outcomes, history, _, graph, restarts = segments.run()
+    return BipartiteRun(outcomes, history, graph, segments.resumed_from, restarts)
+
+
+def _summary(outcome):
+    """A segment's ``(history, converged)``: the bipartite algorithms run all their
+    iterations."""
+    return outcome[-1], False
+
+
+def _kept(outcome, positions):
+    """The items of *outcome* at *positions*, ``None`` elsewhere (a checkpoint's state,
+    read by ``iterate`` as it reads an outcome)."""
+    return tuple(outcome[i] if i in positions else None for i in range(max(positions) + 1))
+
+
+class _Segments(Segments):
+    """:func:`run_bipartite` on a cluster: the tasks of each segment, its token."""
+
+    summary = staticmethod(_summary)
+
+    def __init__(self, graph, algorithm, spec, blocks, timeout, every):
+        from dask.base import tokenize
+
+        self.algorithm, self.spec, self.blocks, self.timeout = algorithm, spec, blocks, timeout
+        self.state = functools.partial(_kept, positions=algorithm.kept)
+        # the step's cache key names the graph, the data and init; a checkpoint also says
+        # which algorithm, parameters and vertex ranges it holds the state of
+        token = tokenize(
+            algorithm.name,
+            dataclasses.asdict(spec),
+            np.asarray(graph.user_bounds).tolist(),
+            np.asarray(graph.item_bounds).tolist(),
+        )
+        super().__init__(graph, getattr(spec, algorithm.n_iter), every, token)
+
+    def submit(self, graph, first, stop, start):
+        def arguments(rank, collective, tags):
+            begin = None if start is None else start[rank]
+            return (self.algorithm.iterate, graph.partitions[rank], self.blocks[rank], self.spec,
+                    collective, rank, tags, first, stop, begin)  # fmt: skip
+
+        name = self.algorithm.name
+        return pinned_tasks(graph, bipartite_task, arguments, self.timeout, self.spec, name)
+
+
 # -- the model ------------------------------------------------------------------------------
 
 
@@ -215,14 +343,23 @@ class FactorizationModel:
     item_factors : xarray.Dataset
         ``factors`` along ``("dst_vertex", "component")``.
     history : list of dict
-        Per iteration: ``superstep``, ``rmse`` (training), ``seconds``, ``exchange_s``.
+        Per iteration: ``superstep``, ``rmse`` (training), ``seconds``, ``exchange_s``
+        (ALS).
     graph : BipartiteGraph
+        The partitions the last iterations ran on (cut again after a lost worker).
+    resumed_from : int or None
+        The iteration a run found checkpointed and started from (``None``: from the start).
+    restarts : list of dict
+        Per worker loss: ``superstep`` (the iteration the run went on from) and
+        ``workers`` (those that left).
     """
 
     user_factors: object
     item_factors: object
     history: list
     graph: object
+    resumed_from: int = None
+    restarts: list = dataclasses.field(default_factory=list)
 
     @property
     def n_iter_(self):
@@ -300,6 +437,7 @@ def als(
     n_partitions=None,
     timeout=600.0,
     client=None,
+    checkpoint_every="auto",
 ):
     """Alternating least squares on a bipartite rating graph, on the workers.
 
@@ -330,6 +468,15 @@ def als(
         Seconds a partition waits for another's factors before it raises.
     client : distributed.Client or False, optional
         Default: the current one; without one, the partitions run in threads here.
+    checkpoint_every : int, "auto" or None, default="auto"
+        Iterations between checkpoints, as :func:`~taskdml.graph.run_supersteps` takes
+        them: on a cluster the run goes in segments of that many iterations, each
+        segment's tasks starting from the last one's factors where they are; a lost worker
+        makes the run go on from the last checkpoint on the workers left, and inside a
+        pipeline step they are written to the store, so that ``taskdml resume`` goes on
+        from there (``resumed_from``). ``"auto"``:
+        :data:`~taskdml.graph._supersteps.CHECKPOINT_EVERY` inside a pipeline step, none
+        outside. The factors do not depend on it.
 
     Returns
     -------
@@ -364,43 +511,24 @@ def als(
             )
         bounds = graph.user_bounds
         blocks = [init[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-    if graph.client is None:
-        outcomes = _run_here(graph, spec, blocks, timeout)
-        history = outcomes[0][2]
-    else:
-        outcomes, history = _run_on_workers(graph, spec, blocks, timeout)
+    return _model(run_bipartite(graph, ALS, spec, blocks, timeout, checkpoint_every), spec)
+
+
+ALS = Algorithm("als", als_iterations, kept=(0,))
+"""ALS goes on from the user factors (the items are solved from them first)."""
+
+
+def _model(ran, spec):
+    """The :class:`FactorizationModel` of a run whose outcomes are ``(users, items,
+    history)``."""
     return FactorizationModel(
-        _factors(graph, outcomes, 0, "src_vertex", spec.rank),
-        _factors(graph, outcomes, 1, "dst_vertex", spec.rank),
-        history,
-        graph,
+        _factors(ran.graph, ran.outcomes, 0, "src_vertex", spec.rank),
+        _factors(ran.graph, ran.outcomes, 1, "dst_vertex", spec.rank),
+        ran.history,
+        ran.graph,
+        ran.resumed_from,
+        ran.restarts,
     )
-
-
-def _run_on_workers(graph, spec, blocks, timeout, function=None, phase="als"):
-    """*function* (ALS by default) as one pinned task per partition; its outcomes and rank
-    0's history, once every partition ended."""
-
-    def arguments(rank, collective, tags):
-        return graph.partitions[rank], blocks[rank], spec, collective, rank, tags
-
-    function = function or als_task
-    outcomes, _ = pinned_tasks(graph, function, arguments, timeout, spec, phase=phase)
-    _raise_the_cause(outcomes)
-    history = graph.client.submit(operator.itemgetter(2), outcomes[0], pure=False).result()
-    return outcomes, history
-
-
-def _run_here(graph, spec, blocks, timeout, iterate=None):
-    """*iterate* (ALS by default) on every partition of a graph held in this process, a
-    thread each (:func:`~taskdml.graph._supersteps.in_threads`)."""
-
-    def run(rank, part, block, peer):
-        if iterate is not None:
-            return iterate(part, block, spec, peer, rank, None)
-        return als_iterations(part, _initial(part, block, spec), spec, peer, rank, None)
-
-    return in_threads(graph, blocks, timeout, run)
 
 
 def _factors(graph, outcomes, which, dim, rank):
@@ -436,11 +564,6 @@ class _SGDSpec:
     n_batches: int
     sync_every: int
     seed: int
-
-
-def sgd_task(part, init, spec, collective, rank, tags):
-    """One partition's task: every epoch of :func:`sgd_factorize` (see its docstring)."""
-    return as_partition(collective, rank, sgd_epochs, part, init, spec, collective, rank, tags)
 
 
 def _sgd_initial(part, init, spec):
@@ -504,11 +627,16 @@ def _average(masters, total, count):
     return changed
 
 
-def sgd_epochs(part, init, spec, collective, rank, tags):
-    """Every epoch of one partition: mini-batches of its users' ratings, GlobalSync of the
-    touched item vectors every ``sync_every`` mini-batches and at the end of each epoch;
-    returns ``(user factors, item factors, history)``."""
-    users, masters = _sgd_initial(part, init, spec)
+def sgd_epochs(part, init, spec, collective, rank, tags, first=0, stop=None, start=None):
+    """Epochs ``first .. stop - 1`` (all by default) of one partition: mini-batches of its
+    users' ratings, GlobalSync of the touched item vectors every ``sync_every`` mini-batches
+    and at the end of each epoch; from *init* (see :func:`_sgd_initial`) or an earlier
+    segment's *start* (its user factors and its items' factors, copied); returns ``(user
+    factors, item factors, history)``."""
+    if start is None:
+        users, masters = _sgd_initial(part, init, spec)
+    else:
+        users, masters = start[0].copy(), start[1].copy()
     side = part.by_user
     mirrored = _exchange(
         collective, part, rank, masters, part.item_sends, part.item_mirrors, ("items", -1)
@@ -516,7 +644,7 @@ def sgd_epochs(part, init, spec, collective, rank, tags):
     rows = np.repeat(np.arange(side.n_rows), side.counts)
     touched = np.zeros(len(mirrored), dtype=bool)
     history, syncs, lr, reg = [], 0, spec.learning_rate, spec.reg
-    for epoch in range(spec.n_epochs):
+    for epoch in range(first, spec.n_epochs if stop is None else stop):
         began = time.perf_counter()
         order = np.random.default_rng([spec.seed, epoch, rank]).permutation(len(rows))
         for step, batch in enumerate(np.array_split(order, spec.n_batches)):
@@ -559,6 +687,7 @@ def sgd_factorize(
     n_partitions=None,
     timeout=600.0,
     client=None,
+    checkpoint_every="auto",
 ):
     """Matrix factorisation by mini-batch SGD on the workers, in TUX2's MEGA shape.
 
@@ -592,8 +721,8 @@ def sgd_factorize(
         ``(n_items, rank)`` (default: unit-norm normal rows, as :func:`als`).
     random_state : int, optional
         The seed of the shuffles and the initial factors (an int is used as it is).
-    n_partitions, timeout, client
-        As :func:`als`.
+    n_partitions, timeout, client, checkpoint_every
+        As :func:`als` (an epoch is an iteration).
 
     Returns
     -------
@@ -636,17 +765,12 @@ def sgd_factorize(
             )
         ub, ib = graph.user_bounds, graph.item_bounds
         blocks = [(U0[ub[p] : ub[p + 1]], V0[ib[p] : ib[p + 1]]) for p in range(len(blocks))]
-    if graph.client is None:
-        outcomes = _run_here(graph, spec, blocks, timeout, sgd_epochs)
-        history = outcomes[0][2]
-    else:
-        outcomes, history = _run_on_workers(graph, spec, blocks, timeout, sgd_task, "sgd")
-    return FactorizationModel(
-        _factors(graph, outcomes, 0, "src_vertex", spec.rank),
-        _factors(graph, outcomes, 1, "dst_vertex", spec.rank),
-        history,
-        graph,
-    )
+    return _model(run_bipartite(graph, SGD, spec, blocks, timeout, checkpoint_every), spec)
+
+
+SGD = Algorithm("sgd", sgd_epochs, kept=(0, 1), n_iter="n_epochs")
+"""SGD goes on from the user factors and the item factors their owners hold (after an
+epoch's last GlobalSync, every copy of an item equals its owner's)."""
 
 
 def _seed(random_state):

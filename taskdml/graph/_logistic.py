@@ -21,6 +21,12 @@ task per partition, where it lives, runs every epoch:
 So the run is one machine's mini-batch gradient descent on the global batches, whatever the
 partitioning: the tests compare it with such a loop, and its accuracy with scikit-learn's
 ``SGDClassifier``. Samples labelled ``-1`` are not trained on but scored.
+
+Checkpoints every ``checkpoint_every`` epochs and lost workers as
+:mod:`taskdml.graph._factorize` has them (:func:`~taskdml.graph._factorize.run_bipartite`):
+a segment goes on from its features' weights and the intercept (the mirrors, equal to their
+owners' weights after each push-pull, are exchanged again), and the result equals an
+uninterrupted run's.
 """
 
 import dataclasses
@@ -31,8 +37,7 @@ import numpy as np
 
 from taskdml import _events
 from taskdml.graph._bipartite import BipartiteGraph, partition_bipartite
-from taskdml.graph._factorize import _run_here, _run_on_workers, _seed, push_pull
-from taskdml.graph._supersteps import as_partition
+from taskdml.graph._factorize import Algorithm, _exchange, _seed, push_pull, run_bipartite
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,19 +69,25 @@ def _pick(outcome, *path):
     return outcome
 
 
-def logistic_epochs(part, labels, spec, collective, rank, tags):
-    """Every epoch of one partition (see the module docstring); returns ``(probabilities of
-    its samples, weights of its features, history)``."""
+def logistic_epochs(part, labels, spec, collective, rank, tags, first=0, stop=None, start=None):
+    """Epochs ``first .. stop - 1`` (all by default) of one partition (see the module
+    docstring), from zeros or from an earlier segment's ``start[1]`` (its features' weights,
+    copied, and the intercept); returns ``(probabilities of its samples, (weights of its
+    features, intercept), history)``."""
     side = part.by_user
     labels = np.asarray(labels).ravel()
     i0, i1 = part.bounds("item")
-    weights = np.zeros(i1 - i0)
+    weights, intercept = np.zeros(i1 - i0), 0.0
     mirrored = np.zeros(sum(len(v) for v in part.item_mirrors.values()))
+    if start is not None:  # every mirror equals its owner's weight after a push_pull
+        weights, intercept = start[1][0].copy(), start[1][1]
+        sends, mirrors = part.item_sends, part.item_mirrors
+        mirrored = _exchange(collective, part, rank, weights[:, None], sends, mirrors, "w")[:, 0]
     touched = np.zeros(len(mirrored), dtype=bool)
     rows = np.repeat(np.arange(side.n_rows), side.counts)
     labelled = np.flatnonzero(labels >= 0)
-    intercept, history, step = 0.0, [], 0
-    for epoch in range(spec.n_epochs):
+    history, step = [], 0
+    for epoch in range(first, spec.n_epochs if stop is None else stop):
         began = time.perf_counter()
         order = labelled[np.random.default_rng([spec.seed, epoch, rank]).permutation(len(labelled))]
         for batch in np.array_split(order, spec.n_batches):
@@ -111,12 +122,8 @@ def logistic_epochs(part, labels, spec, collective, rank, tags):
     return probability, (weights, intercept), history
 
 
-def logistic_task(part, labels, spec, collective, rank, tags):
-    """One partition's task: :func:`logistic_epochs` between the collective's join and
-    leave."""
-    return as_partition(
-        collective, rank, logistic_epochs, part, labels, spec, collective, rank, tags
-    )
+LOGISTIC = Algorithm("logit", logistic_epochs, kept=(1,), n_iter="n_epochs")
+"""Logistic regression goes on from the weights (their owners') and the intercept."""
 
 
 @dataclasses.dataclass
@@ -134,12 +141,18 @@ class SparseLogisticModel:
         sample (the unlabelled too), left on the workers.
     history : list of dict
         Per epoch: ``superstep``, ``log_loss`` (over the labelled samples), ``seconds``.
+    resumed_from : int or None
+        The epoch a run found checkpointed and started from (``None``: from the start).
+    restarts : list of dict
+        Per worker loss: ``superstep`` (the epoch the run went on from) and ``workers``.
     """
 
     coef: object
     intercept: float
     samples: object
     history: list
+    resumed_from: int = None
+    restarts: list = dataclasses.field(default_factory=list)
 
     @property
     def n_iter_(self):
@@ -159,6 +172,7 @@ def sparse_logistic_regression(
     n_partitions=None,
     timeout=600.0,
     client=None,
+    checkpoint_every="auto",
 ):
     """Binary logistic regression on the sample-feature bipartite graph, on the workers.
 
@@ -177,8 +191,8 @@ def sparse_logistic_regression(
         Mini-batches per epoch (every partition cuts its samples into as many).
     random_state : int, optional
         The seed of the shuffles (an int is used as it is).
-    n_partitions, timeout, client
-        As :func:`~taskdml.graph.als`.
+    n_partitions, timeout, client, checkpoint_every
+        As :func:`~taskdml.graph.als` (an epoch is an iteration).
 
     Returns
     -------
@@ -220,14 +234,13 @@ def sparse_logistic_regression(
     spec = _Spec(
         float(alpha), float(learning_rate), int(n_epochs), int(n_batches), _seed(random_state)
     )
+    ran = run_bipartite(graph, LOGISTIC, spec, blocks, timeout, checkpoint_every)
+    outcomes, graph = ran.outcomes, ran.graph
     if graph.client is None:
-        outcomes = _run_here(graph, spec, blocks, timeout, logistic_epochs)
-        history = outcomes[0][2]
         probability = da.concatenate([da.from_array(o[0]) for o in outcomes])
         coef = da.concatenate([da.from_array(o[1][0]) for o in outcomes])
         intercept = outcomes[0][1][1]
     else:
-        outcomes, history = _run_on_workers(graph, spec, blocks, timeout, logistic_task, "logit")
         pick = dask.delayed(_pick, pure=True)
         probability = da.concatenate(
             [da.from_delayed(pick(o, 0), shape=(n,), dtype=float) for o, n in zip(outcomes, sizes)]
@@ -245,6 +258,7 @@ def sparse_logistic_regression(
             "label": ("src_vertex", (probability > 0.5).astype(np.int64)),
         }
     )
+    coef = xr.Dataset({"coef": ("dst_vertex", coef)})
     return SparseLogisticModel(
-        xr.Dataset({"coef": ("dst_vertex", coef)}), float(intercept), samples, history
+        coef, float(intercept), samples, ran.history, ran.resumed_from, ran.restarts
     )
