@@ -84,3 +84,40 @@ def save_values(result, variable, path):
 
     np.save(path, np.asarray(result[variable].values))
     return path
+
+
+def held_als(ratings, hold, at, rank, reg, n_iter, random_state):
+    """ALS of *ratings* (:func:`taskdml.graph.als`'s run, checkpointed as it is) whose
+    rank-0 partition holds after iteration *at* (as :func:`held_pagerank`); the factors as a
+    Dataset (``users``, ``items``; attrs ``history`` and ``resumed_from``). Marked as a graph
+    builder: it runs in the client."""
+    import dataclasses
+
+    import xarray as xr
+
+    from taskdml.graph import partition_bipartite
+    from taskdml.graph._factorize import ALS, _model, _seed, _Spec, run_bipartite
+
+    def iterations(part, init, spec, collective, rank_, tags, first=0, stop=None, start=None):
+        if rank_ != 0 or hold in _PASSED or not first <= at < stop - 1:
+            return ALS.iterate(part, init, spec, collective, rank_, tags, first, stop, start)
+        done = ALS.iterate(part, init, spec, collective, rank_, tags, first, at + 1, start)
+        _hold(hold)
+        rest = ALS.iterate(part, init, spec, collective, rank_, tags, at + 1, stop, done)
+        return (*rest[:-1], done[-1] + rest[-1])
+
+    graph = partition_bipartite(ratings)
+    spec = _Spec(rank, reg, n_iter, True, _seed(random_state))
+    held = dataclasses.replace(ALS, iterate=iterations)
+    model = _model(run_bipartite(graph, held, spec, [None] * graph.n_partitions, 600.0), spec)
+    attrs = {"history": model.history, "resumed_from": model.resumed_from}
+    return xr.Dataset(
+        {
+            "users": (("src_vertex", "component"), model.user_factors.factors.data),
+            "items": (("dst_vertex", "component"), model.item_factors.factors.data),
+        },
+        attrs={k: v for k, v in attrs.items() if v is not None},
+    )
+
+
+held_als.__taskdml_builds_graph__ = True

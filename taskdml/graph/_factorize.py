@@ -476,7 +476,8 @@ def als(
         pipeline step they are written to the store, so that ``taskdml resume`` goes on
         from there (``resumed_from``). ``"auto"``:
         :data:`~taskdml.graph._supersteps.CHECKPOINT_EVERY` inside a pipeline step, none
-        outside. The factors do not depend on it.
+        outside. The factors do not depend on it. A run without an int *random_state*
+        draws its seed anew, so it goes on from no checkpoint.
 
     Returns
     -------
