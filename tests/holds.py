@@ -86,13 +86,15 @@ def save_values(result, variable, path):
     return path
 
 
-def held_als(ratings, hold, at, rank, reg, n_iter, random_state):
-    """ALS of *ratings* (:func:`taskdml.graph.als`'s run, checkpointed as it is) whose
-    rank-0 partition holds after iteration *at* (as :func:`held_pagerank`); the factors as a
+def held_als(ratings, hold, at, rank, reg, n_iter, random_state, init_seed):
+    """ALS of *ratings* (:func:`taskdml.graph.als`'s run, checkpointed as it is) from the
+    user factors ``default_rng(init_seed).standard_normal((n_users, rank))``, whose rank-0
+    partition holds after iteration *at* (as :func:`held_pagerank`); the factors as a
     Dataset (``users``, ``items``; attrs ``history`` and ``resumed_from``). Marked as a graph
     builder: it runs in the client."""
     import dataclasses
 
+    import numpy as np
     import xarray as xr
 
     from taskdml.graph import partition_bipartite
@@ -109,7 +111,10 @@ def held_als(ratings, hold, at, rank, reg, n_iter, random_state):
     graph = partition_bipartite(ratings)
     spec = _Spec(rank, reg, n_iter, True, _seed(random_state))
     held = dataclasses.replace(ALS, iterate=iterations)
-    model = _model(run_bipartite(graph, held, spec, [None] * graph.n_partitions, 600.0), spec)
+    init = np.random.default_rng(init_seed).standard_normal((graph.shape[0], rank))
+    bounds = graph.user_bounds
+    blocks = [init[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    model = _model(run_bipartite(graph, held, spec, blocks, 600.0), spec)
     attrs = {"history": model.history, "resumed_from": model.resumed_from}
     return xr.Dataset(
         {

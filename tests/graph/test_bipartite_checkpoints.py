@@ -14,9 +14,9 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -153,15 +153,22 @@ def test_an_als_run_that_finds_its_checkpoint_goes_on_from_its_iteration(client,
     iteration 4 (``resumed_from``), publishes only iteration 4's event and ends with an
     uninterrupted run's factors and history; another ``reg`` does not take it (nor would a
     run without a seed: it draws one anew)."""
-    graph = partition_bipartite(_ratings(), 3, client=client)
-    whole = als(graph, RANK, REG, 5, init=U0, random_state=0, checkpoint_every=None)
+    whole = als(
+        partition_bipartite(_ratings(), 3, client=client),
+        RANK,
+        REG,
+        5,
+        init=U0,
+        random_state=0,
+        checkpoint_every=None,
+    )
     store = Cache(tmp_path / "cache")
     with _checkpoints.scope(store, "step-key"):
-        first = als(graph, RANK, REG, 5, init=U0, random_state=0, checkpoint_every=2)
+        first = als(whole.graph, RANK, REG, 5, init=U0, random_state=0, checkpoint_every=2)
     assert first.resumed_from is None
     run_id = uuid.uuid4().hex
     with _checkpoints.scope(store, "step-key"), _events.scope(run_id, "factors"):
-        again = als(graph, RANK, REG, 5, init=U0, random_state=0, checkpoint_every=2)
+        again = als(whole.graph, RANK, REG, 5, init=U0, random_state=0, checkpoint_every=2)
     assert again.resumed_from == 4
     assert _supersteps_published(client, run_id) == [4]
     assert [h["rmse"] for h in again.history] == [h["rmse"] for h in whole.history]
@@ -169,8 +176,12 @@ def test_an_als_run_that_finds_its_checkpoint_goes_on_from_its_iteration(client,
         np.testing.assert_array_equal(
             getattr(again, side).factors.values, getattr(whole, side).factors.values
         )
+    graph = _ratings()
+    src, dst, weight = graph.src.values, graph.dst.values, graph.weight.values
+    U, _ = reference_als(src, dst, weight, 120, 50, U0, 5)
+    np.testing.assert_allclose(again.user_factors.factors.values, U, rtol=1e-8, atol=1e-10)
     with _checkpoints.scope(store, "step-key"):
-        other = als(graph, RANK, 2 * REG, 5, init=U0, random_state=0, checkpoint_every=2)
+        other = als(whole.graph, RANK, 2 * REG, 5, init=U0, random_state=0, checkpoint_every=2)
     assert other.resumed_from is None
 
 
@@ -201,47 +212,48 @@ def test_a_worker_killed_mid_als_the_run_ends_as_an_uninterrupted_one(dask_clust
     iterations; partition 1 holds after iteration 4 and, once the recorded events say
     iteration 4 was reached, its worker is SIGKILLed. The run goes on from the checkpoint of
     iteration 4 on the two workers left and ends with the uninterrupted run's factors and
-    history."""
+    history, the one-vertex-at-a-time loop's from the same start."""
     from distributed import Client, Event
 
     address = dask_cluster.start(workers=(HERE, HERE, HERE), scheduler=HERE)
     hold, run_id = f"als-hold-{uuid.uuid4().hex}", uuid.uuid4().hex
     with Client(address, set_as_default=False) as client:
         graph = partition_bipartite(_ratings(), 3, client=client)
-        uninterrupted = als(graph, RANK, REG, 8, random_state=0, checkpoint_every=None)
+        uninterrupted = als(graph, RANK, REG, 8, init=U0, random_state=0, checkpoint_every=None)
         expected = [uninterrupted.user_factors, uninterrupted.item_factors]
         expected = [client.compute(side.factors.data).result() for side in expected]
         spec = _Spec(RANK, REG, 8, True, 0)
         held = dataclasses.replace(ALS, iterate=functools.partial(_held, hold=hold, holder=1, at=4))
-        outcome = {}
+        bounds = graph.user_bounds
+        blocks = [U0[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
         def run():
             with _events.scope(run_id, "als"):
-                try:
-                    ran = run_bipartite(graph, held, spec, [None] * 3, 60.0, checkpoint_every=2)
-                    outcome["model"] = _model(ran, spec)
-                except Exception as error:  # noqa: BLE001 - reported below
-                    outcome["error"] = error
+                return run_bipartite(graph, held, spec, blocks, 60.0, checkpoint_every=2)
 
-        thread = threading.Thread(target=run)
-        thread.start()
-        deadline = time.monotonic() + 60  # a guard against a hang, not a measurement
-        while 4 not in _supersteps_published(client, run_id):
-            assert thread.is_alive() and time.monotonic() < deadline, outcome
-            time.sleep(0.02)
-        victim = graph.workers[1]
-        pid = client.run(os.getpid, workers=[victim])[victim]
-        os.kill(pid, signal.SIGKILL)  # a worker process this test started
-        Event(hold, client=client).set()
-        thread.join(90)
-        assert "error" not in outcome, outcome.get("error")
-        model = outcome["model"]
+        with ThreadPoolExecutor(1) as pool:
+            running = pool.submit(run)
+            deadline = time.monotonic() + 60  # a guard against a hang, not a measurement
+            while 4 not in _supersteps_published(client, run_id):
+                assert not running.done() and time.monotonic() < deadline, running.exception()
+                time.sleep(0.02)
+            victim = graph.workers[1]
+            pid = client.run(os.getpid, workers=[victim])[victim]
+            os.kill(pid, signal.SIGKILL)  # a worker process this test started
+            Event(hold, client=client).set()
+            model = _model(running.result(timeout=90), spec)
         assert model.restarts == [{"superstep": 4, "workers": [victim]}]
         assert victim not in model.graph.workers and len(set(model.graph.workers)) == 2
         assert [h["superstep"] for h in model.history] == list(range(8))
         assert [h["rmse"] for h in model.history] == [h["rmse"] for h in uninterrupted.history]
         for side, values in zip((model.user_factors, model.item_factors), expected):
             np.testing.assert_array_equal(client.compute(side.factors.data).result(), values)
+        ratings = _ratings()
+        U, _ = reference_als(
+            ratings.src.values, ratings.dst.values, ratings.weight.values, 120, 50, U0, 8
+        )
+        users = client.compute(model.user_factors.factors.data).result()
+        np.testing.assert_allclose(users, U, rtol=1e-8, atol=1e-10)
 
 
 PIPELINE = """\
@@ -256,7 +268,7 @@ steps:
   factors:
     call: holds:held_als   # ALS whose rank 0 holds after iteration 12 (checkpoints every 10)
     inputs: {ratings: ratings}
-    with: {hold: HOLD, at: 12, rank: 3, reg: 0.05, n_iter: 16, random_state: 0}
+    with: {hold: HOLD, at: 12, rank: 3, reg: 0.05, n_iter: 16, random_state: 0, init_seed: 1}
   saved:
     call: holds:save_values
     inputs: {result: factors}
@@ -274,7 +286,7 @@ def test_als_killed_mid_way_goes_on_from_its_checkpointed_iteration(tmp_path, cl
     """ALS in a pipeline step checkpoints every 10 iterations (the default); SIGKILL the CLI
     while its iteration 12 is held (the checkpoint of iteration 10 is on disk); `taskdml
     resume` publishes iterations 10 to 15 (none before) and saves an uninterrupted run's
-    user factors."""
+    user factors, the one-vertex-at-a-time loop's from the same start (``U0``)."""
     from distributed import Event
 
     hold = f"resume-als-{uuid.uuid4().hex}"
@@ -314,6 +326,9 @@ def test_als_killed_mid_way_goes_on_from_its_checkpointed_iteration(tmp_path, cl
     assert [e["superstep"] for e in resumed if e["event"] == "superstep"] == list(range(10, 16))
     assert not any(checkpoints.iterdir())  # removed once the step was stored
     graph = make_ratings(120, 50, rank=RANK, density=0.15, noise=0.1, random_state=0)
-    uninterrupted = als(graph, RANK, REG, 16, random_state=0, client=client)
+    uninterrupted = als(graph, RANK, REG, 16, init=U0, random_state=0, client=client)
     expected = uninterrupted.user_factors.factors.values
     np.testing.assert_allclose(np.load(saved), expected, rtol=0, atol=1e-12)
+    src, dst, weight = graph.src.values, graph.dst.values, graph.weight.values
+    U, _ = reference_als(src, dst, weight, 120, 50, U0, 16)
+    np.testing.assert_allclose(np.load(saved), U, rtol=1e-8, atol=1e-10)
