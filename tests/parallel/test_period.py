@@ -27,17 +27,20 @@ DOCUMENTED_TARGET = 0.05
 DOCUMENTED_MIN_ROUNDS = 4
 
 
-def _documented_period(block_s, round_s, most_blocks):
+def _documented_period(block_s, round_s, most_blocks, wait_s=0.0, min_merges=None):
     """The period by the formula of _period.py's docstring, written here: the smallest ``p``
-    with ``round_s / (p * block_s + round_s) <= 5 %``, found by trying p = 1, 2, ..., up to
-    the longest period that keeps 4 merges an epoch (1 when a measurement is missing)."""
-    bound = max(1, (most_blocks - 1) // (DOCUMENTED_MIN_ROUNDS - 1))
+    with ``(round_s + wait_s) / (p * block_s + round_s + wait_s) <= 5 %``, found by trying
+    p = 1, 2, ..., up to the longest period that keeps *min_merges* merges an epoch (4 by
+    default; every block of the epoch in one round for 1), 1 when a measurement is missing."""
+    floor = DOCUMENTED_MIN_ROUNDS if min_merges is None else min_merges
+    bound = most_blocks if floor == 1 else max(1, (most_blocks - 1) // (floor - 1))
     if block_s is None or round_s is None:
         return 1
+    cost = round_s + (wait_s or 0.0)
     for period in range(1, bound + 1):
-        wall = period * block_s + round_s
+        wall = period * block_s + cost
         # a relative whisker: the hand-computed 5 % cases land on the target exactly
-        if round_s <= DOCUMENTED_TARGET * wall * (1 + 1e-9):
+        if cost <= DOCUMENTED_TARGET * wall * (1 + 1e-9):
             return period
     return bound
 
@@ -73,30 +76,64 @@ def test_choose_period_by_hand(block_s, round_s, most_blocks, period):
     st.floats(1e-5, 1.0),
     st.floats(0.0, 1.0),
     st.integers(1, 10_000),
+    st.floats(0.0, 1.0),
+    st.sampled_from([1, 2, 4]),
 )
-def test_choose_period_is_the_smallest_within_target_and_the_bound(block_s, round_s, blocks):
-    """The period keeps coordination within the target (or is the bound), the one before it
-    does not, and every epoch keeps MIN_ROUNDS merges (or merges after every block)."""
-    period = choose_period(block_s, round_s, blocks)
-    share = lambda p: round_s / (p * block_s + round_s) if round_s else 0.0  # noqa: E731
-    bound = max(1, (blocks - 1) // (MIN_ROUNDS - 1))
+def test_choose_period_is_the_smallest_within_target_and_the_bound(
+    block_s, round_s, blocks, wait_s, floor
+):
+    """The period keeps coordination (the round and the wait) within the target (or is the
+    bound), the one before it does not, and every epoch keeps *floor* merges (or merges after
+    every block)."""
+    period = choose_period(block_s, round_s, blocks, wait_s=wait_s, min_rounds=floor)
+    cost = round_s + wait_s
+    share = lambda p: cost / (p * block_s + cost) if cost else 0.0  # noqa: E731
+    bound = blocks if floor == 1 else max(1, (blocks - 1) // (floor - 1))
     assert 1 <= period <= bound
     assert period == bound or share(period) <= TARGET * (1 + 1e-6)
     assert period == 1 or share(period - 1) > TARGET * (1 - 1e-6)
-    assert period == 1 or math.ceil(blocks / period) >= MIN_ROUNDS
+    assert period == 1 or math.ceil(blocks / period) >= floor
+    documented = _documented_period(block_s, round_s, blocks, wait_s, floor)
+    # the two may differ only by the whisker: a share within rounding of the target
+    assert period == documented or abs(share(min(period, documented)) - TARGET) < 1e-6
 
 
-def test_estimates_take_the_slowest_block_and_the_last_arrival():
+@pytest.mark.parametrize(
+    ("block_s", "round_s", "wait_s", "most_blocks", "floor", "period"),
+    [
+        # issue 27's 16 workers: 0.08 s blocks, 2 ms rounds, 20 ms waits, 8 blocks a replica
+        (0.08, 0.002, 0.0, 8, 4, 1),  # the round alone: 0.002 * 19 / 0.08 = 0.475
+        (0.08, 0.002, 0.02, 8, 4, 2),  # with the wait 5.2, but 4 merges allow (8 - 1) // 3
+        (0.08, 0.002, 0.02, 8, 1, 6),  # the linear floor: 0.022 * 19 / 0.08 = 5.225 -> 6
+        (0.08, 0.002, 0.04, 8, 1, 8),  # 9.975: the whole epoch in one round
+        (0.007, 0.004, 0.003, 1_000, 4, 19),  # 0.007 * 19 / 0.007 = 19 exactly
+        (0.007, 0.004, None, 1_000, 4, 11),  # no wait measured: the round alone
+        (0.01, 0.0, 0.01, 3, 1, 3),  # the bound of the linear floor is the epoch
+        (0.01, 0.0, 0.01, 3, 4, 1),  # fewer blocks than 4 merges: after every block
+    ],
+)
+def test_choose_period_with_the_wait_by_hand(block_s, round_s, wait_s, most_blocks, floor, period):
+    """The wait adds to the round's cost, the floor bounds the period: the hand-computed
+    periods, and the documented formula computed in the test gives them too."""
+    chosen = choose_period(block_s, round_s, most_blocks, wait_s=wait_s, min_rounds=floor)
+    assert chosen == period
+    assert chosen == _documented_period(block_s, round_s, most_blocks, wait_s, floor)
+
+
+def test_estimates_take_the_slowest_block_the_last_arrival_and_the_mean_wait():
     """Seconds per block: the slowest replica's, median over rounds; round cost: the smallest
-    overhead of a round (the last arrival's), median over rounds; unknowns left out."""
+    overhead of a round (the last arrival's), median over rounds; the straggler wait: the
+    mean over replicas of the overhead beyond the smallest, median over rounds; unknowns
+    left out."""
     rounds = [
         [(0.010, 1, None), (0.030, 1, None)],  # first round: no overhead known yet
         [(0.010, 1, 0.050), (0.012, 1, 0.004)],
         [(0.020, 2, 0.006), (0.0, 0, 0.090)],  # rank 1 had no block left
         [(0.009, 1, 0.008), (0.011, 1, 0.002)],
     ]
-    assert estimates(rounds) == pytest.approx((0.0115, 0.004))
-    assert estimates([[(0.01, 1, None)]]) == (0.01, None)
+    # waits by hand: (0.046 + 0) / 2, (0 + 0.084) / 2, (0.006 + 0) / 2 -> median 0.023
+    assert estimates(rounds) == pytest.approx((0.0115, 0.004, 0.023))
+    assert estimates([[(0.01, 1, None)]]) == (0.01, None, None)
     # the same estimates, computed here from the docstring's definition with NumPy
     slowest = [
         np.max([seconds / blocks for seconds, blocks, _ in infos if blocks]) for infos in rounds
@@ -106,7 +143,14 @@ def test_estimates_take_the_slowest_block_and_the_last_arrival():
         for known in ([o for _, _, o in infos if o is not None] for infos in rounds)
         if known
     ]
-    assert estimates(rounds) == pytest.approx((np.median(slowest), np.median(last_arrival)))
+    mean_wait = [
+        np.mean(np.array(known) - np.min(known))
+        for known in ([o for _, _, o in infos if o is not None] for infos in rounds)
+        if known
+    ]
+    assert estimates(rounds) == pytest.approx(
+        (np.median(slowest), np.median(last_arrival), np.median(mean_wait))
+    )
 
 
 @pytest.mark.parametrize("value", [0, -1, 2.0, "2", True, "Auto", None])
@@ -167,7 +211,7 @@ def _tiny_chunks(n_chunks=51, rows=40):
     return da.from_array(X, chunks=(rows, 4)), da.from_array(y, chunks=rows)
 
 
-def _check_decisions(result, epochs):
+def _check_decisions(result, epochs, floor):
     """Each epoch's period is the policy applied to its recorded inputs, and the rounds are
     the real ones: probe rounds of period 1 first, then the period."""
     stats, history = result.stats, result.history
@@ -177,11 +221,17 @@ def _check_decisions(result, epochs):
     rounds = 0
     for index, entry in enumerate(history):
         assert entry["block_s"] > 0 and entry["round_s"] >= 0
-        assert entry["sync_every"] == choose_period(entry["block_s"], entry["round_s"], most)
+        assert entry["straggler_wait_s"] >= 0 and entry["min_merges"] == floor
+        inputs = (entry["block_s"], entry["round_s"], most)
+        assert entry["sync_every"] == choose_period(
+            *inputs, wait_s=entry["straggler_wait_s"], min_rounds=entry["min_merges"]
+        )
         # and the documented formula, computed here from the recorded inputs
-        assert entry["sync_every"] == _documented_period(entry["block_s"], entry["round_s"], most)
-        assert stats["block_s"][index] == entry["block_s"]
-        assert stats["round_s"][index] == entry["round_s"]
+        assert entry["sync_every"] == _documented_period(
+            *inputs, entry["straggler_wait_s"], entry["min_merges"]
+        )
+        for name in ("block_s", "round_s", "straggler_wait_s", "min_merges"):
+            assert stats[name][index] == entry[name]
         probe = PROBE_ROUNDS if index == 0 else 0
         expected = probe + math.ceil((most - probe) / entry["sync_every"])
         assert entry["rounds"] == expected
@@ -206,8 +256,9 @@ def test_auto_periods_are_the_policy_applied_to_the_measured_costs(request, use_
     costly_rounds = train(SlowMergeSGD(random_state=0), X, y, **options)
     costly_blocks = train(SlowSGD(random_state=0), X, y, **options)
     assert costly_rounds.strategy == costly_blocks.strategy == "sync"
-    _check_decisions(costly_rounds, epochs=2)
-    _check_decisions(costly_blocks, epochs=2)
+    # SlowMergeSGD's own rule names no floor (4); SlowSGD has the linear family's (1)
+    _check_decisions(costly_rounds, epochs=2, floor=DOCUMENTED_MIN_ROUNDS)
+    _check_decisions(costly_blocks, epochs=2, floor=1)
     assert min(entry["round_s"] for entry in costly_rounds.history) >= MERGE_SLEEP_S
     assert min(entry["block_s"] for entry in costly_blocks.history) >= BLOCK_SLEEP_S
     chunks = chunks_of(X.compute(), y.compute(), X.chunks[0])
@@ -303,7 +354,97 @@ def test_data_parallel_keeps_the_periods_in_history(client, sync_every):
         assert entry["sync_every"] >= 1
         assert ("block_s" in entry) == (sync_every == "auto")
         if sync_every == "auto":
-            assert entry["sync_every"] == choose_period(entry["block_s"], entry["round_s"], 26)
-            assert entry["sync_every"] == _documented_period(entry["block_s"], entry["round_s"], 26)
+            inputs = (entry["block_s"], entry["round_s"], 26)
+            wait, floor = entry["straggler_wait_s"], entry["min_merges"]
+            assert floor == 1  # SGDClassifier: the linear family's floor
+            assert entry["sync_every"] == choose_period(*inputs, wait_s=wait, min_rounds=floor)
+            assert entry["sync_every"] == _documented_period(*inputs, wait, floor)
         else:
             assert entry["sync_every"] == 2
+
+
+def test_each_family_names_the_merges_an_epoch_keeps():
+    """The floor per family, as _period.py's docstring states the measurements: one merge an
+    epoch for the linear SGD family, four for the MLPs, the engine's four for a family that
+    names none; a Period follows the rule's floor; a bad floor is refused by name."""
+    import warnings
+
+    from sklearn.cluster import MiniBatchKMeans
+    from sklearn.linear_model import (
+        PassiveAggressiveClassifier,
+        PassiveAggressiveRegressor,
+        Perceptron,
+        SGDOneClassSVM,
+        SGDRegressor,
+    )
+    from sklearn.naive_bayes import GaussianNB
+    from sklearn.neural_network import MLPClassifier, MLPRegressor
+
+    from taskdml.parallel import MergeRule
+    from taskdml.parallel.engine._period import Period
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # PassiveAggressive* are deprecated
+        linear = [
+            SGDClassifier(), SGDRegressor(), Perceptron(), SGDOneClassSVM(),
+            PassiveAggressiveClassifier(), PassiveAggressiveRegressor(),
+        ]  # fmt: skip
+    floors = {
+        **{type(model).__name__: 1 for model in linear},
+        "MLPClassifier": 4,
+        "MLPRegressor": 4,
+        "MiniBatchKMeans": DOCUMENTED_MIN_ROUNDS,
+        "GaussianNB": DOCUMENTED_MIN_ROUNDS,
+    }
+    for model in [*linear, MLPClassifier(), MLPRegressor(), MiniBatchKMeans(), GaussianNB()]:
+        rule = get_merge_rule(model)
+        assert Period("auto", 10, rule.min_merges).min_merges == floors[type(model).__name__]
+    assert get_merge_rule(GaussianNB()).min_merges is None  # the engine's default applies
+    for bad in (0, 2.0, True):
+        with pytest.raises(ValueError, match=r"min_merges must be an integer >= 1 or None, got"):
+            MergeRule(fn=lambda replicas, weights: replicas[0], min_merges=bad)
+
+
+SLEEP_PER_ROW_S = 50e-6
+
+
+class RowsCostSGD(SGDClassifier):
+    """An SGD classifier whose partial_fit takes SLEEP_PER_ROW_S more a row: a block's cost
+    follows its rows, so a replica given larger chunks is the straggler."""
+
+    def partial_fit(self, X, y=None, classes=None, sample_weight=None):
+        time.sleep(SLEEP_PER_ROW_S * len(X))
+        return super().partial_fit(X, y, classes=classes, sample_weight=sample_weight)
+
+
+def test_an_uneven_load_lengthens_the_period_by_its_wait(client):
+    """Chunks of 1,000 and 500 rows in turn give replica 0 (blocks 0, 2, ...) twice the rows
+    of replica 1: the wait for it is recorded, it is counted in the period (the documented
+    formula with the recorded inputs), and that period is longer than the one the round's
+    cost alone would give. The training is the sync loop of reference_loops.py with it."""
+    from reference_loops import chunks_of, merge_linear_sgd, reference_sync_windows
+
+    sizes = (1_000, 500) * 8
+    rng = np.random.default_rng(1)
+    X_np = rng.normal(size=(sum(sizes), 4))
+    y_np = (X_np[:, 0] > 0).astype(int)
+    X, y = da.from_array(X_np, chunks=(sizes, 4)), da.from_array(y_np, chunks=(sizes,))
+    result = train(
+        RowsCostSGD(random_state=0), X, y, classes=[0, 1], n_replicas=2, epochs=1, random_state=0
+    )
+    stats, (entry,) = result.stats, result.history
+    assert result.strategy == "sync" and stats["replicas"] == 2
+    # the load, from the replicas' own records: 8 blocks each, replica 0 twice the rows
+    assert [sum(rows) for rows in stats["round_rows"]] == [8_000, 4_000]
+    assert entry["min_merges"] == 1 and entry["straggler_wait_s"] > 0
+    inputs = (entry["block_s"], entry["round_s"], 8)
+    with_wait = _documented_period(*inputs, entry["straggler_wait_s"], 1)
+    assert entry["sync_every"] == with_wait
+    assert with_wait > _documented_period(*inputs, 0.0, 1)
+    assert entry["rounds"] == PROBE_ROUNDS + math.ceil((8 - PROBE_ROUNDS) / with_wait)
+    windows = [[1] * PROBE_ROUNDS + [with_wait] * math.ceil((8 - PROBE_ROUNDS) / with_wait)]
+    expected = reference_sync_windows(
+        SGDClassifier(random_state=0), chunks_of(X_np, y_np, X.chunks[0]), [0, 1],
+        merge_linear_sgd, n_replicas=2, windows=windows, shuffle=True, random_state=0,
+    )  # fmt: skip
+    np.testing.assert_array_equal(result.estimator.coef_, expected.coef_)

@@ -135,7 +135,7 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
     state, history, busy, waiting = start, [], 0.0, 0.0
     copying_s, epoch_end_s, log = 0.0, 0.0, []  # log: per round (seconds, rows, chunk indices)
     validation, overhead = plan.validation, None
-    period = Period(plan.sync_every, plan.most_blocks)
+    period = Period(plan.sync_every, plan.most_blocks, getattr(plan.rule, "min_merges", None))
     if plan.period_state is not None:  # a later segment: no new probe rounds
         period.period, period.inputs, period.probing, period.rounds = plan.period_state
     epochs = range(plan.first_epoch, plan.epochs)

@@ -147,8 +147,10 @@ class TrainResult:
         ``samples_seen``, and ``validation_score`` / ``train_loss`` where available. With
         ``"sync"`` also ``sync_every`` (the epoch's period; with ``"auto"`` the one chosen
         after the first epoch's probe rounds of period 1) and ``rounds``; with ``"auto"``
-        also ``block_s`` and ``round_s``, the measurements the period was chosen from
-        (:func:`~taskdml.parallel.engine._period.choose_period`).
+        also ``block_s``, ``round_s`` and ``straggler_wait_s`` (the mean wait of a replica
+        for the slowest, per round), the measurements the period was chosen from
+        (:func:`~taskdml.parallel.engine._period.choose_period`), and ``min_merges``, the
+        fewest merges an epoch its family keeps (``MergeRule.min_merges``).
     strategy : str
         What ran: ``"sync"``, ``"async"``, ``"sequential"``, ``"fit"`` (one ``fit`` on all
         the data, for an estimator without ``partial_fit``) or ``"native"`` (XGBoost or
@@ -160,8 +162,9 @@ class TrainResult:
         ``"fit"``), ``replicas``, ``setup_s`` (seconds from the call's start until training
         began: inspection, blocks, placement, submission), and per strategy ``rounds`` (all
         epochs), ``busy_s``, ``reduce_wait_s``, ``sync_every`` (the integer given, or with
-        ``"auto"`` the list of the epochs' periods) and with ``"auto"`` ``block_s`` and
-        ``round_s`` (lists, per epoch: the inputs of the choice), ``collective`` (``"direct"``,
+        ``"auto"`` the list of the epochs' periods) and with ``"auto"`` ``block_s``,
+        ``round_s``, ``straggler_wait_s`` and ``min_merges`` (lists, per epoch: the inputs of
+        the choice), ``collective`` (``"direct"``,
         ``"actor"`` or ``"local"``) and with ``"direct"`` per replica ``serialize_s``,
         ``wire_s``, ``wait_s``, ``merge_s`` and ``collective_round_s`` (the median round) for
         sync; or ``updates``, ``held_back_s`` and ``versions_behind`` (async: mean, most; how
@@ -1717,7 +1720,7 @@ def _result(strategy, outcomes, collective, plan, n_replicas, remote=None):
             **_stragglers(stats, remote),
         }
         if plan.sync_every == _period.AUTO:
-            for name in ("sync_every", "block_s", "round_s"):
+            for name in ("sync_every", "block_s", "round_s", "straggler_wait_s", "min_merges"):
                 facts[name] = [entry[name] for entry in history]
         return TrainResult(state, history, "sync", facts)
     state, version, waited, behind, pushes, epochs = _collective.call(collective, "result")

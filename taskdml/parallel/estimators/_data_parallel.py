@@ -117,9 +117,11 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         (``strategy_ == "fit"``, ``stats_["local"]`` says why).
     sync_every : int or "auto", default="auto"
         Chunks each replica trains between two merges (``"sync"``). ``"auto"`` chooses the
-        period from the measured seconds per chunk and per merge, so that merging takes at
-        most 5 % of the time while every epoch still merges at least 4 times; the periods
-        are in ``history_`` (``sync_every``, with their inputs ``block_s`` and ``round_s``).
+        period from the measured seconds per chunk, per merge and waiting for the slowest
+        replica, so that these take at most 5 % of the time while every epoch still merges
+        as often as the estimator's family needs (4 times; once for linear SGD models); the
+        periods are in ``history_`` (``sync_every``, with their inputs ``block_s``,
+        ``round_s``, ``straggler_wait_s`` and ``min_merges``).
         An integer is deterministic for a seed, ``"auto"`` is not. In-memory data split
         by default (about one chunk per replica) merges after every chunk.
     staleness : int or None, default=0
@@ -167,7 +169,8 @@ class DataParallel(MetaEstimatorMixin, BaseEstimator):
         One entry per epoch: ``epoch``, ``duration_s``, ``samples_seen``, and
         ``validation_score`` / ``train_loss`` where available; with ``"sync"`` also
         ``sync_every`` (the epoch's period) and ``rounds``, and with ``sync_every="auto"``
-        ``block_s`` and ``round_s``, what the period was chosen from. ``partial_fit``
+        ``block_s``, ``round_s``, ``straggler_wait_s`` and ``min_merges``, what the period
+        was chosen from. ``partial_fit``
         appends. With ``"async"`` there is one entry for all the epochs of a call.
     n_epochs_ : int
         Epochs trained since the last ``fit`` (fewer than ``epochs`` after early stopping;

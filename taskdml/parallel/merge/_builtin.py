@@ -139,6 +139,7 @@ def _register_builtin_rules():
             private_state=_SGD_BUFFERS,
             start_state=_SGD_START,
             stopping=_stopping.sgd_stopping,
+            min_merges=1,  # measured: no loss at one merge an epoch (engine/_period.py)
         )
     for cls in (MLPClassifier, MLPRegressor):
         _merge_neural.register_mlp_merge(cls)

@@ -130,6 +130,7 @@ class MergeRule:
     stopping: Callable | None = None
     finish: Callable | None = None
     batch_rows: Callable | None = None
+    min_merges: int | None = None
 
     def __post_init__(self):
         if not callable(self.fn):
@@ -144,6 +145,14 @@ class MergeRule:
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise TypeError(f"MergeRule.{name} must be callable or None, got {value!r}.")
+        if self.min_merges is not None and (
+            isinstance(self.min_merges, bool)
+            or not isinstance(self.min_merges, int)
+            or self.min_merges < 1
+        ):
+            raise ValueError(
+                f"MergeRule.min_merges must be an integer >= 1 or None, got {self.min_merges!r}."
+            )
         if self.reference not in ("serial", "one_call"):
             raise ValueError(
                 f"MergeRule.reference must be 'serial' or 'one_call', got {self.reference!r}."
@@ -166,6 +175,7 @@ def register_merge(
     stopping=None,
     finish=None,
     batch_rows=None,
+    min_merges=None,
 ):
     """Register how replicas of ``estimator_class`` (and its subclasses) are merged.
 
@@ -176,7 +186,7 @@ def register_merge(
     merge_fn : callable
         ``merge_fn(replicas, weights) -> estimator``; see :class:`MergeRule`.
     exact, exact_when, prepare, finish, family, notes, reference, private_state, start_state,
-    stopping, batch_rows
+    stopping, batch_rows, min_merges
         See :class:`MergeRule`. ``family`` defaults to the class name.
     min_rows
         See :class:`MergeRule`.
@@ -218,6 +228,7 @@ def register_merge(
         stopping=stopping,
         finish=finish,
         batch_rows=batch_rows,
+        min_merges=min_merges,
     )
     RULES.register(estimator_class, rule)
     return rule
