@@ -17,6 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
+import holds
 import numpy as np
 import pytest
 
@@ -296,6 +297,9 @@ def test_a_graph_run_killed_mid_way_goes_on_from_its_checkpointed_superstep(
     ranks = nx.pagerank(reference, alpha=0.85, tol=1e-14, max_iter=1000)
     expected = np.array([ranks[v] for v in range(500)])
     np.testing.assert_allclose(np.load(saved), expected, rtol=0, atol=1e-10)
+    # the session cluster's scheduler runs in this process: the CLI shipped it its copy of
+    # holds.py, and it kept this process's own module (classes pickled by reference)
+    assert sys.modules["holds"] is holds
 
 
 def _long_training_reference(**options):

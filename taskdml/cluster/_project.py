@@ -18,8 +18,12 @@ or the working directory, and imported from there by the client: not the whole d
 never an installed package (site-packages, or an editable install elsewhere), nor taskdml or the
 standard library. Files go to ``<local directory>/taskdml-project/<names>/<digest>/``, a folder
 per content digest put first on ``sys.path``: a changed file gives a new folder, the old one is
-removed, and the shipped packages' modules are dropped from ``sys.modules``, so the next task
-imports the new code (a stale ``.pyc`` cannot be picked up: the folder is new). Unchanged files
+removed, and the shipped packages' modules are dropped from a worker's ``sys.modules``, so the
+next task imports the new code (a stale ``.pyc`` cannot be picked up: the folder is new). The
+scheduler, which only unpickles the code and never runs it, drops only the modules an earlier
+copy put there: a scheduler that lives in a user's own process (a ``LocalCluster`` in a notebook
+or a test session that another client runs a pipeline on) keeps the modules that process
+imported itself, whose classes it pickles by reference. Unchanged files
 change nothing, so modules already imported stay imported. One plugin per set of package names:
 two projects with different packages share a cluster; two versions of one package do not.
 A process that is the client itself (the embedded cluster's scheduler, threads-only workers)
@@ -283,8 +287,10 @@ def _import_errors(targets, shipped):
     return errors
 
 
-def _install(local_directory, name, names, files, digest, origin):
-    """Write *files* under *local_directory*, put them first on ``sys.path``, drop old modules.
+def _install(local_directory, name, names, files, digest, origin, *, runs_code=True):
+    """Write *files* under *local_directory*, put them first on ``sys.path``, drop old modules:
+    every module of the packages in a process that runs the code (*runs_code*, a worker), and
+    only those an earlier copy loaded in one that does not (the scheduler).
 
     Nothing happens in the client's own process (*origin*), or when *digest* is installed.
     """
@@ -306,8 +312,10 @@ def _install(local_directory, name, names, files, digest, origin):
             shutil.rmtree(old, ignore_errors=True)
     sys.path[:] = [entry for entry in sys.path if not entry.startswith(str(home) + os.sep)]
     sys.path.insert(0, str(target))
+    shipped = str(home) + os.sep
     for module in [m for m in sys.modules if m.split(".")[0] in names]:
-        del sys.modules[module]
+        if runs_code or (getattr(sys.modules[module], "__file__", None) or "").startswith(shipped):
+            del sys.modules[module]
     importlib.invalidate_caches()
     _installed[name] = (digest, str(target))
 
@@ -327,7 +335,10 @@ def _scheduler_plugin(names, files, digest, origin):
 
         async def start(self, scheduler):
             _compat.remove_scheduler_plugin(scheduler, self.name)  # no "overwriting" warning
-            _install(scheduler.local_directory, self.name, names, files, digest, origin)
+            _install(
+                scheduler.local_directory, self.name, names, files, digest, origin,
+                runs_code=False,
+            )  # fmt: skip
             await _compat.register_worker_plugin(
                 scheduler, _worker_plugin(self.name, names, files, digest, origin), self.name
             )
