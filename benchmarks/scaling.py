@@ -484,6 +484,7 @@ def modelled_epoch_s(
     model_bytes,
     bandwidth_bit_s,
     period=None,
+    min_rounds=4,
 ):
     """Seconds per epoch of sync training of *blocks* blocks on *replicas* workers.
 
@@ -494,7 +495,8 @@ def modelled_epoch_s(
                + n · (round_s + per_model_s · R + ceil(log2 R) · (latency_s + 8 · bytes / bw))
 
         n = ceil(k / p),   p = period, or what ``sync_every="auto"`` chooses from block_s and
-                           the round's cost (``taskdml.parallel.engine._period.choose_period``)
+                           the round's cost (``taskdml.parallel.engine._period.choose_period``),
+                           keeping *min_rounds* rounds an epoch (the family's ``min_merges``)
 
     Compute divides by ``R`` (perfect data locality, one replica per core, compute per block
     as measured); replicas wait for the slowest a fixed share of their compute (*imbalance*,
@@ -525,7 +527,7 @@ def modelled_epoch_s(
         round_s + per_model_s * replicas + steps * (latency_s + 8 * model_bytes / bandwidth_bit_s)
     )
     if period is None:
-        period = choose_period(block_s, per_round, busiest)
+        period = choose_period(block_s, per_round, busiest, min_rounds=min_rounds)
     compute = busiest * block_s * (1 + (imbalance if replicas > 1 else 0.0))
     return compute + math.ceil(busiest / period) * per_round
 
@@ -554,7 +556,17 @@ def model_parameters(rows, bandwidth_gbit):
         "latency_measured": latency_s is not None,
         "model_bytes": top["model_bytes"],
         "bandwidth_bit_s": bandwidth_gbit * 1e9,
+        "min_rounds": min_rounds(make_model()),
     }
+
+
+def min_rounds(estimator):
+    """The fewest merges an epoch ``sync_every="auto"`` keeps for *estimator*: its merge
+    rule's ``min_merges``, or the engine's default."""
+    from taskdml.parallel import get_merge_rule
+    from taskdml.parallel.engine._period import MIN_ROUNDS
+
+    return get_merge_rule(estimator).min_merges or MIN_ROUNDS
 
 
 def model_rows(parameters, counts):
@@ -581,6 +593,7 @@ _MODEL_COSTS = (
     "latency_s",
     "model_bytes",
     "bandwidth_bit_s",
+    "min_rounds",
 )
 
 
@@ -910,7 +923,8 @@ def report(args, facts, rows, streamed, memory, model_parameters_):
             "(once + per model · R + ceil(log2 R) · (latency + 8 · model bytes / bandwidth)), "
             "k = ceil(blocks / R) blocks for the busiest replica, n = ceil(k / period) rounds "
             'per epoch, the period chosen as `sync_every="auto"` chooses it from the block '
-            "and round costs (at least 4 rounds an epoch). Assumed: compute per block as "
+            "and round costs (keeping the estimator's fewest merges an epoch: "
+            f"{model_parameters_['min_rounds']} for this one). Assumed: compute per block as "
             "measured at the most workers, divided among R replicas (perfect locality, one "
             "replica per core); the waiting share (load imbalance) held at its measured value; "
             "the collective a recursive-doubling all-gather (ceil(log2 R) message steps, each "
