@@ -319,8 +319,24 @@ def test_interrupt_exits_130_and_keeps_the_ledger(tmp_path):
         "    with: {a: 1, b: 2}\n  wait:\n    call: pipeline_functions:wait_and_return\n"
         "    inputs: {value: quick}\n    with: {seconds: 60}\n"
     )
+    # as a terminal starts it: SIGINT not ignored, whatever this process inherited (a shell
+    # ignores it in the jobs it starts in the background, and the child would inherit that)
+    with_sigint = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
+        "os.execv(sys.argv[1], sys.argv[1:])"
+    )
     process = subprocess.Popen(
-        [TASKDML, "run", str(path), "--run-dir", str(tmp_path / "runs")],
+        [
+            sys.executable,
+            "-c",
+            with_sigint,
+            TASKDML,
+            "run",
+            str(path),
+            "--run-dir",
+            str(tmp_path / "runs"),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -405,6 +405,28 @@ def test_each_family_names_the_merges_an_epoch_keeps():
             MergeRule(fn=lambda replicas, weights: replicas[0], min_merges=bad)
 
 
+def test_an_epoch_its_probe_covers_records_the_period_it_ran_with():
+    """An epoch of PROBE_ROUNDS blocks runs every round with period 1 and records 1 (what
+    reproduces it), though the period decided from it for the next epoch, with a linear
+    floor of one merge, is the whole epoch; a longer epoch records the period decided after
+    its probe rounds."""
+    from taskdml.parallel.engine._period import PROBE_ROUNDS, Period
+
+    cheap_blocks = [(0.001, 1, 0.01), (0.001, 1, 0.01)]  # (compute_s, blocks, overhead_s)
+    cases = ((PROBE_ROUNDS, [1] * PROBE_ROUNDS, 1), (10, [1] * PROBE_ROUNDS + [6], 10))
+    for most_blocks, rounds, recorded in cases:
+        period, ran, done = Period("auto", most_blocks, min_merges=1), [], 0
+        while (size := period.blocks(done)) > 0:
+            ran.append(size)
+            period.observe(cheap_blocks)
+            done += size
+        facts = period.end_epoch()
+        assert ran == rounds
+        assert facts["sync_every"] == recorded
+        # round 0.01 s against blocks of 1 ms: the period the rule gives is the whole epoch
+        assert period.period == most_blocks
+
+
 SLEEP_PER_ROW_S = 50e-6
 
 

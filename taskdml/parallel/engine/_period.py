@@ -261,9 +261,10 @@ class Period:
 
     def blocks(self, done):
         """Blocks in the next round of the epoch, after *done* blocks (0 when it is over)."""
-        if self.probing and len(self.rounds) >= PROBE_ROUNDS:
-            self._decide()
-        return min(self.period, self.most_blocks - done)
+        left = self.most_blocks - done
+        if left > 0 and self.probing and len(self.rounds) >= PROBE_ROUNDS:
+            self._decide()  # not when the probe covered the epoch: end_epoch records period 1
+        return min(self.period, left)
 
     def info(self, compute_s, blocks, overhead_s):
         """What this replica passes to the all-reduce (``None`` for an explicit period)."""
@@ -286,9 +287,10 @@ class Period:
             ``straggler_wait_s`` (``wait_s``), its inputs, and ``min_merges``, the floor it
             was chosen with.
         """
+        ran = self.period  # an epoch its probe rounds covered whole ran with period 1
         if self.probing:
             self._decide()
-        facts = {"sync_every": self.period, "rounds": self.count}
+        facts = {"sync_every": ran, "rounds": self.count}
         if self.auto:
             facts["block_s"], facts["round_s"], facts["straggler_wait_s"] = self.inputs
             facts["min_merges"] = self.min_merges
