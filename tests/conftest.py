@@ -219,3 +219,14 @@ def separate_scheduler(tmp_path_factory):
     that only run a pipeline on them (a test that changes its cluster uses dask_cluster)."""
     with _started_processes(tmp_path_factory.mktemp("separate-scheduler")) as start:
         yield DaskProcesses(start).start(workers=(None, None))
+
+
+def pytest_collection_modifyitems(items):
+    """The files with the most ``slow`` tests first, the others in their order: with the
+    suite in two processes (``-n 2 --dist loadfile``, the README's command) the files of
+    minutes start early, and the two processes end together."""
+    slow = {}
+    for item in items:
+        slow[item.path] = slow.get(item.path, 0) + (item.get_closest_marker("slow") is not None)
+    order = {path: position for position, path in enumerate(slow)}
+    items.sort(key=lambda item: (-slow[item.path], order[item.path]))
