@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from test_bipartite import reference_logistic
 
 from taskdml import _events
 from taskdml.cache import Cache, _checkpoints
@@ -75,27 +76,6 @@ def reference_als(users, items, ratings, n_users, n_items, U, n_iter):
     return U, V
 
 
-def reference_logistic(X, labels, bounds, n_epochs, n_batches, seed, alpha=1e-3, lr=2.0):
-    """Mini-batch gradient descent on one machine on the global batches: batch b of an
-    epoch joins the b-th parts of each sample range's labelled samples shuffled by
-    default_rng([seed, epoch, p]); the L2 step only on the features the batch uses."""
-    w, b = np.zeros(X.shape[1]), 0.0
-    for epoch in range(n_epochs):
-        parts = []
-        for p in range(len(bounds) - 1):
-            mine = np.flatnonzero(labels[bounds[p] : bounds[p + 1]] >= 0)
-            order = mine[np.random.default_rng([seed, epoch, p]).permutation(len(mine))]
-            parts.append(np.array_split(order + bounds[p], n_batches))
-        for k in range(n_batches):
-            batch = np.concatenate([part[k] for part in parts])
-            Xb = X[batch]
-            error = 1 / (1 + np.exp(-(Xb @ w + b))) - labels[batch]
-            used = np.unique(Xb.indices)
-            w[used] -= lr * ((Xb.T @ error)[used] / len(batch) + alpha * w[used])
-            b -= lr * error.sum() / len(batch)
-    return w, b
-
-
 U0 = np.random.default_rng(1).standard_normal((120, RANK))
 
 
@@ -142,7 +122,9 @@ def test_a_run_in_segments_equals_one_run_and_the_reference(client, kind):
     elif kind == "logit":
         X, labels = _sparse_problem()
         bounds = np.linspace(0, 300, 4).round().astype(int)
-        w, b = reference_logistic(X, labels, bounds, n_epochs=5, n_batches=3, seed=3)
+        w, b = reference_logistic(
+            X, labels, bounds, alpha=1e-3, lr=2.0, n_epochs=5, n_batches=3, seed=3
+        )
         np.testing.assert_allclose(segmented[0], w, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(segmented[1], [b], rtol=1e-10, atol=1e-12)
 
