@@ -12,7 +12,8 @@ event log: ``Client.log_event`` / ``Worker.log_event``), so that they work on an
   thread that drives it; an evaluation publishes ``metric``; an async training publishes
   ``server_copy`` (each copy of its parameter server's state the client keeps: ``pushed``,
   the chunks it had absorbed) from the client; graph supersteps publish ``superstep``
-  (number, measures, seconds) from the rank-0 partition's worker (:mod:`taskdml.graph`).
+  (number, measures, seconds, and ``measure``: the field to plot and its name) from the
+  rank-0 partition's worker (:mod:`taskdml.graph`).
 
 The scheduler's taskdml plugin (:mod:`taskdml.runs._dashboard`) keeps the state of the run from
 them for the dashboard page, and the runner subscribes to the topic, so the terminal's progress

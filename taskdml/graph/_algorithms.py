@@ -83,6 +83,7 @@ class ComponentsProgram(VertexProgram):
 
     combiner = "min"
     measure_names = ("change", "roots")
+    measure_label = "vertices changed"
 
     def init(self, part, data):
         return np.arange(part.start, part.stop, dtype=float)

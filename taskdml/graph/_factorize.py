@@ -73,6 +73,8 @@ from taskdml.graph._supersteps import (
 )
 
 _INIT_BLOCK = 1024
+RMSE = ["rmse", "training RMSE"]
+"""The ``measure`` of a factorisation's ``superstep`` events: the field and its name."""
 _SOLVE_CHUNK = 1 << 13
 """Ratings per chunk of :func:`solve_side`'s products (whole rows; cache-sized)."""
 
@@ -198,7 +200,7 @@ def als_iterations(part, init, spec, collective, rank, tags, first=0, stop=None,
         }
         history.append(entry)
         if rank == 0 and tags is not None:
-            _events.publish_from(tags, "superstep", **entry)
+            _events.publish_from(tags, "superstep", **entry, measure=RMSE)
     return users, items, history
 
 
@@ -670,7 +672,7 @@ def sgd_epochs(part, init, spec, collective, rank, tags, first=0, stop=None, sta
         }
         history.append(entry)
         if rank == 0 and tags is not None:
-            _events.publish_from(tags, "superstep", **entry)
+            _events.publish_from(tags, "superstep", **entry, measure=RMSE)
     return users, masters, history
 
 

@@ -118,7 +118,9 @@ def logistic_epochs(part, labels, spec, collective, rank, tags, first=0, stop=No
         }
         history.append(entry)
         if rank == 0 and tags is not None:
-            _events.publish_from(tags, "superstep", **entry)
+            _events.publish_from(
+                tags, "superstep", **entry, measure=["log_loss", "training log loss"]
+            )
     return probability, (weights, intercept), history
 
 

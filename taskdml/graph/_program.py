@@ -38,6 +38,10 @@ class VertexProgram:
     measure_names : tuple of str
         The names of the numbers :meth:`measures` returns, the first being the change that
         the history reports (default ``("change",)``).
+    measure_label : str
+        What the first measure is, in words: the pictures, the report and the dashboard
+        name it so (default ``"L1 change"``, what the default :meth:`measures` computes; a
+        program with measures of its own says what its first one is).
     tolerates_staleness : bool
         Whether the program converges to its result from mirror values and totals up to a
         few supersteps old (a contraction, a monotone propagation), so that
@@ -67,6 +71,7 @@ class VertexProgram:
 
     combiner = "sum"
     measure_names = ("change",)
+    measure_label = "L1 change"
     tolerates_staleness = False
 
     def init(self, part, data):

@@ -390,8 +390,9 @@ def _iterate(
         history.append(entry)
         if rank == 0:
             _events.publish_from(
-                tags, "superstep", **entry, tol=getattr(program, "tol", None), max_iter=max_iter
-            )
+                tags, "superstep", **entry, tol=getattr(program, "tol", None), max_iter=max_iter,
+                **_measured(program),
+            )  # fmt: skip
         if settled:
             converged = True
             break
@@ -548,6 +549,14 @@ class LocalPeers:
 
 def _int_tag(tag):
     return tag if isinstance(tag, int) else None
+
+
+def _measured(program):
+    """The ``measure`` field of a ``superstep`` event: the field its pictures plot and what
+    it is in words (none for a program without measures)."""
+    if not program.measure_names:
+        return {}
+    return {"measure": [program.measure_names[0], program.measure_label]}
 
 
 def _check_direct(client, workers):

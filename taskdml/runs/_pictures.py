@@ -556,16 +556,6 @@ def _residual_panel(axis, found, title):
 
 # -- graph steps ------------------------------------------------------------------------------
 
-_NOT_MEASURES = frozenset(
-    {"event", "time", "run_id", "step", "item", "worker", "superstep", "seconds", "exchange_s",
-     "tol", "max_iter", "staleness_max", "staleness_mean", "measured"}
-)  # fmt: skip
-"""The fields of a ``superstep`` event that are not the algorithm's measures (the last three:
-a bounded-staleness run's, graph/_supersteps)."""
-
-_MEASURES = {"change": "change", "rmse": "training RMSE", "log_loss": "training log loss"}
-"""The measure a convergence picture draws, the first one an event carries, and its name."""
-
 
 def graph_steps(run_dir, steps):
     """What the ``superstep`` events in a run's ``events.jsonl`` say of each graph step.
@@ -653,15 +643,8 @@ def _number(event):
 
 def _graph_facts(name, entry, events):
     rows = [event for item in events.values() for event in item]
-    names = [
-        k
-        for k, v in rows[-1].items()
-        if k not in _NOT_MEASURES and isinstance(v, (int, float)) and not isinstance(v, bool)
-    ]
-    measure = next((k for k in _MEASURES if k in names), names[0] if names else None)
-    label = _MEASURES.get(measure, measure)
-    if measure == "change":  # PageRank's is the L1 change; components' the vertices changed
-        label = "vertices changed" if "roots" in names else "L1 change"
+    # the field the algorithm measures convergence by, and its name (the event says)
+    measure, label = rows[-1].get("measure") or (None, None)
     tol = next((e["tol"] for e in rows if e.get("tol") is not None), None)
     max_iter = next((e["max_iter"] for e in rows if e.get("max_iter") is not None), None)
     supersteps = max(len(item) for item in events.values())

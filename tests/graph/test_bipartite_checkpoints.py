@@ -153,6 +153,8 @@ def test_an_als_run_that_finds_its_checkpoint_goes_on_from_its_iteration(client,
         again = als(whole.graph, RANK, REG, 5, init=U0, random_state=0, checkpoint_every=2)
     assert again.resumed_from == 4
     assert _supersteps_published(client, run_id) == [4]
+    published = [e for _, e in client.get_events(_events.TOPIC) if e.get("run_id") == run_id]
+    assert list(published[0]["measure"]) == ["rmse", "training RMSE"]  # what pictures plot
     assert [h["rmse"] for h in again.history] == [h["rmse"] for h in whole.history]
     for side in ("user_factors", "item_factors"):
         np.testing.assert_array_equal(
