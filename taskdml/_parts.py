@@ -1,11 +1,14 @@
 """Models whose parts live on workers, seen through a protocol instead of their classes.
 
 A model split across workers (:class:`~taskdml.parallel.ClassSharded`: one shard of its
-classes per worker) must never be gathered whole: the cache writes each part from the worker
-that holds it, a run directory saves it part by part, and an evaluation predicts where the
-parts are. The layers that do this (``cache``, ``runs``, ``metrics``) sit below the engines,
-so they cannot know the class; the model answers three methods instead, as dask collections
-answer ``__dask_graph__``:
+classes per worker; the graph models :class:`~taskdml.graph.FactorizationModel` and
+:class:`~taskdml.graph.SparseLogisticModel`: chunked factors or weights on the workers) must
+never be gathered whole: the cache writes each part from the worker that holds it, a run
+directory saves it part by part, and an evaluation predicts where the parts are (the last
+two for ClassSharded, the only one of them that classifies). The layers that do this
+(``cache``, ``runs``, ``metrics``) sit below the engines, so they cannot know the class; the
+model answers three methods instead, as dask collections answer ``__dask_graph__`` (the
+graph models the first two: they are not evaluated as classifiers):
 
 ``__taskdml_parts__()``
     ``(shell, parts)``: a small copy without its parts, and the parts (futures or in-memory

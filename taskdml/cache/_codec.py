@@ -18,7 +18,8 @@ pandas DataFrame                            Parquet
 estimator                                   skops, or joblib where skops cannot (recorded)
 ``distributed.Future``                      its value's format, written by the worker that
                                             holds it, and read back into a future there
-:class:`~taskdml.parallel.ClassSharded`     its shell as an estimator, its shards as futures
+a model whose parts live on workers         its shell (joblib or skops), its parts as the
+(:mod:`taskdml._parts`)                     values they are (futures, chunked datasets)
 anything else                               joblib (recorded)
 ==========================================  ===============================================
 

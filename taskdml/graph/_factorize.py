@@ -347,13 +347,17 @@ class FactorizationModel:
     history : list of dict
         Per iteration: ``superstep``, ``rmse`` (training), ``seconds``, ``exchange_s``
         (ALS).
-    graph : BipartiteGraph
-        The partitions the last iterations ran on (cut again after a lost worker).
+    graph : BipartiteGraph or None
+        The partitions the last iterations ran on (cut again after a lost worker); ``None``
+        for a model a pipeline step read back from its cache.
     resumed_from : int or None
         The iteration a run found checkpointed and started from (``None``: from the start).
     restarts : list of dict
         Per worker loss: ``superstep`` (the iteration the run went on from) and
         ``workers`` (those that left).
+
+    A pipeline step's cache writes the factors where they are, as Zarr, and reads them back
+    lazily (:mod:`taskdml._parts`): the model is never gathered whole.
     """
 
     user_factors: object
@@ -416,9 +420,21 @@ class FactorizationModel:
     def _compute(self, *arrays):
         import dask
 
-        if self.graph.client is None:
-            return dask.compute(*arrays, scheduler="sync")
-        return tuple(self.graph.client.compute(list(arrays), sync=True))
+        client = getattr(self.graph, "client", None)
+        if client is not None:
+            return tuple(client.compute(list(arrays), sync=True))
+        # threads of this process, or (read from a cache, no graph) the current scheduler
+        return dask.compute(*arrays, scheduler="sync" if self.graph is not None else None)
+
+    def __taskdml_parts__(self):
+        """``(shell, [user_factors, item_factors])``: the factors are parts on the workers
+        (:mod:`taskdml._parts`), the shell keeps the history."""
+        shell = dataclasses.replace(self, user_factors=None, item_factors=None, graph=None)
+        return shell, [self.user_factors, self.item_factors]
+
+    def __taskdml_with_parts__(self, parts):
+        user_factors, item_factors = parts
+        return dataclasses.replace(self, user_factors=user_factors, item_factors=item_factors)
 
 
 def predict_block(users, items, U, V):

@@ -147,6 +147,9 @@ class SparseLogisticModel:
         The epoch a run found checkpointed and started from (``None``: from the start).
     restarts : list of dict
         Per worker loss: ``superstep`` (the epoch the run went on from) and ``workers``.
+
+    A pipeline step's cache writes ``coef`` and ``samples`` where they are, as Zarr, and
+    reads them back lazily (:mod:`taskdml._parts`).
     """
 
     coef: object
@@ -160,6 +163,15 @@ class SparseLogisticModel:
     def n_iter_(self):
         """The number of epochs run."""
         return len(self.history)
+
+    def __taskdml_parts__(self):
+        """``(shell, [coef, samples])``: the chunked results are parts on the workers
+        (:mod:`taskdml._parts`), the shell keeps the intercept and the history."""
+        return dataclasses.replace(self, coef=None, samples=None), [self.coef, self.samples]
+
+    def __taskdml_with_parts__(self, parts):
+        coef, samples = parts
+        return dataclasses.replace(self, coef=coef, samples=samples)
 
 
 def sparse_logistic_regression(

@@ -365,3 +365,42 @@ def test_partition_bipartite_rejects_bad_graphs(client, edges, n_partitions, mat
     with pytest.raises(ValueError, match=match):
         parted = partition_bipartite(graph, n_partitions, client=client)
         client.gather(parted.partitions)
+
+
+def test_the_graph_models_go_through_the_step_cache_by_their_parts(client, tmp_path):
+    """A pipeline step's cache writes ALS's and logistic regression's models part by part
+    (the factors and weights as Zarr, where they are; no client pickled) and reads them back
+    lazily: the factors, the history and the held-out RMSE (computed here from the factors
+    read back) are the model's, and the weights are the mini-batch loop's."""
+    from taskdml.cache._codec import decode, encode
+
+    graph = _ratings()
+    train, test = split_edges(graph, test_size=0.25, random_state=0)
+    model = als(train, rank=3, reg=0.01, n_iter=3, random_state=0, client=client)
+    node = encode({"model": model}, str(tmp_path), "factors", client)
+    assert node["items"]["model"]["kind"] == "sharded"  # the parts, not one pickle
+    back = decode(node, str(tmp_path), client)["model"]
+    assert back.graph is None and back.history == model.history
+    U, V = back.user_factors.factors.values, back.item_factors.factors.values
+    np.testing.assert_array_equal(U, model.user_factors.factors.values)
+    np.testing.assert_array_equal(V, model.item_factors.factors.values)
+    src, dst, rating = test.src.values, test.dst.values, test.weight.values
+    expected = np.sqrt(np.mean((rating - (U[src] * V[dst]).sum(1)) ** 2))
+    assert back.rmse(test) == pytest.approx(expected, rel=1e-12)
+
+    X, y = _sparse_problem(n=200, d=60)
+    settings = {"alpha": 1e-3, "learning_rate": 2.0, "n_epochs": 2, "n_batches": 2}
+    logistic = sparse_logistic_regression(
+        edges_from_scipy(X, chunk_size=500),
+        y,
+        random_state=3,
+        n_partitions=2,
+        client=client,
+        **settings,
+    )
+    node = encode(logistic, str(tmp_path), "logistic", client)
+    back = decode(node, str(tmp_path), client)
+    w, b = reference_logistic(X, y, [0, 100, 200], 1e-3, 2.0, 2, 2, seed=3)
+    np.testing.assert_allclose(back.coef.coef.values, w, rtol=1e-10, atol=1e-12)
+    assert back.intercept == pytest.approx(b, rel=1e-10, abs=1e-12)
+    assert back.history == logistic.history
