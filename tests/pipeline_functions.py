@@ -268,3 +268,13 @@ def mismatched_rows(n_samples=100):
     import numpy as np
 
     return np.zeros((n_samples, 3)), np.zeros(n_samples - 10)
+
+
+def factor_rmse(model, ratings):
+    """The RMSE of *model*'s factors on *ratings*, by numpy on the values a plain ``call:``
+    step receives (a factorisation model from a graph step, its factors in memory)."""
+    import numpy as np
+
+    U, V = model.user_factors.factors.values, model.item_factors.factors.values
+    src, dst, rating = ratings.src.values, ratings.dst.values, ratings.weight.values
+    return float(np.sqrt(np.mean((rating - (U[src] * V[dst]).sum(1)) ** 2)))

@@ -9,7 +9,8 @@ Two kinds of callables meet here:
   never travel through the client — unless they are larger than ``data="auto"`` persists
   (:mod:`taskdml.parallel.engine._stream`): those stay lazy, and the steps that read them stream;
 - **plain callables** run as one Dask task per ``foreach`` item, keyed ``(step-<token>, i)``.
-  Lazy inputs are computed on the workers and arrive in memory; the results stay on the
+  Lazy inputs are computed on the workers and arrive in memory (a model whose parts live on
+  the workers, :mod:`taskdml._parts`, as its shell and its parts); the results stay on the
   cluster as futures, which every step that takes data accepts (:mod:`taskdml.runner._values`).
 
 A graph builder's input called ``data`` is taskdml's chunked dataset whatever its producer
@@ -30,6 +31,7 @@ Which kind of step for the user's own code:
 import operator
 
 from taskdml import _keys
+from taskdml._parts import parts_of, with_parts
 from taskdml.exceptions import StepFailed
 from taskdml.pipeline._model import thaw
 from taskdml.runner._values import held, step_data
@@ -128,8 +130,17 @@ def _build(function, step, kwargs, index, context):
 def _submit(function, step, kwargs, index, context):
     import dask
 
+    kwargs = {name: _shippable(value) for name, value in kwargs.items()}
     key = (_keys.key_name(step.name, step.target, kwargs), index)
     return context.client.compute(dask.delayed(function, pure=True)(**kwargs, dask_key_name=key))
+
+
+def _shippable(value):
+    """A model whose parts live on workers (:mod:`taskdml._parts`), as its shell and its
+    parts: what it holds of this process (a graph's client) stays here, and its chunked parts
+    are computed for the task like any lazy input."""
+    split = parts_of(value)
+    return value if split is None else with_parts(*split)
 
 
 def _outputs(step, result, context):

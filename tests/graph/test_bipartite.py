@@ -404,3 +404,28 @@ def test_the_graph_models_go_through_the_step_cache_by_their_parts(client, tmp_p
     np.testing.assert_allclose(back.coef.coef.values, w, rtol=1e-10, atol=1e-12)
     assert back.intercept == pytest.approx(b, rel=1e-10, abs=1e-12)
     assert back.history == logistic.history
+
+
+def test_a_plain_call_step_gets_an_als_model_from_a_graph_step(client, tmp_path):
+    """A pipeline's plain ``call:`` (a worker task) takes the model of an ``als`` step: the
+    graph's client stays in the client, the factors arrive; the RMSE it computes is the one
+    computed here from the step's factors."""
+    from taskdml import loads_pipeline, run_pipeline
+
+    text = (
+        "taskdml: 1\nname: als_then_plain\n"
+        "imports: {allow: ['taskdml.*', pipeline_functions]}\nsteps:\n"
+        "  ratings:\n    call: taskdml.datasets:make_ratings\n"
+        "    with: {n_users: 300, n_items: 80, density: 0.1, rank: 3, random_state: 0}\n"
+        "  factors:\n    call: taskdml.graph:als\n    inputs: {ratings: ratings}\n"
+        "    with: {rank: 3, n_iter: 3, random_state: 0}\n"
+        "  score:\n    call: pipeline_functions:factor_rmse\n"
+        "    inputs: {model: factors, ratings: ratings}\n"
+    )
+    run = run_pipeline(loads_pipeline(text), client, run_root=tmp_path)
+    model = run.outputs["factors"]["result"]
+    ratings = run.outputs["ratings"]["result"]
+    U, V = model.user_factors.factors.values, model.item_factors.factors.values
+    src, dst, rating = ratings.src.values, ratings.dst.values, ratings.weight.values
+    expected = np.sqrt(np.mean((rating - (U[src] * V[dst]).sum(1)) ** 2))
+    assert run.outputs["score"]["result"].result() == pytest.approx(expected, rel=1e-12)
