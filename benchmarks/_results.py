@@ -106,6 +106,17 @@ def write_section(path, body, script, title):
     os.replace(path + ".tmp", path)
 
 
+def header(facts):
+    """The first lines of a block, from the facts :func:`publish` gathers: the command, the
+    date and the benchmark's seconds, the machine, the versions (Markdown line breaks)."""
+    return [
+        f"Command: `{facts['command']}`  ",
+        f"Date: {facts['date']} UTC; whole benchmark {facts['wall_s']:.0f} s  ",
+        f"Machine: {machine_line(facts['machine'])}  ",
+        f"Versions: {versions_line(facts['versions'])}  ",
+    ]
+
+
 def publish(report, rows, args, script, title, packages, began):
     """The end of a benchmark run: its facts (date, command, machine, versions, workers,
     seconds since *began*), ``report(rows, facts)`` printed and, unless ``args.quick``,

@@ -213,10 +213,7 @@ def _line(row, replicas):
 
 def report(rows, facts, replicas):
     lines = [
-        f"Command: `{facts['command']}`  ",
-        f"Date: {facts['date']} UTC; whole benchmark {facts['wall_s']:.0f} s  ",
-        f"Machine: {_results.machine_line(facts['machine'])}  ",
-        f"Versions: {_results.versions_line(facts['versions'])}",
+        *_results.header(facts),
         "",
         f"{N_CHUNKS} chunks in order, {facts['seeds']} estimator seeds. *serial*: the "
         "`partial_fit` loop's mean score (accuracy, or R²) ± its standard deviation over "

@@ -96,10 +96,7 @@ def measure(sizes, workers):
 
 def report(rows, facts):
     lines = [
-        f"Command: `{facts['command']}`  ",
-        f"Date: {facts['date']} UTC; whole benchmark {facts['wall_s']:.0f} s  ",
-        f"Machine: {_results.machine_line(facts['machine'])}  ",
-        f"Versions: {_results.versions_line(facts['versions'])}  ",
+        *_results.header(facts),
         f"Cluster: LocalCluster, {facts['workers']} worker processes × 1 thread, 127.0.0.1; "
         f"training rows persisted in 8 chunks.",
         "",

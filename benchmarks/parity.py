@@ -277,10 +277,7 @@ def _line(row):
 
 def report(rows, facts):
     lines = [
-        f"Command: `{facts['command']}`  ",
-        f"Date: {facts['date']} UTC; whole benchmark {facts['wall_s']:.0f} s  ",
-        f"Machine: {_results.machine_line(facts['machine'])}  ",
-        f"Versions: {_results.versions_line(facts['versions'])}  ",
+        *_results.header(facts),
         f"Cluster: LocalCluster, {facts['workers']} worker processes × 1 thread, 127.0.0.1.",
         "",
         "Scores on the same 25 % test split; *diff*: DataParallel − est.fit in points "
