@@ -6,6 +6,7 @@ loss written here, scikit-learn's ``fit`` itself (the in-memory route must be it
 bit), and ``GaussianNB.fit`` for a one-pass family.
 """
 
+import time
 import warnings
 
 import dask.array as da
@@ -22,7 +23,12 @@ from sklearn.preprocessing import StandardScaler
 
 from taskdml import DataParallel
 from taskdml.parallel import train
-from taskdml.parallel.engine._payoff import SHIP_BYTES_PER_S, least_epochs, weigh
+from taskdml.parallel.engine._payoff import (
+    SHIP_BYTES_PER_S,
+    distributing_pays,
+    least_epochs,
+    weigh,
+)
 from taskdml.parallel.engine._train import _stopping_rule
 from tests.parallel.reference_loops import (
     chunks_of,
@@ -231,3 +237,32 @@ def test_in_memory_data_is_shipped_only_when_the_replicas_save_more_than_it_cost
     assert f"about {ships:.2g} s" in reason and "estimator.fit in this process" in reason
     assert weigh(epoch_s, sgd, 2, nbytes) == (6 * epoch_s * 0.5 > ships, None) == (True, None)
     assert weigh(epoch_s, one_pass, 16, nbytes / 10)[0] is (epoch_s * 15 / 16 > ships / 10)
+
+
+FIRST_CALL_S = 0.2
+
+
+class _SlowFirstCall(GaussianNB):
+    """GaussianNB whose first ``partial_fit`` also waits FIRST_CALL_S: the one-off cost a
+    model's first call pays (its classes, buffers, first touches of the code)."""
+
+    def partial_fit(self, X, y, classes=None, sample_weight=None):
+        if not hasattr(self, "classes_"):
+            time.sleep(FIRST_CALL_S)
+        return super().partial_fit(X, y, classes=classes, sample_weight=sample_weight)
+
+
+def test_a_first_calls_one_off_cost_does_not_decide_the_payoff():
+    """The probe's first call alone (FIRST_CALL_S over 2,000 of 10,000 rows: an epoch of
+    about 1 s, 2 replicas saving 0.5 s against 0.4 s of shipping) would ship the data; the
+    calls after it cost what training's calls cost (GaussianNB on 2,000 x 4: well under a
+    millisecond), and with them fitting here wins."""
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(10_000, 4)), rng.integers(0, 2, 10_000)
+    ships_s = 0.4
+    pays, reason = distributing_pays(
+        _SlowFirstCall(), X, y, None, ships_s * SHIP_BYTES_PER_S, replicas=2
+    )
+    assert pays is False and "estimator.fit in this process" in reason
+    # a verdict far over the line is not probed again: a first call's cost only adds to it
+    assert distributing_pays(_SlowFirstCall(), X, y, None, 1, replicas=2) == (True, None)

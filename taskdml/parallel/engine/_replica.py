@@ -119,9 +119,12 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
     :mod:`taskdml.parallel.engine._period`), and all-reduces through *collective*, passing what the
     period needs as the reduce's info. Every replica runs rounds until ``plan.most_blocks``
     blocks of the epoch are done, one with fewer blocks contributing no rows, so all perform
-    the same reduces with the same round ids. After an epoch's last round rank 0 scores the
-    global estimator on the validation data (if any) and reports; every replica reads the
-    report to decide whether to go on (early stopping).
+    the same reduces with the same round ids. After an epoch's last round each replica writes
+    the epoch's report itself: every one holds the same merged estimator and every replica's
+    losses from the last reduce, so all reach the same decision whether to go on (early
+    stopping) without a message. With validation data only rank 0 scores, and its report goes
+    down the collective's broadcast to the others (a tree of message latencies: 16 worker
+    processes on 2 cores spent up to 0.17 s of a 3-epoch call there, ``epoch_end_s``).
 
     A training runs in *segments* (:mod:`taskdml.parallel.engine._elastic`): this one starts at
     epoch ``plan.first_epoch``, where *resume* (the chunks left of that epoch, in order,
@@ -196,7 +199,7 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
         ending = time.perf_counter()
         facts = period.end_epoch()
         report = None
-        if rank == 0:
+        if rank == 0 or validation is None:
             report = {
                 "epoch": epoch + 1,
                 "duration_s": time.perf_counter() - epoch_started,
@@ -205,7 +208,8 @@ def _sync_replica(rank, start, chunks, collective, plan, resume=None):
                 **Progress.mean([entry[2] for entry in infos]),
             }
             report["stop"] = stop_reason([*plan.earlier, *history, report], plan.stopping)
-        report = call(collective, "broadcast", ("epoch", epoch), rank, report)
+        if validation is not None:  # only rank 0 scored: its report decides for all
+            report = call(collective, "broadcast", ("epoch", epoch), rank, report)
         epoch_end_s += time.perf_counter() - ending
         history.append(report)
         if rank == 0:
