@@ -52,3 +52,21 @@ def resolve_client(client=None, *, required=None):
             "(distributed.Client(), or distributed.LocalCluster() for this machine)."
         )
     return client
+
+
+def scatter(client, data, **kwargs):
+    """``client.scatter(data, **kwargs)``, straight to the workers when they are on this
+    machine's loopback, or as ``client.direct_to_workers`` says when it is set.
+
+    distributed's default sends scattered data through the scheduler, which pickles it again
+    on its way: 480 MB of float64 rows reached two local workers at 46-175 MB/s that way and
+    at 2.2-2.4 GB/s directly (a 2-core machine, a 2-worker ``LocalCluster``). A scheduler
+    elsewhere keeps the default, since this process may not reach its workers.
+    """
+    from distributed.comm import get_address_host
+
+    direct = client.direct_to_workers
+    if direct is None:
+        host = get_address_host(client.scheduler.address)
+        direct = host in ("127.0.0.1", "localhost", "::1")
+    return client.scatter(data, direct=direct, **kwargs)

@@ -376,3 +376,33 @@ def _prepared(dask_worker):
         for name, plugin in dask_worker.plugins.items()
         if name.startswith(PREPARED_PREFIX)
     }
+
+
+def test_scatter_goes_straight_to_workers_on_loopback_unless_the_client_says_otherwise(
+    client, cluster
+):
+    """taskdml's scatter skips the scheduler for the session cluster's loopback workers (its
+    ``scatter`` handler is never called), and ``client.direct_to_workers = False`` sends it
+    through the scheduler as distributed's default does; the data arrives either way."""
+    import numpy as np
+
+    from taskdml._client import scatter
+
+    handlers, calls = cluster.scheduler.handlers, []
+    original = handlers["scatter"]
+
+    async def counted(*args, **kwargs):
+        calls.append("scatter")
+        return await original(*args, **kwargs)
+
+    handlers["scatter"] = counted
+    data = np.arange(1_000.0)
+    try:
+        [future] = scatter(client, [data], hash=False)
+        assert np.array_equal(future.result(), data) and calls == []
+        client.direct_to_workers = False
+        [future] = scatter(client, [data + 1], hash=False)
+        assert np.array_equal(future.result(), data + 1) and calls == ["scatter"]
+    finally:
+        handlers["scatter"] = original
+        client.direct_to_workers = None

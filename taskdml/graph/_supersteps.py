@@ -99,6 +99,7 @@ import time
 import numpy as np
 
 from taskdml import _events, _keys
+from taskdml._client import scatter
 from taskdml.cache import _checkpoints as _checkpoint
 from taskdml.graph._program import gather
 from taskdml.parallel.collective import _direct
@@ -646,7 +647,7 @@ class Segments:
             return 0, [], None
         client, workers = self.graph.client, self.graph.workers
         start = [
-            client.scatter([state], workers=[worker], hash=False)[0]
+            scatter(client, [state], workers=[worker], hash=False)[0]
             for state, worker in zip(self.kept["states"], workers)
         ]
         return self.kept["superstep"], list(self.kept["history"]), start

@@ -34,6 +34,7 @@ import math
 
 import numpy as np
 
+from taskdml._client import scatter
 from taskdml.exceptions import DataError
 
 ACCEPTED = (
@@ -186,7 +187,7 @@ def as_dataset(value, *, client, producer="?", consumer=("?", "data"), argument=
     if "refused" in plan:
         raise refuse(plan["refused"], plan["why"])
     # A key of its own: steps that scatter an equal value at once must not share (and release) it.
-    return _chunked(client.scatter([value], hash=False)[0], plan, client)
+    return _chunked(scatter(client, [value], hash=False)[0], plan, client)
 
 
 def _lazy(value, refuse):

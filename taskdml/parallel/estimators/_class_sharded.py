@@ -71,6 +71,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from taskdml import _keys
 from taskdml._apply import make_task, stacked
+from taskdml._client import scatter
 from taskdml.parallel.engine._period import check_sync_every
 from taskdml.parallel.merge._registry import register_merge
 
@@ -524,7 +525,7 @@ class ClassSharded(ClassifierMixin, BaseEstimator):
         homes, client = _homes(self.shards_), None
         if any(homes):  # shards on workers: each (chunk, shard) task runs where its shard is
             client, shards = self.shards_[0].client, self.shards_
-            blocks = client.compute(blocks) if isinstance(X, da.Array) else [client.scatter(X)]
+            blocks = client.compute(blocks) if isinstance(X, da.Array) else [scatter(client, X)]
         per_chunk = [
             [
                 make_task(function, shard, block, key=(name, i, s), client=client, **homes[s])
@@ -753,7 +754,7 @@ def _train_chunked(
                 train_shard(shard, X_i, y_i, None if seeds is None else seeds[g], classes, w_i)
         return shards
     states = [
-        client.scatter(shard, workers=[workers[k % len(workers)]], hash=False)
+        scatter(client, shard, workers=[workers[k % len(workers)]], hash=False)
         for k, shard in enumerate(shards)
     ]
     held = {}  # with several epochs, every chunk is computed once and kept on the workers
@@ -859,6 +860,6 @@ def _train_replicas(client, shards, X, y, sample_weight, epochs, replicas, sync_
             turn = k % len(homes[k])
             home = min(homes[k][turn:] + homes[k][:turn], key=lambda w: held.get(w, 0))
             held[home] = held.get(home, 0) + 1
-            shard = client.scatter(shard, workers=[home], hash=False)
+            shard = scatter(client, shard, workers=[home], hash=False)
         trained.append(shard)
     return trained, homes, {k: result.history for k, result in enumerate(results)}

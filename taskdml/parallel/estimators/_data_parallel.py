@@ -55,7 +55,7 @@ from sklearn.utils.validation import (
 )
 
 from taskdml._apply import apply_chunkwise
-from taskdml._client import current_client
+from taskdml._client import current_client, scatter
 from taskdml._data import (
     as_dask,
     is_chunked,
@@ -935,7 +935,7 @@ def _scattered(client, array, rows, name):
     bounds = list(range(0, array.shape[0], rows)) + [array.shape[0]]
     parts = [array[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
     keys = [(name, i) + (0,) * (array.ndim - 1) for i in range(len(parts))]
-    futures = client.scatter(dict(zip(keys, parts)), hash=False)
+    futures = scatter(client, dict(zip(keys, parts)), hash=False)
     graph = {key: futures[key] for key in keys}
     chunks = (tuple(b - a for a, b in zip(bounds[:-1], bounds[1:])),) + tuple(
         (n,) for n in array.shape[1:]

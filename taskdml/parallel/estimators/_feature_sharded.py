@@ -37,7 +37,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from taskdml import _keys
-from taskdml._client import current_client
+from taskdml._client import current_client, scatter
 
 LOSSES = ("log_loss", "squared_error")
 
@@ -295,7 +295,7 @@ class FeatureSharded(BaseEstimator):
             for phase in ("margin", "step", "update")
         }
         weights = [
-            client.scatter(np.zeros(c.stop - c.start), workers=[home])
+            scatter(client, np.zeros(c.stop - c.start), workers=[home])
             for c, home in zip(columns, homes)
         ]
         intercept = 0.0
