@@ -63,10 +63,10 @@ def scatter(client, data, **kwargs):
     at 2.2-2.4 GB/s directly (a 2-core machine, a 2-worker ``LocalCluster``). A scheduler
     elsewhere keeps the default, since this process may not reach its workers.
     """
-    from distributed.comm import get_address_host
+    from taskdml import _compat
 
     direct = client.direct_to_workers
     if direct is None:
-        host = get_address_host(client.scheduler.address)
+        host = _compat.address_host(_compat.scheduler_address(client))
         direct = host in ("127.0.0.1", "localhost", "::1")
     return client.scatter(data, direct=direct, **kwargs)

@@ -118,6 +118,7 @@ __all__ = [
     "validate_params",
     "collection_meta",
     "add_http_application",
+    "address_host",
     "as_frames",
     "client_lock",
     "connect_worker",
@@ -452,3 +453,10 @@ def client_lock(client, name):
 def scheduler_address(client):
     """The address of *client*'s scheduler (``client.scheduler.address``, without asking it)."""
     return client.scheduler.address
+
+
+def address_host(address):
+    """The host of a distributed address (``"tcp://127.0.0.1:8786"`` -> ``"127.0.0.1"``)."""
+    from distributed.comm import get_address_host
+
+    return get_address_host(address)
