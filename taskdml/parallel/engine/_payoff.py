@@ -80,11 +80,12 @@ def distributing_pays(estimator, X, y, sample_weight, nbytes, replicas):
     except (TypeError, ValueError):
         return True, None
     stopping = _stopping_rule(estimator, "auto", None, None, None, rows)
-    verdict = weigh(probe_s * rows / probe, stopping, replicas, nbytes, probe)
-    near = weigh(probe_s * rows / probe / CONFIRM_MARGIN, stopping, replicas, nbytes)[0] is False
-    if verdict[0] and near:
-        steady_s = min(_timed_partial_fit(model, args, kwargs) for _ in range(STEADY_PROBES))
-        verdict = weigh(min(probe_s, steady_s) * rows / probe, stopping, replicas, nbytes, probe)
+    epoch_s = probe_s * rows / probe
+    verdict = weigh(epoch_s, stopping, replicas, nbytes, probe)
+    if verdict[0] and not weigh(epoch_s / CONFIRM_MARGIN, stopping, replicas, nbytes)[0]:
+        for _ in range(STEADY_PROBES):  # near the line: the fastest call decides
+            probe_s = min(probe_s, _timed_partial_fit(model, args, kwargs))
+        verdict = weigh(probe_s * rows / probe, stopping, replicas, nbytes, probe)
     return verdict
 
 
