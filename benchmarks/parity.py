@@ -264,6 +264,8 @@ def measure(args):
                 X, y, test_size=0.25, random_state=0, stratify=None if task == "regression" else y
             )
             for family, estimator in estimators(task):
+                if args.families and not family.startswith(tuple(args.families)):
+                    continue
                 if family.startswith("IncrementalPCA") and X.shape[1] <= 5:
                     continue  # iris: 4 features, fewer than the components asked
                 if family.startswith("MLP") and len(X) > 200_000:
@@ -328,6 +330,9 @@ def main(argv=None):
     parser.add_argument("--sizes", type=int, nargs="*", default=None, help="synthetic rows")
     parser.add_argument("--repeats", type=int, default=3, help="warm calls per row")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--families", nargs="*", default=None, help="only the families named so (prefixes)"
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run that prints only")
     parser.add_argument("--out", default=_results.RESULTS, help="markdown file to update")
     args = parser.parse_args(argv)
