@@ -62,6 +62,7 @@ _LAZY = {
     "StepFailed": "taskdml.exceptions",
     "ClusterUnavailable": "taskdml.exceptions",
     "RunNotFound": "taskdml.exceptions",
+    "WorkerImportError": "taskdml.exceptions",
     "ProjectError": "taskdml.exceptions",
     "CacheWarning": "taskdml.exceptions",
     "ReportWarning": "taskdml.exceptions",

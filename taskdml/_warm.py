@@ -16,16 +16,27 @@ and two threads importing one package at once (taskdml's modules import each oth
 it half-initialised and fail ("cannot import name ... from partially initialized module").
 Messages that arrive meanwhile wait for the imports, which their tasks need anyway. The plugin
 travels by value, so that unpickling it does not import taskdml: that is the cost hidden.
+
+:func:`check_loadable` is the other half: the user's objects (an estimator, a ``scoring``
+callable) unpickled on every worker before the first task that carries them is sent. A
+worker that cannot unpickle a task message (its class or function lives in a module only the
+client can import) drops its connection to the scheduler, which gives the task to another
+worker that drops it too: the work never ends and nothing is raised. One ``client.run`` per
+fit (a few ms on a local cluster) turns that into an error that names the parameter, the
+module and the fix.
 """
 
 import asyncio
 import hashlib
 import importlib
+import pickle
+import sys
 import threading
 import time
 import weakref
 
 from taskdml import _compat
+from taskdml.exceptions import WorkerImportError
 
 WARM_PLUGIN = "taskdml-warm"
 """The name of the plugin :func:`warm` registers (the runner's list for a cluster it started)."""
@@ -163,3 +174,101 @@ async def _warmed(name, dask_worker):
         return None
     await plugin.done.wait()
     return {"seconds": plugin.seconds, "errors": dict(plugin.errors)}
+
+
+def check_loadable(client, objects, *, owner):
+    """Raise unless every worker of *client* can unpickle each of *objects*.
+
+    Each object is pickled here with cloudpickle, as distributed pickles a task's arguments
+    (by reference to its module, by value from ``__main__``), and unpickled on
+    every current worker by one ``client.run``; a worker that joins later is not checked, nor
+    is anything when called from inside a task (a search's replicated step trains with
+    :func:`taskdml.parallel.train` in one: its objects reached the workers already).
+
+    Parameters
+    ----------
+    client : distributed.Client or None
+        Nothing is checked without one, nor with an asynchronous one.
+    objects : dict
+        ``{parameter name: object}``, e.g. ``{"estimator": est, "scoring": scorer}``;
+        ``None`` values and strings are skipped.
+    owner : str
+        Who checks, for the message (``"ASHASearchCV.fit"``).
+
+    Raises
+    ------
+    WorkerImportError
+        Naming *owner*, the parameter, the module a worker could not import (and where this
+        process imports it from), the worker, and how to make it importable there.
+
+    Examples
+    --------
+    >>> from distributed import Client, LocalCluster
+    >>> from sklearn.linear_model import SGDClassifier
+    >>> with LocalCluster(n_workers=1, host="127.0.0.1", dashboard_address=None) as cluster:
+    ...     with Client(cluster) as client:
+    ...         check_loadable(client, {"estimator": SGDClassifier()}, owner="example")
+    """
+    if client is None or getattr(client, "asynchronous", False) or _in_task():
+        return
+    import cloudpickle
+
+    payloads = {
+        name: cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        for name, value in objects.items()
+        if value is not None and not isinstance(value, str)
+    }
+    if not payloads:
+        return
+    answers = client.run(_unpickle_errors, payloads, on_error="return")
+    for address, answer in sorted(answers.items()):
+        if isinstance(answer, BaseException):  # a worker that cannot run taskdml at all
+            raise WorkerImportError(
+                f"{owner}: worker {address} did not answer the check that it can load "
+                f"{', '.join(payloads)}: {type(answer).__name__}: {answer}. Check that it "
+                "runs and has the same taskdml installed as this client."
+            )
+        for name, (error, module) in answer.items():
+            raise WorkerImportError(_message(owner, name, objects[name], error, module, address))
+
+
+def _in_task():
+    from distributed import get_worker
+
+    try:
+        get_worker()
+    except ValueError:
+        return False
+    return True
+
+
+def _message(owner, name, value, error, module, address):
+    shown = repr(value)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    if module is None:
+        return (
+            f"{owner}: the workers cannot load {name}={shown}: {error} (on worker {address}). "
+            "Make the same version of its code importable on the workers as here."
+        )
+    path = getattr(sys.modules.get(module), "__file__", None)
+    here = f" (here from {path})" if path else ""
+    upload = f"client.upload_file({path!r})" if path else "client.upload_file(path)"
+    return (
+        f"{owner}: the workers cannot import module {module!r}, which {name}={shown} needs: "
+        f"{error} (on worker {address}). It is importable in this process{here} but not on "
+        f"the workers. Install {module!r} on the workers, send it with {upload}, or put its "
+        "directory on the workers' path (PYTHONPATH where they start)."
+    )
+
+
+def _unpickle_errors(payloads):
+    """``{name: (error, module missing or None)}`` for the payloads this worker cannot load."""
+    errors = {}
+    for name, payload in payloads.items():
+        try:
+            pickle.loads(payload)
+        except ModuleNotFoundError as error:
+            errors[name] = (f"ModuleNotFoundError: {error}", error.name)
+        except Exception as error:  # a class or function missing from the module, ...
+            errors[name] = (f"{type(error).__name__}: {error}", None)
+    return errors

@@ -61,6 +61,15 @@ class ClusterUnavailable(TaskdmlError, ConnectionError):
     exit_code = 4
 
 
+class WorkerImportError(TaskdmlError, ImportError):
+    """The workers cannot load an object a fit sends them: its class or function lives in a
+    module that this process imports and the workers do not (:func:`taskdml._warm.check_loadable`,
+    before the first task that carries it). The message names the parameter, the module and
+    the fix."""
+
+    exit_code = 1
+
+
 class ProjectError(TaskdmlError, ValueError):
     """``taskdml init`` cannot write a project: a file it would write exists, or the package
     name is unusable. Nothing was written."""

@@ -213,6 +213,7 @@ import numpy as np
 from dask.base import tokenize
 from sklearn.utils.metaestimators import available_if
 
+from taskdml import _warm
 from taskdml._apply import apply_chunkwise
 from taskdml._data import as_dask, is_chunked, is_frame, is_table, unwrap
 from taskdml._keys import key_name
@@ -366,6 +367,11 @@ class _AdaptiveSearchCV(SearchBase):
         metric, scorer = scoring
         partial_fit = hasattr(self.estimator, "partial_fit")
         client = current_client()
+        _warm.check_loadable(
+            client,
+            {"estimator": self.estimator, "scoring": self.scoring, self._space_name(): params},
+            owner=f"{type(self).__name__}.fit",
+        )
         data, prefetch = options["data"], options["prefetch"]
         chunks, rows, dtypes, data_facts = prepare(
             X, y, client=client, n_chunks_min=max(2, n_folds), data=data

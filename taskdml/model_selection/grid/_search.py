@@ -39,7 +39,7 @@ from sklearn import get_config
 from sklearn.base import clone
 from sklearn.utils.metadata_routing import MetadataRouter, MethodMapping, process_routing
 
-from taskdml import _compat
+from taskdml import _compat, _warm
 from taskdml._compat import CallbackSupportMixin, with_callbacks
 from taskdml._data import as_dask, gathered_table, is_chunked
 from taskdml.model_selection._base import SearchBase, engine_options
@@ -186,6 +186,15 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
         table's, from the parameters or the deprecated ``parallel`` dict)."""
         return engine_options(self, lambda parallel: parallel)
 
+    def _check_loadable(self, client, candidates):
+        """Raise now, not hang later, if the workers cannot load what the tasks carry."""
+        space = "param_grid" if hasattr(self, "param_grid") else "param_distributions"
+        _warm.check_loadable(
+            client,
+            {"estimator": self.estimator, "scoring": self.scoring, space: candidates},
+            owner=f"{type(self).__name__}.fit",
+        )
+
     def _fit_in_memory(self, X, y, candidates, params):
         from sklearn.base import is_classifier
         from sklearn.model_selection import check_cv
@@ -232,6 +241,7 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
             )
         data = _grid_graph.SearchData(X, y, params, splits, score_params, get_config())
         client = current_client()
+        self._check_loadable(client, candidates)
         base = clone(self.estimator)
         search = root.subcontext(
             task_name="search",
@@ -320,6 +330,7 @@ class BaseSearchCV(CallbackSupportMixin, SearchBase):
         X, y, _ = as_dask(X, y)
         folds = _grid_chunked.chunk_folds(self.cv, X.chunks[0])
         client = current_client()
+        self._check_loadable(client, candidates)
         X, y = _grid_chunked.persist(X, y, client)
         base = clone(self.estimator)
         if self.verbose > 0:

@@ -62,7 +62,7 @@ import weakref
 import numpy as np
 from dask.utils import format_bytes
 
-from taskdml import _data, _events, _keys
+from taskdml import _data, _events, _keys, _warm
 from taskdml._client import resolve_client
 from taskdml._compat import client_lock, held_keys, relink_birch_views
 from taskdml.cache import _checkpoints as _checkpoint
@@ -367,6 +367,7 @@ def train(
     sync_every = sync_every if isinstance(sync_every, str) else int(sync_every)
     client = resolve_client(client)
     _warmup.prepare(client, estimator)  # the workers' imports, while this call goes on
+    _warm.check_loadable(client, {"estimator": estimator}, owner="train")
     X, y, sample_weight = _data.as_dask(
         X if _data.is_chunked(X) else _as_array(X), y, sample_weight
     )
@@ -1031,6 +1032,8 @@ def _replicated(
         return _replicated_locally(
             estimator, chunks, plan, strategy, staleness, n_replicas or 1, clock
         )
+    # only the replicas score on the workers; the other strategies score in this process
+    _warm.check_loadable(client, {"scoring": plan.scorer}, owner="train")
     rule = get_merge_rule(estimator)
     plan = dataclasses.replace(plan, rule=rule)
     if strategy == "async":
