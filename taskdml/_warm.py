@@ -22,8 +22,8 @@ callable) unpickled on every worker before the first task that carries them is s
 worker that cannot unpickle a task message (its class or function lives in a module only the
 client can import) drops its connection to the scheduler, which gives the task to another
 worker that drops it too: the work never ends and nothing is raised. One ``client.run`` per
-fit (a few ms on a local cluster) turns that into an error that names the parameter, the
-module and the fix.
+fit (a few ms on a local cluster; nothing for a payload its workers loaded before) turns that
+into an error that names the parameter, the module and the fix.
 """
 
 import asyncio
@@ -46,6 +46,7 @@ WARM_DELAY = 0.05
 """Seconds between the plugin's setup and its imports: its registration is answered first."""
 
 _PREPARED = weakref.WeakKeyDictionary()  # client -> {plugin name}
+_LOADABLE = weakref.WeakKeyDictionary()  # client -> {digest of a payload its workers loaded}
 _PREPARED_LOCK = threading.Lock()  # searches train from several threads at once
 
 
@@ -183,7 +184,11 @@ def check_loadable(client, objects, *, owner):
     (by reference to its module, by value from ``__main__``), and unpickled on
     every current worker by one ``client.run``; a worker that joins later is not checked, nor
     is anything when called from inside a task (a search's replicated step trains with
-    :func:`taskdml.parallel.train` in one: its objects reached the workers already).
+    :func:`taskdml.parallel.train` in one: its objects reached the workers already). An
+    estimator is checked as an unfitted clone (its classes and parameters are what the workers
+    must import; a fitted state is not sent for it), and a payload the client's workers
+    loaded before is not sent again: repeated fits, a search's trainings and a ``partial_fit``
+    loop pay the round trip once.
 
     Parameters
     ----------
@@ -213,11 +218,14 @@ def check_loadable(client, objects, *, owner):
         return
     import cloudpickle
 
+    loaded = _LOADABLE.setdefault(client, set())
     payloads = {
-        name: cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        name: cloudpickle.dumps(_unfitted(value), protocol=pickle.HIGHEST_PROTOCOL)
         for name, value in objects.items()
         if value is not None and not isinstance(value, str)
     }
+    digests = {name: hashlib.sha1(payload).digest() for name, payload in payloads.items()}
+    payloads = {name: p for name, p in payloads.items() if digests[name] not in loaded}
     if not payloads:
         return
     answers = client.run(_unpickle_errors, payloads, on_error="return")
@@ -230,6 +238,19 @@ def check_loadable(client, objects, *, owner):
             )
         for name, (error, module) in answer.items():
             raise WorkerImportError(_message(owner, name, objects[name], error, module, address))
+    loaded.update(digests[name] for name in payloads)
+
+
+def _unfitted(value):
+    """*value*, or an unfitted clone of it when it is a scikit-learn estimator."""
+    if not hasattr(value, "get_params") or isinstance(value, type):
+        return value
+    from sklearn.base import clone
+
+    try:
+        return clone(value)
+    except Exception:  # not clonable (a parameter it does not keep): checked as it is
+        return value
 
 
 def _in_task():

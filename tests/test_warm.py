@@ -234,3 +234,29 @@ def test_scoring_used_only_here_is_not_refused(client, local_module, data):
     ).fit(*_chunked(X, y), classes=[0, 1])
     expected = accuracy_score(y_val, model.estimator_.predict(X_val))
     assert model.history_[-1]["validation_score"] == pytest.approx(expected)
+
+
+def test_what_the_workers_loaded_once_is_not_sent_again(client, cluster, data):
+    """The check asks the workers once per object: a second fit with the same estimator, or
+    with a fitted copy of it (its state is not what the workers import), makes no broadcast;
+    an estimator with other parameters does (counted at the scheduler's ``broadcast``
+    handler, which ``client.run`` goes through)."""
+    handlers, calls = cluster.scheduler.handlers, []
+    original = handlers["broadcast"]
+
+    async def counted(*args, **kwargs):
+        calls.append("broadcast")
+        return await original(*args, **kwargs)
+
+    handlers["broadcast"] = counted
+    estimator = SGDClassifier(alpha=1e-3)  # the cache is the client's: this one is new
+    try:
+        check_loadable(client, {"estimator": estimator}, owner="example")
+        assert calls == ["broadcast"]
+        check_loadable(client, {"estimator": estimator}, owner="example")
+        check_loadable(client, {"estimator": estimator.fit(*data)}, owner="example")
+        assert calls == ["broadcast"]
+        check_loadable(client, {"estimator": SGDClassifier(alpha=0.5)}, owner="example")
+        assert calls == ["broadcast", "broadcast"]
+    finally:
+        handlers["broadcast"] = original
