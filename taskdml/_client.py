@@ -23,6 +23,17 @@ def current_client():
     return None if client.status in ("closing", "closed") else client
 
 
+def in_task():
+    """Whether this code runs in a task on a distributed worker."""
+    from distributed import get_worker
+
+    try:
+        get_worker()
+    except ValueError:
+        return False
+    return True
+
+
 def resolve_client(client=None, *, required=None):
     """The client to use: *client* if given, ``None`` for ``False``, else the current one.
 

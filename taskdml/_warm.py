@@ -36,6 +36,7 @@ import time
 import weakref
 
 from taskdml import _compat
+from taskdml._client import in_task
 from taskdml.exceptions import WorkerImportError
 
 WARM_PLUGIN = "taskdml-warm"
@@ -214,7 +215,7 @@ def check_loadable(client, objects, *, owner):
     ...     with Client(cluster) as client:
     ...         check_loadable(client, {"estimator": SGDClassifier()}, owner="example")
     """
-    if client is None or getattr(client, "asynchronous", False) or _in_task():
+    if client is None or getattr(client, "asynchronous", False) or in_task():
         return
     import cloudpickle
 
@@ -251,16 +252,6 @@ def _unfitted(value):
         return clone(value)
     except Exception:  # not clonable (a parameter it does not keep): checked as it is
         return value
-
-
-def _in_task():
-    from distributed import get_worker
-
-    try:
-        get_worker()
-    except ValueError:
-        return False
-    return True
 
 
 def _message(owner, name, value, error, module, address):

@@ -283,6 +283,57 @@ def test_estimator_without_partial_fit_is_fitted_once():
     assert not hasattr(model, "partial_fit")
 
 
+class BlasThreads(LogisticRegression):
+    """A LogisticRegression that keeps the BLAS threads it was fitted with
+    (``blas_threads_``, read from threadpoolctl as the fit starts)."""
+
+    def fit(self, X, y, sample_weight=None):
+        self.blas_threads_ = _blas_threads()
+        return super().fit(X, y, sample_weight)
+
+
+def _blas_threads():
+    from threadpoolctl import threadpool_info
+
+    return max(info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas")
+
+
+def test_a_lone_fit_uses_the_threads_of_its_hosts_idle_workers(client):
+    """A training fitted once, in one task, gets the BLAS threads of the session cluster's
+    idle workers on its host (one each: both workers, when nothing else runs), only its own
+    worker's when the other one is busy (held by a task until the fit is done, its start
+    known from an Event), and leaves the worker's own setting as distributed made it; the
+    model is LogisticRegression's fitted in memory."""
+    import uuid
+
+    from distributed import Event
+
+    X_np, y_np, X, y = _data()
+    first, other = sorted(client.nthreads())
+    X, y = client.persist([X, y], workers=[first])
+    model = DataParallel(BlasThreads()).fit(X, y)
+    assert model.strategy_ == "fit"
+    assert model.estimator_.blas_threads_ == sum(client.nthreads().values()) == 2
+    assert set(client.run(_blas_threads).values()) == {1}
+    np.testing.assert_allclose(
+        model.estimator_.coef_, LogisticRegression().fit(X_np, y_np).coef_, rtol=1e-6
+    )
+    name = uuid.uuid4().hex
+    started, release = Event(f"{name}-started"), Event(f"{name}-release")
+
+    def hold():
+        Event(f"{name}-started").set()
+        return Event(f"{name}-release").wait(60)
+
+    held = client.submit(hold, workers=[other], pure=False)
+    try:
+        assert started.wait(60)
+        busy = DataParallel(BlasThreads(C=0.5)).fit(X, y)
+    finally:
+        release.set()
+    assert held.result() and busy.estimator_.blas_threads_ == client.nthreads()[first] == 1
+
+
 @pytest.mark.parametrize("validation", [0.2, "tuple"])
 def test_early_stopping_on_validation(validation):
     """On an easy problem the validation score stops improving and training stops early; each

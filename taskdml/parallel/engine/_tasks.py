@@ -107,7 +107,7 @@ def is_fitted(estimator):
     return True
 
 
-def fit_concatenated(estimator, chunks, transformers=()):
+def fit_concatenated(estimator, chunks, transformers=(), threads=None):
     """A copy of *estimator* fitted once on *chunks* concatenated (no ``partial_fit``).
 
     Parameters
@@ -119,6 +119,11 @@ def fit_concatenated(estimator, chunks, transformers=()):
         ``sample_weight`` are ``None`` in every chunk or in none.
     transformers : sequence of fitted transformers, default=()
         Applied to the concatenated ``X`` before the fit.
+    threads : dict, optional
+        ``{host: threads}``: the BLAS and OpenMP threads the fit may use on a worker of that
+        host (:func:`taskdml.parallel.engine._train._lone_fit_threads`); distributed starts
+        its workers with one, against oversubscription among their tasks. Without it, or on
+        another host, the worker's setting stands.
 
     Returns
     -------
@@ -138,6 +143,31 @@ def fit_concatenated(estimator, chunks, transformers=()):
     estimator = copy.deepcopy(estimator)
     X_parts, y_parts, *weight_parts = zip(*chunks)
     X = transform_chunk(concatenate_parts(*X_parts), transformers)
+    with _thread_limits(threads):
+        return _fit_joined(estimator, X, y_parts, weight_parts)
+
+
+def _thread_limits(threads):
+    """A context of this worker host's share of *threads* for BLAS and OpenMP (nothing
+    changed outside a worker, or for one thread)."""
+    import contextlib
+
+    from taskdml._compat import address_host
+
+    try:
+        from distributed import get_worker
+
+        limit = (threads or {}).get(address_host(get_worker().address), 1)
+    except ValueError:  # not in a worker
+        limit = 1
+    if limit <= 1:
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=limit)
+
+
+def _fit_joined(estimator, X, y_parts, weight_parts):
     kwargs = {}
     if weight_parts and weight_parts[0][0] is not None:
         # a Pipeline routes fit parameters by step name: the weights are its last step's

@@ -63,8 +63,8 @@ import numpy as np
 from dask.utils import format_bytes
 
 from taskdml import _data, _events, _keys, _warm
-from taskdml._client import resolve_client
-from taskdml._compat import client_lock, held_keys, relink_birch_views
+from taskdml._client import in_task, resolve_client
+from taskdml._compat import address_host, client_lock, held_keys, relink_birch_views
 from taskdml.cache import _checkpoints as _checkpoint
 from taskdml.parallel.chunkwise import _tabular
 from taskdml.parallel.collective import _direct
@@ -586,7 +586,7 @@ def _fit_pipeline_at_once(pipeline, X, y, sample_weight, client, clock):
     parts = [part if part is not None else [None] * len(parts[0]) for part in parts]
     name = _keys.key_name("train", _estimator_token(pipeline), parts, phase="fit")
     task = dask.delayed(_tasks.fit_concatenated, pure=True)(
-        pipeline, list(zip(*parts)), dask_key_name=name
+        pipeline, list(zip(*parts)), threads=_lone_fit_threads(client), dask_key_name=name
     )
     lengths = [dask.delayed(len, pure=True)(part) for part in parts[0]]
     began = time.perf_counter()
@@ -604,6 +604,26 @@ def _fit_pipeline_at_once(pipeline, X, y, sample_weight, client, clock):
     )
     _record_stop(result, None, "fit", True)
     return result
+
+
+def _lone_fit_threads(client):
+    """``{host: threads}`` of the workers that run nothing now: the BLAS and OpenMP threads
+    a training fitted once, in one task, may use on its worker's host
+    (:func:`~taskdml.parallel.engine._tasks.fit_concatenated`). distributed starts workers
+    with one such thread each, against oversubscription among their tasks; a lone fit on one
+    worker would otherwise leave the cores of the host's idle workers unused where
+    ``est.fit`` in one process uses them all (an MLP on 10^5 rows on one of two workers:
+    1.35× ``est.fit``, ``benchmarks/parity.py``). ``None`` without a client and inside a
+    task (a search's trial, with others beside it)."""
+    if client is None or in_task():
+        return None
+    busy = {address for address, keys in client.processing().items() if keys}
+    threads = {}
+    for address, count in client.nthreads().items():
+        if address not in busy:
+            host = address_host(address)
+            threads[host] = threads.get(host, 0) + count
+    return threads
 
 
 def _row_parts(collection):
@@ -952,7 +972,7 @@ def _fit_once(estimator, chunks, plan, client, passes=False):
     parts = [(chunk.X, chunk.y, chunk.weight) for chunk in chunks]
     began = time.perf_counter()
     task = dask.delayed(_tasks.fit_concatenated, pure=True)(
-        estimator, parts, plan.transformers, dask_key_name=name
+        estimator, parts, plan.transformers, _lone_fit_threads(client), dask_key_name=name
     )
     fitted = _gather(client, [task])[0]
     entry = {
