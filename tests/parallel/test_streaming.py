@@ -356,37 +356,27 @@ def _peaks(client):
     return client.run(lambda: (os.getpid(), _peak_rss()))
 
 
-@pytest.fixture(scope="module")
-def holdout():
-    """The big store's holdout, 200,000 rows of the same rule, made once for both tests."""
+def _holdout(n_features):
     rng = np.random.default_rng(99)
-    X = rng.random((200_000, BIG_FEATURES)) - 0.5
-    weights = np.linspace(-1.0, 1.0, BIG_FEATURES)
+    X = rng.random((200_000, n_features)) - 0.5
+    weights = np.linspace(-1.0, 1.0, n_features)
     return X, (X @ weights + rng.normal(scale=0.1, size=len(X)) > 0).astype(np.int8)
 
 
-@pytest.fixture(scope="module")
-def fraction_in_memory(big_store):
-    """The ten chunks the fractions train on, read in this process (not through the small
-    workers), once for both tests. The synchronous scheduler: the threaded one took 2 to 8 s
-    for these 320 MB (Zarr's reads contending in its threads), the synchronous 0.3 s."""
+def _in_memory_score(big_store, X_test, y_test, **params):
+    """scikit-learn's own SGDClassifier with *params*, fitted in this process on the ten
+    chunks the fractions train on, read here (not through the small workers): its score on
+    the holdout."""
     X, y = big_store
     rows = slice(0, 10 * BIG_CHUNK_ROWS)
-    return dask.compute(X[rows], y[rows], scheduler="sync")
-
-
-def _in_memory_score(fraction, X_test, y_test, **params):
-    """scikit-learn's own SGDClassifier with *params*, fitted in this process on *fraction*
-    (:func:`fraction_in_memory`): its score on the holdout."""
+    fraction = dask.compute(X[rows], y[rows], scheduler="threads")
     reference = SGDClassifier(random_state=0, **params).fit(*fraction)
     return reference.score(X_test, y_test)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_training_on_a_store_four_times_the_workers_memory(
-    small_workers, big_store, holdout, fraction_in_memory
-):
+def test_training_on_a_store_four_times_the_workers_memory(small_workers, big_store):
     """DataParallel streams a 5 GiB store through two 600 MiB workers: peaks stay below the
     limits, no worker restarts, and accuracy is within 0.5 pp of training on a fraction and
     of scikit-learn's fit in memory on that fraction."""
@@ -401,17 +391,15 @@ def test_training_on_a_store_four_times_the_workers_memory(
     assert all(peak < WORKER_MEMORY for _, peak in after.values()), after
     fraction = DataParallel(SGDClassifier(random_state=0), random_state=0, data="persist")
     fraction.fit(X[: 10 * BIG_CHUNK_ROWS], y[: 10 * BIG_CHUNK_ROWS])
-    X_test, y_test = holdout
+    X_test, y_test = _holdout(BIG_FEATURES)
     assert abs(model.score(X_test, y_test) - fraction.score(X_test, y_test)) <= 0.005
-    in_memory = _in_memory_score(fraction_in_memory, X_test, y_test)
+    in_memory = _in_memory_score(big_store, X_test, y_test)
     assert model.score(X_test, y_test) == pytest.approx(in_memory, abs=0.005)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_asha_search_on_a_store_four_times_the_workers_memory(
-    small_workers, big_store, holdout, fraction_in_memory
-):
+def test_asha_search_on_a_store_four_times_the_workers_memory(small_workers, big_store):
     """ASHA streams the same store: peaks below the limits, no restarts, and its best model
     within 0.5 pp of the same search on a fraction that fits in memory and of scikit-learn's
     fit in memory on that fraction with the best parameters."""
@@ -433,9 +421,9 @@ def test_asha_search_on_a_store_four_times_the_workers_memory(
         data="persist",
         strategy="sequential",
     ).fit(X[: 10 * BIG_CHUNK_ROWS], y[: 10 * BIG_CHUNK_ROWS])
-    X_test, y_test = holdout
+    X_test, y_test = _holdout(BIG_FEATURES)
     assert abs(search.score(X_test, y_test) - fraction.score(X_test, y_test)) <= 0.005
-    in_memory = _in_memory_score(fraction_in_memory, X_test, y_test, **search.best_params_)
+    in_memory = _in_memory_score(big_store, X_test, y_test, **search.best_params_)
     assert search.score(X_test, y_test) == pytest.approx(in_memory, abs=0.005)
 
 
