@@ -25,6 +25,7 @@
 """
 
 import argparse
+import contextlib
 import datetime
 import threading
 import time
@@ -181,9 +182,23 @@ def _held_shard_bytes(dask_worker):
     )
 
 
-def fits(quick, repeats):
-    """Case 2: unsharded in this process against sharded on 2 workers, a model that fits."""
+@contextlib.contextmanager
+def two_workers():
+    """A fresh 2-worker ``LocalCluster`` (one thread each) and its client, the default."""
     from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address="127.0.0.1:0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
+
+
+def fits(quick, repeats, client=None):
+    """Case 2: unsharded in this process against sharded on 2 workers, a model that fits
+    (on a fresh cluster, or *client*'s)."""
     from sklearn.base import clone
     from sklearn.linear_model import SGDClassifier
 
@@ -208,12 +223,7 @@ def fits(quick, repeats):
         seconds[f"unsharded, in this process, n_jobs={n_jobs}"] = best
         reference = model
     equal = True
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address="127.0.0.1:0"
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with contextlib.nullcontext(client) if client else two_workers() as client:
         X, y = make_data(n_rows, n_chunks, n_features, n_classes)
         X, y = client.persist([X, y])
         client.run(_warm_up)
@@ -240,10 +250,10 @@ def fits(quick, repeats):
     }
 
 
-def vertical(quick):
-    """Case 3: feature-sharded gradient descent, the cost of one mini-batch's exchange."""
+def vertical(quick, client=None):
+    """Case 3: feature-sharded gradient descent, the cost of one mini-batch's exchange (on a
+    fresh cluster, or *client*'s, the default client)."""
     import dask.array as da
-    from distributed import Client, LocalCluster
 
     from taskdml.parallel import FeatureSharded
     from taskdml.parallel.estimators._feature_sharded import margin_gradient
@@ -259,12 +269,7 @@ def vertical(quick):
         gradient, b = margin_gradient(y[part], b, "log_loss", 0.1, X[part] @ w)
         w = w - 0.1 * (X[part].T @ gradient / rows)
     seconds = {"in this process, numpy": (time.perf_counter() - began) / n_chunks}
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address="127.0.0.1:0"
-        ) as cluster,
-        Client(cluster),
-    ):
+    with contextlib.nullcontext(client) if client else two_workers():
         dX = da.from_array(X, chunks=(rows, n_features))
         dy = da.from_array(y, chunks=rows)
         for n_blocks in (1, 2):
@@ -357,8 +362,13 @@ def main(argv=None):
         "repeats": 1 if args.quick else args.repeats,
     }
     big = large(args.quick)
-    small = fits(args.quick, facts["repeats"])
-    wide = vertical(args.quick)
+    if args.quick:  # a smoke run: cases 2 and 3 on one cluster, one cluster start fewer
+        with two_workers() as client:
+            small = fits(True, facts["repeats"], client)
+            wide = vertical(True, client)
+    else:
+        small = fits(False, facts["repeats"])
+        wide = vertical(False)
     text = report(big, small, facts, wide)
     print(text)
     if not small["equal"]:

@@ -238,14 +238,19 @@ def _median_split(splits):
 # The measurements.
 
 
-def scaling_part(args, store):
+def scaling_part(args, store, stream_at=()):
     """Per worker count: seconds per epoch, the round split, the persist time, the first
     call on the fresh cluster, the breakdown of a call and of its rounds, and the same run's
-    ceiling (:func:`ceiling_walls`)."""
-    rows, serial_s = [], None
+    ceiling (:func:`ceiling_walls`). At the counts of *stream_at* (a smoke run's), the
+    streaming part first, on the same cluster, before the data is persisted there
+    (:func:`stream_part`'s rows, returned with the rows; the first call is then not the
+    cluster's first)."""
+    rows, serial_s, streamed = [], None, []
     for workers in args.workers:
         progress(f"scaling: {workers} worker(s)")
         with cluster(workers) as client:
+            if workers in stream_at:  # before the store's chunks are persisted here
+                streamed.append(stream_part(args, store, workers, client))
             X, y = read_store(store)
             began = time.perf_counter()
             X, y = client.persist([X, y])
@@ -285,7 +290,7 @@ def scaling_part(args, store):
     one = next((r for r in rows if r["workers"] == 1), None)
     for row in rows:
         row["speedup"] = one["epoch_s"] / row["epoch_s"] if one else None
-    return rows
+    return rows, streamed
 
 
 def ceiling_walls(args, workers, serial=False):
@@ -359,11 +364,12 @@ def _mean_over(values, rounds):
     return None if not values else statistics.fmean(values) / rounds
 
 
-def stream_part(args, store, workers):
-    """Seconds per epoch with the data persisted and streamed, on *workers* workers."""
+def stream_part(args, store, workers, client=None):
+    """Seconds per epoch with the data persisted and streamed, on *workers* workers (a fresh
+    cluster, or *client*'s)."""
     progress(f"streaming against persisting: {workers} worker(s)")
     found = {"persist": [], "stream": []}
-    with cluster(workers) as client:
+    with contextlib.nullcontext(client) if client else cluster(workers) as client:
         X, y = read_store(store)
         for mode in found:  # warm-up
             train(client, X, y, min(args.epochs, 2), data=mode)
@@ -962,8 +968,8 @@ def parse_args(argv=None):
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="smoke run (< 1 min): 40,000 rows, workers 1,2 (streaming on 2 only, the ceiling at "
-        "the fewest only), 1 repeat, "
+        help="smoke run (< 1 min): 40,000 rows, workers 1,2 (streaming on 2 only, on the "
+        "scaling part's cluster; the ceiling at the fewest only), 1 repeat, "
         "memory 0.1× of 2 × 600 MiB; prints only",
     )
     nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -1058,12 +1064,13 @@ def main(argv=None):
             store = os.path.join(tmp, "data")
             progress(f"writing {args.rows:,} rows to {store}")
             facts["write_s"] = write_store(store, args.rows, args.features, args.chunk_rows)
-            rows = scaling_part(args, store)
             counts = sorted({min(args.workers), max(args.workers)})
-            if args.quick:  # one cluster fewer: the streaming code path is the same
-                counts = counts[-1:]
-            streamed = []
-            if "stream" in args.parts:
+            if "stream" not in args.parts:
+                counts = []
+            # A smoke run streams at the most workers only, on the scaling part's cluster: one
+            # cluster fewer, the same streaming code path.
+            rows, streamed = scaling_part(args, store, counts[-1:] if args.quick else ())
+            if not args.quick:
                 streamed = [stream_part(args, store, workers) for workers in counts]
             shutil.rmtree(store, ignore_errors=True)
             memory = memory_part(args, tmp) if "memory" in args.parts else None

@@ -38,7 +38,8 @@ def test_scaling_quick_run(tmp_path):
 @pytest.mark.timeout(120)
 def test_model_parallel_quick_run(tmp_path):
     """benchmarks/model_parallel.py --quick trains and predicts a sharded model on 4 workers,
-    compares it with the unsharded one, and leaves RESULTS.md alone."""
+    compares it with the unsharded one, the feature-sharded steps with the in-process ones, and
+    leaves RESULTS.md alone."""
     results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
     run = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "model_parallel.py"), "--quick"],
@@ -50,6 +51,7 @@ def test_model_parallel_quick_run(tmp_path):
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "### A model larger than one worker" in run.stdout
     assert "equals the unsharded one bit for bit: yes" in run.stdout
+    assert "The weights equal the in-process steps to 1e-10: yes" in run.stdout
     assert (ROOT / "benchmarks" / "RESULTS.md").read_text() == results
 
 
