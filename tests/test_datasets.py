@@ -673,6 +673,47 @@ def test_text_features_make_a_table(fmt, tmp_path):
     np.testing.assert_array_equal(test.y.values, frame.label.to_numpy()[rows])
 
 
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_every_column_of_a_chunk_comes_from_one_read(fmt, tmp_path):
+    """The columns of a table (and X and y) take chunk i from one task that reads partition
+    i: dask plans each column selection of a frame as a read of its own, and a table of 31
+    columns parsed every CSV chunk 32 times. The values are the file's (with a nullable
+    integer column: its missing value is nan)."""
+    frame = pd.DataFrame({f"f{i}": np.arange(300.0) + i for i in range(6)})
+    frame["city"] = ["Oslo", "Lima", "Pune"] * 100
+    frame["count"] = pd.array([1, None, 3] * 100, dtype="Int64")
+    frame["label"] = [0, 1, 1] * 100
+    path = tmp_path / f"wide.{fmt}"
+    if fmt == "csv":
+        frame.drop(columns="count").to_csv(path, index=False)
+        table = datasets.read_csv(path, target="label", blocksize=2_000)
+        numeric = datasets.read_csv(path, target="label", features=["f0", "f1"], blocksize=2_000)
+    else:
+        frame.to_parquet(path, row_group_size=100)
+        table = datasets.read_parquet(path, target="label")
+        numeric = datasets.read_parquet(path, target="label", features=["f0", "f1"])
+    for data in (table, numeric):
+        graph = dict(data.__dask_graph__())
+        chunks = len(data.y.chunks[0])
+        names = [v.data.name for v in data.data_vars.values()]
+        for i in range(chunks):
+            reads = {
+                frozenset(dask.core.get_dependencies(graph, key))
+                for key in graph
+                if isinstance(key, tuple) and key[0] in names and key[1] == i
+            }
+            assert len(reads) == 1, (fmt, i, reads)
+    expected = frame.drop(columns="count") if fmt == "csv" else frame
+    for column in expected.columns.drop("label"):
+        values = table[column].values
+        if column == "count":
+            np.testing.assert_array_equal(values, [1.0, np.nan, 3.0] * 100)
+        else:
+            np.testing.assert_array_equal(values, expected[column].to_numpy())
+    np.testing.assert_array_equal(table.y.values, expected.label.to_numpy())
+    np.testing.assert_array_equal(numeric.X.values, expected[["f0", "f1"]].to_numpy())
+
+
 def test_categorical_column_errors(tmp_path):
     """A categorical column that is missing or not a feature is named, with the fix."""
     path = tmp_path / "text.csv"
