@@ -13,6 +13,7 @@ import dask.array as da
 import numpy as np
 import pytest
 from sklearn.base import clone
+from sklearn.cluster import MiniBatchKMeans
 from sklearn.datasets import load_breast_cancer, load_digits
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import SGDClassifier
@@ -237,6 +238,30 @@ def test_in_memory_data_is_shipped_only_when_the_replicas_save_more_than_it_cost
     assert f"about {ships:.2g} s" in reason and "estimator.fit in this process" in reason
     assert weigh(epoch_s, sgd, 2, nbytes) == (6 * epoch_s * 0.5 > ships, None) == (True, None)
     assert weigh(epoch_s, one_pass, 16, nbytes / 10)[0] is (epoch_s * 15 / 16 > ships / 10)
+
+
+class _RecordedBatches(MiniBatchKMeans):
+    """MiniBatchKMeans that records the rows of each ``partial_fit`` call (in the class:
+    the probe trains a clone)."""
+
+    batches = []
+
+    def partial_fit(self, X, y=None, sample_weight=None):
+        _RecordedBatches.batches.append(len(X))
+        return super().partial_fit(X, y, sample_weight=sample_weight)
+
+
+def test_the_payoff_probe_trains_in_the_families_own_mini_batches():
+    """MiniBatchKMeans' partial_fit takes what it is given as one mini-batch; replicas (and
+    its fit) step in batch_size rows, each step costing its own overhead, so the probe trains
+    the same way: the probe's 10,000 rows of 10^6 (PROBE_SHARE) in 10 calls of at most 1,024
+    rows, not one call of 10,000 (which measured a fifth of an epoch's cost)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(10**6, 4))
+    _RecordedBatches.batches = []
+    distributing_pays(_RecordedBatches(random_state=0), X, None, None, X.nbytes, replicas=2)
+    first = _RecordedBatches.batches[:10]
+    assert sum(first) == 10_000 and max(first) <= 1_024, _RecordedBatches.batches
 
 
 FIRST_CALL_S = 0.2

@@ -5,11 +5,12 @@ and that costs about as much as one cheap pass over it: a one-pass family (naive
 scaler) on rows it reads once gains less from *w* replicas than the shipping costs, while an
 estimator that passes over the data many times (SGD until its ``tol`` stops it, k-means) or
 does much work per row (IncrementalPCA's SVDs) gains more. So the cost of an epoch is
-measured, not guessed: the estimator's ``partial_fit`` on a probe of the first rows, in this
-process, scaled to all of them. Training distributed pays when the least number of epochs its
-stopping rule can run, times that epoch, times the share *w* replicas take off it, is more than
-the data's bytes at :data:`SHIP_BYTES_PER_S`; otherwise ``estimator.fit`` in this process is
-the faster training (:class:`~taskdml.DataParallel` says so in ``stats_["local"]``).
+measured, not guessed: the estimator trained on a probe of the first rows as a replica trains
+on a chunk (in its ``fit``'s mini-batches where it has them), in this process, scaled to all
+of them. Training distributed pays when the least number of epochs its stopping rule can run,
+times that epoch, times the share *w* replicas take off it, is more than the data's bytes at
+:data:`SHIP_BYTES_PER_S`; otherwise ``estimator.fit`` in this process is the faster training
+(:class:`~taskdml.DataParallel` says so in ``stats_["local"]``).
 
 A model's first ``partial_fit`` pays once what later calls do not (its classes, buffers,
 first touches of the code), and a probe of a few milliseconds scaled a hundredfold carries
@@ -29,6 +30,7 @@ import numpy as np
 from dask.utils import format_bytes
 from sklearn.base import clone, is_classifier
 
+from taskdml.parallel.engine._tasks import fit_chunk
 from taskdml.parallel.engine._train import _stopping_rule
 
 __all__ = ["SHIP_BYTES_PER_S", "distributing_pays", "least_epochs", "weigh"]
@@ -68,15 +70,16 @@ def distributing_pays(estimator, X, y, sample_weight, nbytes, replicas):
         return True, None
     rows = X.shape[0] if hasattr(X, "shape") else len(X)
     probe = min(rows, max(PROBE_ROWS[0], min(PROBE_ROWS[1], int(rows * PROBE_SHARE))))
-    kwargs = {}
-    if is_classifier(estimator):
-        kwargs["classes"] = np.unique(y[:probe])
-    if sample_weight is not None:
-        kwargs["sample_weight"] = sample_weight[:probe]
-    args = (X[:probe],) if y is None else (X[:probe], y[:probe])
+    kwargs = {"classes": np.unique(y[:probe])} if is_classifier(estimator) else {}
+    args = (
+        X[:probe],
+        None if y is None else y[:probe],
+        kwargs,
+        None if sample_weight is None else sample_weight[:probe],
+    )
     model = clone(estimator)
     try:
-        probe_s = _timed_partial_fit(model, args, kwargs)
+        probe_s = _timed_probe(model, *args)
     except (TypeError, ValueError):
         return True, None
     stopping = _stopping_rule(estimator, "auto", None, None, None, rows)
@@ -84,17 +87,20 @@ def distributing_pays(estimator, X, y, sample_weight, nbytes, replicas):
     verdict = weigh(epoch_s, stopping, replicas, nbytes, probe)
     if verdict[0] and not weigh(epoch_s / CONFIRM_MARGIN, stopping, replicas, nbytes)[0]:
         for _ in range(STEADY_PROBES):  # near the line: the fastest call decides
-            probe_s = min(probe_s, _timed_partial_fit(model, args, kwargs))
+            probe_s = min(probe_s, _timed_probe(model, *args))
         verdict = weigh(probe_s * rows / probe, stopping, replicas, nbytes, probe)
     return verdict
 
 
-def _timed_partial_fit(model, args, kwargs):
-    """Seconds of one ``model.partial_fit(*args, **kwargs)``."""
+def _timed_probe(model, X, y, fit_kwargs, weight):
+    """Seconds of *model* trained on the probe's rows as a replica trains on a chunk
+    (:func:`~taskdml.parallel.engine._tasks.fit_chunk`: in the mini-batches of the family's
+    own ``fit`` where its ``partial_fit`` takes everything as one; MiniBatchKMeans' 1,024-row
+    steps cost 5× one call on 20,000 rows)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         began = time.perf_counter()
-        model.partial_fit(*args, **kwargs)
+        fit_chunk(model, X, y, (), fit_kwargs, weight)
         return time.perf_counter() - began
 
 
@@ -105,7 +111,7 @@ def weigh(epoch_s, stopping, replicas, nbytes, probe=None):
     ships = nbytes / SHIP_BYTES_PER_S
     if saves > ships:
         return True, None
-    measured = "" if probe is None else f" (partial_fit on {probe:,} rows)"
+    measured = "" if probe is None else f" (trained on {probe:,} rows)"
     return False, (
         f"in-memory data of {format_bytes(nbytes)}: an epoch measured at about "
         f"{epoch_s:.2g} s{measured}, at least {epochs} epoch{'s' if epochs != 1 else ''} "
