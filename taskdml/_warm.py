@@ -16,6 +16,9 @@ and two threads importing one package at once (taskdml's modules import each oth
 it half-initialised and fail ("cannot import name ... from partially initialized module").
 Messages that arrive meanwhile wait for the imports, which their tasks need anyway. The plugin
 travels by value, so that unpickling it does not import taskdml: that is the cost hidden.
+The same plugin undoes a side effect of distributed's environment on the worker's allocator
+(:data:`WORKER_MMAP_THRESHOLD`), which made NumPy-heavy fits 1.5× slower in a worker than
+in a plain process.
 
 :func:`check_loadable` is the other half: the user's objects (an estimator, a ``scoring``
 callable) unpickled on every worker before the first task that carries them is sent. A
@@ -45,6 +48,16 @@ PREPARED_PREFIX = "taskdml-imports-"
 """Names of the plugins :func:`prepare` registers: the prefix and a digest of the list."""
 WARM_DELAY = 0.05
 """Seconds between the plugin's setup and its imports: its registration is answered first."""
+
+WORKER_MMAP_THRESHOLD = 4 * 2**20
+"""glibc's ``M_MMAP_THRESHOLD`` the plugins set on a worker where distributed started it with
+``MALLOC_TRIM_THRESHOLD_`` (its default, to hand freed memory back) and the user set no
+mmap threshold. Setting the trim threshold freezes glibc's mmap threshold at 128 KiB, so
+every NumPy temporary above that is a fresh ``mmap`` whose pages fault in again: an
+``MLPClassifier`` fit on 75,000 × 20 rows took 2.9 s in a worker (459,000 page faults, 0.5 s
+of system time) against 1.9-2.0 s in a plain process and in the same worker with this
+threshold (3,000 faults; 1, 4 and 32 MiB alike). Blocks above it (chunks) still come from
+and go back to the system at once."""
 
 _PREPARED = weakref.WeakKeyDictionary()  # client -> {plugin name}
 _LOADABLE = weakref.WeakKeyDictionary()  # client -> {digest of a payload its workers loaded}
@@ -149,12 +162,26 @@ def _warm_plugin(modules, name, idempotent=False):
     from distributed.diagnostics.plugin import WorkerPlugin
 
     class WarmImports(WorkerPlugin):
-        def __init__(self, modules, name, idempotent):
+        def __init__(self, modules, name, idempotent, mmap_threshold):
             self.modules, self.name, self.idempotent = modules, name, idempotent
+            self.mmap_threshold = mmap_threshold
 
         def setup(self, worker):
             self.seconds, self.errors, self.done = None, {}, asyncio.Event()
+            self.mmap_set = self.set_mmap_threshold()
             asyncio.get_running_loop().call_later(WARM_DELAY, self.run)
+
+        def set_mmap_threshold(self):
+            """:data:`WORKER_MMAP_THRESHOLD` set where distributed's environment froze it."""
+            import ctypes
+            import os
+
+            if "MALLOC_TRIM_THRESHOLD_" not in os.environ or "MALLOC_MMAP_THRESHOLD_" in os.environ:
+                return False
+            try:
+                return bool(ctypes.CDLL("libc.so.6").mallopt(-3, self.mmap_threshold))
+            except (OSError, AttributeError):  # not glibc: its allocator is left as it is
+                return False
 
         def run(self):
             started = time.perf_counter()
@@ -166,7 +193,7 @@ def _warm_plugin(modules, name, idempotent=False):
             self.seconds = time.perf_counter() - started
             self.done.set()
 
-    return WarmImports(modules, name, idempotent)
+    return WarmImports(modules, name, idempotent, WORKER_MMAP_THRESHOLD)
 
 
 async def _warmed(name, dask_worker):
