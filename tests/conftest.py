@@ -60,6 +60,30 @@ def wait_for():
 
 
 @pytest.fixture
+def handler_calls(cluster):
+    """``handler_calls(name)``: a context in which each call of the session scheduler's
+    handler *name* (``"scatter"``, ``"broadcast"`` for ``client.run``) is appended to the
+    list it yields; the real handler answers as before, and comes back on exit."""
+
+    @contextlib.contextmanager
+    def counting(name):
+        handlers, calls = cluster.scheduler.handlers, []
+        original = handlers[name]
+
+        async def counted(*args, **kwargs):
+            calls.append(name)
+            return await original(*args, **kwargs)
+
+        handlers[name] = counted
+        try:
+            yield calls
+        finally:
+            handlers[name] = original
+
+    return counting
+
+
+@pytest.fixture
 def seed():
     """The seed tests use unless they sweep seeds."""
     return 0

@@ -379,7 +379,7 @@ def _prepared(dask_worker):
 
 
 def test_scatter_goes_straight_to_workers_on_loopback_unless_the_client_says_otherwise(
-    client, cluster
+    client, handler_calls
 ):
     """taskdml's scatter skips the scheduler for the session cluster's loopback workers (its
     ``scatter`` handler is never called), and ``client.direct_to_workers = False`` sends it
@@ -388,21 +388,13 @@ def test_scatter_goes_straight_to_workers_on_loopback_unless_the_client_says_oth
 
     from taskdml._client import scatter
 
-    handlers, calls = cluster.scheduler.handlers, []
-    original = handlers["scatter"]
-
-    async def counted(*args, **kwargs):
-        calls.append("scatter")
-        return await original(*args, **kwargs)
-
-    handlers["scatter"] = counted
     data = np.arange(1_000.0)
-    try:
-        [future] = scatter(client, [data], hash=False)
-        assert np.array_equal(future.result(), data) and calls == []
-        client.direct_to_workers = False
-        [future] = scatter(client, [data + 1], hash=False)
-        assert np.array_equal(future.result(), data + 1) and calls == ["scatter"]
-    finally:
-        handlers["scatter"] = original
-        client.direct_to_workers = None
+    with handler_calls("scatter") as calls:
+        try:
+            [future] = scatter(client, [data], hash=False)
+            assert np.array_equal(future.result(), data) and calls == []
+            client.direct_to_workers = False
+            [future] = scatter(client, [data + 1], hash=False)
+            assert np.array_equal(future.result(), data + 1) and calls == ["scatter"]
+        finally:
+            client.direct_to_workers = None

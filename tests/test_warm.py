@@ -236,21 +236,13 @@ def test_scoring_used_only_here_is_not_refused(client, local_module, data):
     assert model.history_[-1]["validation_score"] == pytest.approx(expected)
 
 
-def test_what_the_workers_loaded_once_is_not_sent_again(client, cluster, data):
+def test_what_the_workers_loaded_once_is_not_sent_again(client, handler_calls, data):
     """The check asks the workers once per object: a second fit with the same estimator, or
     with a fitted copy of it (its state is not what the workers import), makes no broadcast;
     an estimator with other parameters does (counted at the scheduler's ``broadcast``
     handler, which ``client.run`` goes through)."""
-    handlers, calls = cluster.scheduler.handlers, []
-    original = handlers["broadcast"]
-
-    async def counted(*args, **kwargs):
-        calls.append("broadcast")
-        return await original(*args, **kwargs)
-
-    handlers["broadcast"] = counted
     estimator = SGDClassifier(alpha=1e-3)  # the cache is the client's: this one is new
-    try:
+    with handler_calls("broadcast") as calls:
         check_loadable(client, {"estimator": estimator}, owner="example")
         assert calls == ["broadcast"]
         check_loadable(client, {"estimator": estimator}, owner="example")
@@ -258,8 +250,6 @@ def test_what_the_workers_loaded_once_is_not_sent_again(client, cluster, data):
         assert calls == ["broadcast"]
         check_loadable(client, {"estimator": SGDClassifier(alpha=0.5)}, owner="example")
         assert calls == ["broadcast", "broadcast"]
-    finally:
-        handlers["broadcast"] = original
 
 
 def _faults_of_an_mlp_fit():
