@@ -78,16 +78,14 @@ def _from_dataframe(function, path, frame, target, features, categorical=None):
     lengths = tuple(int(n) for n in frame.map_partitions(len).compute())
     if not sum(lengths):
         raise DataError(f"{where} has no rows: nothing to train or score on. Check the file(s).")
-    table = bool(not_numeric or categorical)
-    objects = [c for c in features if c in not_numeric]
-    if objects:
+    if not_numeric:
         meta = collection_meta(frame).copy()
-        for column in objects:
+        for column in not_numeric:
             meta[column] = meta[column].astype(object)
-        frame = frame.map_partitions(_object_columns, objects, meta=meta)
+        frame = frame.map_partitions(_object_columns, not_numeric, meta=meta)
     columns = _Columns(function, frame, lengths)
     y = None if target is None else columns.take(target)
-    if table:
+    if not_numeric or categorical:
         return _table(columns, features, categorical, y)
     X = columns.take(features, np.float64)
     return _xy_dataset(X, y, np.array(features, dtype=str))
