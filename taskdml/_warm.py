@@ -168,20 +168,20 @@ def _warm_plugin(modules, name, idempotent=False):
 
         def setup(self, worker):
             self.seconds, self.errors, self.done = None, {}, asyncio.Event()
-            self.mmap_set = self.set_mmap_threshold()
+            self.set_mmap_threshold()
             asyncio.get_running_loop().call_later(WARM_DELAY, self.run)
 
         def set_mmap_threshold(self):
             """:data:`WORKER_MMAP_THRESHOLD` set where distributed's environment froze it."""
+            import contextlib
             import ctypes
             import os
 
+            m_mmap_threshold = -3  # glibc's malloc.h
             if "MALLOC_TRIM_THRESHOLD_" not in os.environ or "MALLOC_MMAP_THRESHOLD_" in os.environ:
-                return False
-            try:
-                return bool(ctypes.CDLL("libc.so.6").mallopt(-3, self.mmap_threshold))
-            except (OSError, AttributeError):  # not glibc: its allocator is left as it is
-                return False
+                return
+            with contextlib.suppress(OSError, AttributeError):  # not glibc: left as it is
+                ctypes.CDLL("libc.so.6").mallopt(m_mmap_threshold, self.mmap_threshold)
 
         def run(self):
             started = time.perf_counter()
