@@ -7,16 +7,19 @@ SGDClassifier(random_state=0))`` with 12 candidates (``pca__n_components`` in tw
 ``breast_cancer``   569 x 30, n_components in {5, 10}, ``StratifiedKFold(4)``;
 ``digits``          1797 x 64, n_components in {16, 32}, ``KFold(5)``.
 
-Peers: scikit-learn ``GridSearchCV`` with n_jobs=1 and n_jobs=2 (loky), dask-ml
+Peers: scikit-learn ``GridSearchCV`` with n_jobs=1 and n_jobs=``--workers`` (loky; 2 by
+default, the cluster's worker count, so that both sides have as many cores), dask-ml
 ``GridSearchCV`` on the cluster (when it imports) and taskdml ``GridSearchCV`` on the cluster.
+The parallel peers keep their keys ``sk2`` and ``halving2`` whatever ``--workers`` is; their
+labels in the report say the n_jobs they ran with.
 
-* *Cold* (scikit-learn n_jobs=2, dask-ml and taskdml by default; ``--cold-methods``): each
-  method's first search in a fresh Python process, imports and the data loaded before the
-  clock starts: for the cluster methods the first search on a fresh
-  ``LocalCluster`` (whose start is timed separately and shown, not counted), for scikit-learn
-  n_jobs=2 the first search, loky starting its workers inside it. One fresh process per
-  method, data set and repeat, the methods in rotating order; the median of
-  ``--cold-repeats``.
+* *Cold* (scikit-learn n_jobs=``--workers``, dask-ml and taskdml by default;
+  ``--cold-methods``): each method's first search in a fresh Python process (given the same
+  ``--workers``), imports and the data loaded before the clock starts: for the cluster methods
+  the first search on a fresh ``LocalCluster`` (whose start is timed separately and shown, not
+  counted), for scikit-learn n_jobs=``--workers`` the first search, loky starting its workers
+  inside it. One fresh process per method, data set and repeat, the methods in rotating order;
+  the median of ``--cold-repeats``.
 * *Warm*: in this process, on one cluster, one untimed search per method, then
   ``--repeats`` rounds in which every method runs once per data set, interleaved so that a
   noisy spell hits all of them alike; the median.
@@ -27,10 +30,10 @@ chunk-independent: 50 features, 20 informative, 10 redundant, 16 chunks, 20 % ho
 ``SGDClassifier(loss="log_loss", random_state=0)`` over alpha ~ loguniform(1e-7, 1e-2),
 penalty in {l2, l1, elasticnet}, l1_ratio ~ uniform(0, 1):
 
-``HalvingRandomSearchCV``  scikit-learn, n_jobs=1 and n_jobs=2 (loky), on the in-memory train
-                    array: 81 candidates, factor 3, resource n_samples from n_train / 81, one
-                    ShuffleSplit(test_size=0.2); every fit is ``SGDClassifier.fit`` (stops at
-                    its ``tol``);
+``HalvingRandomSearchCV``  scikit-learn, n_jobs=1 and n_jobs=``--workers`` (loky), on the
+                    in-memory train array: 81 candidates, factor 3, resource n_samples from
+                    n_train / 81, one ShuffleSplit(test_size=0.2); every fit is
+                    ``SGDClassifier.fit`` (stops at its ``tol``);
 ``taskdml ASHASearchCV``  ``--n-trials`` trials, min_epochs=1, max_epochs=``--max-epochs``,
                     reduction_factor 3, ``strategy="sync"``, on the persisted
                     dask arrays (validation = 20 % of the train chunks);
@@ -41,9 +44,9 @@ penalty in {l2, l1, elasticnet}, l1_ratio ~ uniform(0, 1):
                     trials as taskdml's Hyperband started); each trial is a ``partial_fit``
                     loop over the same 13 train chunks per epoch (3 of the 16 chunks, seeded,
                     are its validation), ``trial.report`` and ``should_prune`` after every
-                    epoch, up to max_epochs; ``study.optimize(n_jobs=2)`` (threads: SGD's inner
-                    loop releases the GIL). Optuna has no refit: its holdout accuracy is the
-                    best completed trial's model.
+                    epoch, up to max_epochs; ``study.optimize(n_jobs=--workers)`` (threads:
+                    SGD's inner loop releases the GIL). Optuna has no refit: its holdout
+                    accuracy is the best completed trial's model.
 
 One run each per size (``--adaptive-repeats`` for more, interleaved). *Samples processed* =
 rows given to ``partial_fit``/``fit`` during the search (counted inside the estimator for
@@ -65,12 +68,12 @@ paper plots it; a larger budget's first evaluation takes over even if it scores 
 its holdout accuracy; the final model (the refit; Optuna's best trial) counts at the run's
 end. Times run from the benchmark's clock just before ``fit``/``optimize``. The report gives,
 per method, the time its incumbent first reached each of three held-out accuracies (the best
-final accuracy − 0.1 pp, the worst final one, halving n_jobs=2's final one), and the ratio to
-halving n_jobs=2's time; the check of issue 27 is ASHA reaching halving n_jobs=2's final
-accuracy at least 2x sooner than halving (the issue asks it of n_jobs=16 on 16 cores; here
-n_jobs=2 on 2). A second ASHA row has as many trials as halving's candidates
-(``--same-budget-trials``, 81). A record costs about 0.01 ms (measured per size and shown),
-a ``partial_fit`` on one train chunk some ms.
+final accuracy − 0.1 pp, the worst final one, halving n_jobs=``--workers``'s final one), and
+the ratio to halving n_jobs=``--workers``'s time; the check of issue 27 is ASHA reaching that
+halving's final accuracy at least 2x sooner than halving (the issue asks it of n_jobs=16 on 16
+cores: ``--workers 16``; by default n_jobs=2 on 2). A second ASHA row has as many trials as
+halving's candidates (``--same-budget-trials``, 81). A record costs about 0.01 ms (measured
+per size and shown), a ``partial_fit`` on one train chunk some ms.
 
 **Worker busy.** Dask rows: the task stream's ``compute`` time (clipped to the run) over
 wall x workers. Other rows: CPU seconds of this process tree during the run over wall x the
@@ -119,18 +122,19 @@ MAX_EPOCHS = 27
 ETA = 3
 CLASSES = [0, 1]
 # The targets of issue 10.
-TARGET_GRID = 1.0  # taskdml at least as fast as scikit-learn n_jobs=2, cold and warm
+TARGET_GRID = 1.0  # taskdml at least as fast as scikit-learn n_jobs=workers, cold and warm
 TARGET_GRID_WARM_DIGITS = 1.3
-TARGET_ASHA_VS_HALVING = 0.5  # at most half of HalvingRandomSearchCV(n_jobs=2)'s wall time
+TARGET_ASHA_VS_HALVING = 0.5  # at most half of HalvingRandomSearchCV(n_jobs=workers)'s time
 ACCURACY_TOLERANCE_PP = 0.1  # "equal" holdout accuracy, in percentage points
 # Issue 27: ASHA reaches a held-out score at least 2x sooner than HalvingRandomSearchCV (its
-# n_jobs=16 on 16 cores; n_jobs=2 here, on 2).
+# n_jobs=16 on 16 cores: --workers 16; n_jobs=2 on 2 by default).
 TARGET_ASHA_TIME_TO_SCORE = 2.0
 STARTED = time.perf_counter()
 
+# Labels, formatted with the run's ``workers`` (see grid_method_name).
 GRID_METHODS = {
     "sk1": "scikit-learn GridSearchCV n_jobs=1",
-    "sk2": "scikit-learn GridSearchCV n_jobs=2 (loky)",
+    "sk2": "scikit-learn GridSearchCV n_jobs={workers} (loky)",
     "daskml": "dask-ml GridSearchCV (cluster)",
     "taskdml": "taskdml GridSearchCV (cluster)",
 }
@@ -251,13 +255,19 @@ def grid_problem(dataset):
     return X, y, pipe, grid, cv
 
 
-def grid_search(method, dataset, client):
-    """A fresh, unfitted search of *method* and its data: ``(search, X, y)``."""
+def grid_method_name(method, workers):
+    """*method*'s label in the report; scikit-learn's parallel peer has n_jobs=*workers*."""
+    return GRID_METHODS[method].format(workers=workers)
+
+
+def grid_search(method, dataset, client, workers):
+    """A fresh, unfitted search of *method* and its data: ``(search, X, y)``; scikit-learn's
+    parallel peer (``sk2``) has n_jobs=*workers*, as many cores as the cluster."""
     from sklearn.model_selection import GridSearchCV as SkGrid
 
     X, y, pipe, grid, cv = grid_problem(dataset)
     if method in ("sk1", "sk2"):
-        return SkGrid(pipe, grid, cv=cv, n_jobs=1 if method == "sk1" else 2), X, y
+        return SkGrid(pipe, grid, cv=cv, n_jobs=1 if method == "sk1" else workers), X, y
     if method == "daskml":
         from dask_ml.model_selection import GridSearchCV as DmGrid
 
@@ -280,7 +290,7 @@ def grid_methods():
 
 def run_grid(method, dataset, client, workers):
     """One timed search; its wall time, best score and params, and worker busy fraction."""
-    search, X, y = grid_search(method, dataset, client)
+    search, X, y = grid_search(method, dataset, client, workers)
     t0w, t0 = time.time(), time.perf_counter()
     search.fit(X, y)
     wall = time.perf_counter() - t0
@@ -407,7 +417,8 @@ def _fmt(value, spec, missing="–"):
 
 
 def grid_summary(methods, datasets, cold, warm):
-    """Per (method, data set): cold and warm medians, ratios against scikit-learn n_jobs=2."""
+    """Per (method, data set): cold and warm medians, ratios against scikit-learn's parallel
+    peer (``sk2``, n_jobs=workers)."""
     rows = []
     for dataset in datasets:
         ref = {
@@ -452,15 +463,15 @@ def _times(ratio):
     return "–" if ratio is None else f"{ratio:.2f}×"
 
 
-def grid_table(rows):
+def grid_table(rows, workers):
     out = [
         "| data set | method | cold s (median; runs) | cluster start s | warm s (median; runs) "
-        "| × sk n_jobs=2 cold | × sk n_jobs=2 warm | worker busy (warm) | best CV score "
-        "| best n_components, alpha |",
+        f"| × sk n_jobs={workers} cold | × sk n_jobs={workers} warm | worker busy (warm) "
+        "| best CV score | best n_components, alpha |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        name = GRID_METHODS[r["method"]]
+        name = grid_method_name(r["method"], workers)
         if r["method"] == "taskdml":
             name = f"**{name}**"
         params = r["params"] or {}
@@ -480,11 +491,12 @@ def grid_table(rows):
     errors = [r for r in rows if r["error"]]
     for r in errors:
         out.append("")
-        out.append(f"{GRID_METHODS[r['method']]} on {r['dataset']} failed: `{r['error']}`")
+        name = grid_method_name(r["method"], workers)
+        out.append(f"{name} on {r['dataset']} failed: `{r['error']}`")
     return "\n".join(out)
 
 
-def grid_checks(rows):
+def grid_checks(rows, workers):
     """``(target, measured, met)`` triples of the grid targets."""
     checks = []
     for dataset in dict.fromkeys(r["dataset"] for r in rows):
@@ -495,7 +507,7 @@ def grid_checks(rows):
         for kind, target in targets:
             text = (
                 f"Grid {dataset}, {kind}: taskdml ≥ {target:.1f}× the speed of scikit-learn "
-                "n_jobs=2"
+                f"n_jobs={workers}"
             )
             ratio = td and td[f"x_{kind}"]
             if ratio is None:
@@ -887,7 +899,7 @@ def run_optuna(data, pruner_kind, n_trials, args):
         return score
 
     start = time.time()
-    study.optimize(objective, n_trials=n_trials, n_jobs=2)
+    study.optimize(objective, n_trials=n_trials, n_jobs=args.workers)
     end = time.time()
     best = study.best_trial
     pruned = sum(t.state == optuna.trial.TrialState.PRUNED for t in study.trials)
@@ -911,7 +923,9 @@ def run_optuna(data, pruner_kind, n_trials, args):
 
 
 def adaptive_methods(args, hyperband_trials):
-    """``(key, name, cores, run)`` of every adaptive method; run(data) -> outcome."""
+    """``(key, name, cores, run)`` of every adaptive method; run(data) -> outcome. The
+    parallel peers (``halving2``, Optuna's) have n_jobs=``args.workers``, as many cores as the
+    cluster."""
     methods = [
         (
             "halving1",
@@ -921,9 +935,9 @@ def adaptive_methods(args, hyperband_trials):
         ),
         (
             "halving2",
-            "scikit-learn HalvingRandomSearchCV n_jobs=2 (loky)",
-            2,
-            lambda data: run_halving(data, 2),
+            f"scikit-learn HalvingRandomSearchCV n_jobs={args.workers} (loky)",
+            args.workers,
+            lambda data: run_halving(data, args.workers),
         ),
         (
             "asha",
@@ -960,14 +974,14 @@ def adaptive_methods(args, hyperband_trials):
     methods += [
         (
             "optuna_sh",
-            f"Optuna {sampler} + SuccessiveHalvingPruner (n_jobs=2 threads)",
-            2,
+            f"Optuna {sampler} + SuccessiveHalvingPruner (n_jobs={args.workers} threads)",
+            args.workers,
             lambda data: run_optuna(data, "sh", args.n_trials, args),
         ),
         (
             "optuna_hb",
-            f"Optuna {sampler} + HyperbandPruner (n_jobs=2 threads)",
-            2,
+            f"Optuna {sampler} + HyperbandPruner (n_jobs={args.workers} threads)",
+            args.workers,
             lambda data: run_optuna(data, "hb", hyperband_trials, args),
         ),
     ]
@@ -1055,12 +1069,12 @@ def _fmt_params(p):
     )
 
 
-def adaptive_table(rows, size):
+def adaptive_table(rows, size, workers):
     mine = [r for r in rows if r["size"] == size]
     ref = next((r for r in mine if r["key"] == "halving2" and "error" not in r), None)
     out = [
-        "| method | wall s | of which refit s | × halving n_jobs=2 time | trials | holdout acc "
-        "| val score | samples processed | + refit | worker busy | best params |",
+        f"| method | wall s | of which refit s | × halving n_jobs={workers} time | trials "
+        "| holdout acc | val score | samples processed | + refit | worker busy | best params |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in mine:
@@ -1079,9 +1093,10 @@ def adaptive_table(rows, size):
     return "\n".join(out)
 
 
-def score_targets(rows, size):
+def score_targets(rows, size, workers):
     """``[(label, accuracy)]``: the held-out accuracies that the time-to-score table times, by
-    value: the best final accuracy − 0.1 pp, the worst final one, halving n_jobs=2's final."""
+    value: the best final accuracy − 0.1 pp, the worst final one, halving n_jobs=*workers*'s
+    final."""
     mine = [r for r in rows if r["size"] == size and "error" not in r]
     if not mine:
         return []
@@ -1092,18 +1107,18 @@ def score_targets(rows, size):
     }
     halving = next((r for r in mine if r["key"] == "halving2"), None)
     if halving:
-        targets["halving n_jobs=2's final"] = halving["acc"]
+        targets[f"halving n_jobs={workers}'s final"] = halving["acc"]
     return sorted(targets.items(), key=lambda item: item[1])
 
 
-def time_table(rows, size):
+def time_table(rows, size, workers):
     """Per method, the time its incumbent first reached each of :func:`score_targets`."""
     mine = [r for r in rows if r["size"] == size]
-    targets = score_targets(rows, size)
+    targets = score_targets(rows, size, workers)
     ref = next((r for r in mine if r["key"] == "halving2" and "error" not in r), None)
     head = "| method | final holdout acc | wall s | evaluations |"
     head += "".join(
-        f" s to ≥ {value:.4f} ({label}) | × halving n_jobs=2 |" for label, value in targets
+        f" s to ≥ {value:.4f} ({label}) | × halving n_jobs={workers} |" for label, value in targets
     )
     out = [head, "|---" * (4 + 2 * len(targets)) + "|"]
     for r in mine:
@@ -1123,7 +1138,7 @@ def time_table(rows, size):
     return "\n".join(out)
 
 
-def adaptive_checks(rows):
+def adaptive_checks(rows, workers):
     """``(target, measured, met)`` triples of the adaptive targets, per size."""
     checks = []
     for size in dict.fromkeys(r["size"] for r in rows):
@@ -1132,7 +1147,7 @@ def adaptive_checks(rows):
         tol = ACCURACY_TOLERANCE_PP / 100
         text = (
             f"{size:,} rows: ASHA ≤ {TARGET_ASHA_VS_HALVING:.1f}× HalvingRandomSearchCV "
-            f"(n_jobs=2)'s wall time, holdout accuracy ≥ its (− {ACCURACY_TOLERANCE_PP} pp)"
+            f"(n_jobs={workers})'s wall time, holdout accuracy ≥ its (− {ACCURACY_TOLERANCE_PP} pp)"
         )
         if asha and halving:
             ratio = asha["wall"] / halving["wall"]
@@ -1175,9 +1190,9 @@ def adaptive_checks(rows):
             peer = at.get(key)
             text = (
                 f"{size:,} rows (issue 27): {'ASHA' if key == 'asha' else 'ASHA, 81 trials,'} "
-                f"reaches HalvingRandomSearchCV (n_jobs=2)'s final held-out accuracy ≥ "
-                f"{TARGET_ASHA_TIME_TO_SCORE:.0f}× sooner than halving does (the issue's n_jobs=16 "
-                "is for 16 cores; this machine has 2)"
+                f"reaches HalvingRandomSearchCV (n_jobs={workers})'s final held-out accuracy ≥ "
+                f"{TARGET_ASHA_TIME_TO_SCORE:.0f}× sooner than halving does (the issue asks it of "
+                f"n_jobs=16 on 16 cores; here {workers} workers)"
             )
             if peer is None or halving is None:
                 checks.append((text, "not measured (a method failed)", None))
@@ -1198,7 +1213,7 @@ def adaptive_checks(rows):
                     t_ref / t >= TARGET_ASHA_TIME_TO_SCORE,
                 )
             )
-        text = f"{size:,} rows: Hyperband ≤ HalvingRandomSearchCV (n_jobs=2)'s wall time"
+        text = f"{size:,} rows: Hyperband ≤ HalvingRandomSearchCV (n_jobs={workers})'s wall time"
         if hb and halving:
             checks.append(
                 (
@@ -1255,10 +1270,11 @@ def report(args, facts, grid_rows, adaptive_rows, info, skipped, checks):
             "first search in a fresh process (cluster methods: on a fresh cluster, whose start "
             f"is the next column and not counted), median of {args.cold_repeats}. *Warm*: "
             f"median of {args.repeats} interleaved runs after one untimed search. *× sk "
-            "n_jobs=2* = scikit-learn n_jobs=2's time / this row's (above 1: faster). *Worker "
-            "busy*: task-stream compute / (wall × workers), median of the warm runs.",
+            f"n_jobs={args.workers}* = scikit-learn n_jobs={args.workers}'s time / this row's "
+            "(above 1: faster). *Worker busy*: task-stream compute / (wall × workers), median "
+            "of the warm runs.",
             "",
-            grid_table(grid_rows),
+            grid_table(grid_rows, args.workers),
         ]
     for size in args.sizes if adaptive_rows else []:
         i = info[size]
@@ -1277,13 +1293,13 @@ def report(args, facts, grid_rows, adaptive_rows, info, skipped, checks):
             "which refit s* is the search's `refit_time_`). *Worker busy*: Dask rows, "
             "task-stream compute / (wall × workers); *italics*: CPU seconds of this process and "
             "loky's workers (the cluster's processes left out) / (wall × n_jobs). ASHA and "
-            "Optuna's pruners decide on the results that have arrived, and Optuna's two "
-            "threads interleave differently each run, so their trials and scores vary from "
-            "run to run; each search samples its own candidates (same distributions). "
-            "*data-parallel* (taskdml): the share of the epochs trained by replicated steps "
-            "(`history_['mode']`); the others ran as one fused task per step.",
+            "Optuna's pruners decide on the results that have arrived, and Optuna's "
+            f"{args.workers} threads interleave differently each run, so their trials and "
+            "scores vary from run to run; each search samples its own candidates (same "
+            "distributions). *data-parallel* (taskdml): the share of the epochs trained by "
+            "replicated steps (`history_['mode']`); the others ran as one fused task per step.",
             "",
-            adaptive_table(adaptive_rows, size),
+            adaptive_table(adaptive_rows, size, args.workers),
             "",
             "*Time to a held-out score* (the same runs): seconds from the search's start "
             "(the clock read just before `fit`/`optimize`) until its *incumbent* first had a "
@@ -1296,7 +1312,7 @@ def report(args, facts, grid_rows, adaptive_rows, info, skipped, checks):
             f"record costs {i['record_s'] * 1e3:.2f} ms, one `partial_fit` on one train chunk "
             f"{i['chunk_step_s'] * 1e3:.1f} ms. *evaluations*: scorer calls in the search.",
             "",
-            time_table(adaptive_rows, size),
+            time_table(adaptive_rows, size, args.workers),
         ]
     if skipped:
         lines += ["", skipped]
@@ -1315,7 +1331,7 @@ def parse_args(argv=None):
         "--quick",
         action="store_true",
         help="smoke run (~1 min on a calm 2-core machine): 1 warm repeat, cold runs of "
-        "scikit-learn n_jobs=2 and taskdml on digits only, 60k rows, 9 trials, max_epochs 9; "
+        "scikit-learn n_jobs=WORKERS and taskdml on digits only, 60k rows, 9 trials, max_epochs 9; "
         "nothing written",
     )
     parser.add_argument(
@@ -1338,7 +1354,8 @@ def parse_args(argv=None):
         "--cold-methods",
         nargs="+",
         choices=list(GRID_METHODS),
-        help="grid methods with cold runs (default " + " ".join(COLD_METHODS) + ")",
+        help="grid methods with cold runs (default " + " ".join(COLD_METHODS) + "; sk2 is "
+        "scikit-learn n_jobs=WORKERS)",
     )
     parser.add_argument("--no-cold", action="store_true", help="skip the cold grid runs")
     parser.add_argument(
@@ -1357,7 +1374,13 @@ def parse_args(argv=None):
         "--max-epochs", type=int, help=f"adaptive searches' max epochs (default {MAX_EPOCHS})"
     )
     parser.add_argument("--optuna-sampler", choices=["random", "tpe"], default="random")
-    parser.add_argument("--workers", type=int, default=2, help="cluster workers (1 thread each)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="cluster workers (1 thread each), and the n_jobs of scikit-learn's and Optuna's "
+        "parallel peers (default 2)",
+    )
     parser.add_argument("--results", default=RESULTS, help="markdown file to update")
     parser.add_argument("--no-write", action="store_true", help="print only (implied by --quick)")
     parser.add_argument("--note", default="", help="a sentence to add to the recorded section")
@@ -1421,7 +1444,7 @@ def main(argv=None):
     facts["total_s"] = time.perf_counter() - STARTED
     facts["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     facts["foreign_cores"] = load.foreign_cores
-    checks = grid_checks(grid_rows) + adaptive_checks(adaptive_rows)
+    checks = grid_checks(grid_rows, args.workers) + adaptive_checks(adaptive_rows, args.workers)
     text = report(args, facts, grid_rows, adaptive_rows, info, skipped, checks)
     print(text)
     if args.write:
