@@ -52,6 +52,62 @@ def hinge(model, X, y):
     return float(np.maximum(0.0, 1.0 - model.decision_function(X) * signs).sum())
 
 
+def _defined_loss(model, X, y):
+    """The summed SGD loss of *model* on (X, y) from the definitions in scikit-learn's
+    ``_sgd_fast`` (per one-vs-all problem, labels as +1/-1), on ``decision_function``."""
+    if model.loss == "squared_error":  # a regressor: its prediction is its decision
+        return float((0.5 * (model.predict(X) - y) ** 2).sum())
+    p = model.decision_function(X)
+    classes = model.classes_
+    signs = np.where(y[:, None] == classes[None, :], 1.0, -1.0)
+    z = p * (signs[:, 1] if p.ndim == 1 else signs)
+    losses = {
+        "log_loss": np.logaddexp(0.0, -z),
+        "hinge": np.maximum(0.0, 1.0 - z),
+        "modified_huber": np.where(z >= 1, 0.0, np.where(z >= -1, (1 - z) ** 2, -4 * z)),
+    }
+    return float(losses[model.loss].sum())
+
+
+@pytest.mark.parametrize("loss", ["log_loss", "hinge", "modified_huber"])
+@pytest.mark.parametrize("data", ["binary", "multiclass", "sparse", "float32", "frame"])
+def test_the_progressive_loss_is_its_definition(loss, data):
+    """The chunk loss the stopping rule sums equals the loss written from its definition
+    on ``decision_function``, for arrays, sparse matrices, float32 and DataFrames (the
+    last through ``decision_function`` itself)."""
+    import pandas as pd
+    import scipy.sparse
+
+    from taskdml.parallel.merge._stopping import _sgd_loss
+
+    X, y = load_digits(return_X_y=True) if data == "multiclass" else (X_NP, Y_NP)
+    X = X / 16.0 if data == "multiclass" else X
+    model = SGDClassifier(loss=loss, max_iter=5, tol=None, random_state=0).fit(X, y)
+    chunk = {
+        "sparse": scipy.sparse.csr_matrix(np.where(np.abs(X) > 0.5, X, 0.0)),
+        "float32": X.astype(np.float32),
+        "frame": pd.DataFrame(X),
+    }.get(data, X)
+    reference = X if data in ("binary", "multiclass", "frame") else chunk
+    expected = _defined_loss(model, reference, y)
+    assert _sgd_loss(model, chunk, y) == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_progressive_loss_of_a_regressor_and_a_wrong_width():
+    """A regressor's squared loss is its definition; a chunk of the wrong width gets
+    scikit-learn's own message, not a matrix product's."""
+    from sklearn.linear_model import SGDRegressor
+
+    from taskdml.parallel.merge._stopping import _sgd_loss
+
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    model = SGDRegressor(max_iter=5, tol=None, random_state=0).fit(X, y)
+    assert _sgd_loss(model, X, y) == pytest.approx(_defined_loss(model, X, y), rel=1e-12)
+    with pytest.raises(ValueError, match="expecting 30 features"):
+        _sgd_loss(model, X[:, :29], y)
+
+
 @pytest.mark.parametrize("n_replicas", [1, 2])
 def test_sync_auto_stops_where_the_reference_loop_does(n_replicas):
     """Sync replicas with epochs="auto" train the epochs, the losses and the model of the

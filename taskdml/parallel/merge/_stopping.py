@@ -139,7 +139,16 @@ def _squared_hinge(p, y):
 
 
 def _log(p, y):
-    return np.logaddexp(0.0, -p * y)
+    # log(1 + exp(-z)) = max(-z, 0) + log1p(exp(-|z|)), in place: a quarter of the time of
+    # np.logaddexp(0, -z) on a chunk, which a replica pays before every partial_fit
+    z = p * y
+    loss = np.maximum(-z, 0.0)
+    np.abs(z, out=z)
+    np.negative(z, out=z)
+    np.exp(z, out=z)
+    np.log1p(z, out=z)
+    loss += z
+    return loss
 
 
 def _modified_huber(p, y):
@@ -187,15 +196,33 @@ def _sgd_loss(estimator, X, y):
     from sklearn.base import is_classifier
 
     if not is_classifier(estimator) and y is not None:  # a regressor predicts its decision
-        return float(_pointwise(estimator)(estimator.predict(X), np.asarray(y, float)).sum())
-    p = estimator.decision_function(X)
-    if is_classifier(estimator):
-        classes = estimator.classes_
-        if p.ndim == 1:
-            return float(_pointwise(estimator)(p, np.where(y == classes[1], 1.0, -1.0)).sum())
-        signs = np.where(np.asarray(y)[:, None] == classes[None, :], 1.0, -1.0)
-        return float(_pointwise(estimator)(p, signs).sum())
-    return float(_hinge(1.0)(p + 1.0, 1.0).sum())  # SGDOneClassSVM
+        p = _decision(estimator, X)
+        return float(_pointwise(estimator)(p, np.asarray(y, float)).sum())
+    if not is_classifier(estimator):  # SGDOneClassSVM
+        return float(_hinge(1.0)(estimator.decision_function(X) + 1.0, 1.0).sum())
+    p, classes = _decision(estimator, X), estimator.classes_
+    if p.ndim == 1:
+        signs = (np.asarray(y) == classes[1]) * 2.0 - 1.0
+    else:
+        signs = (np.asarray(y)[:, None] == classes[None, :]) * 2.0 - 1.0
+    return float(_pointwise(estimator)(p, signs).sum())
+
+
+def _decision(estimator, X):
+    """A linear model's decision function on one chunk: ``X @ coef_.T + intercept_``, without
+    ``decision_function``'s input check (a scan of the chunk that the ``partial_fit`` after it
+    makes again), for an array or sparse matrix of the model's width; anything else goes
+    through ``decision_function`` (a regressor's ``predict``) and its clear errors."""
+    import scipy.sparse
+    from sklearn.base import is_classifier
+    from sklearn.utils.extmath import safe_sparse_dot
+
+    coef = estimator.coef_
+    plain = isinstance(X, np.ndarray) or scipy.sparse.issparse(X)
+    if not plain or X.ndim != 2 or X.shape[1] != coef.shape[-1]:
+        return (estimator.decision_function if is_classifier(estimator) else estimator.predict)(X)
+    p = safe_sparse_dot(X, coef.T, dense_output=True) + estimator.intercept_
+    return p.ravel() if p.ndim == 2 and p.shape[1] == 1 else p
 
 
 def sgd_stopping(estimator, n_samples):
