@@ -168,21 +168,26 @@ def compare(family, estimator, data, X_train, X_test, y_train, y_test, repeats, 
         if as_dask:
             X_in = da.from_array(X_train, chunks=(-(-len(X_train) // 8), -1)).persist()
             y_in = None if fit_y is None else da.from_array(fit_y, chunks=X_in.chunks[0]).persist()
+        held = _scheduler_tasks()
+
+        def settle():  # before every timed call of either side (see _settle)
+            _settle(held)
+
         if (family, data) not in _FITS:  # the dask row's est.fit on NumPy is the in-memory row's
-            _FITS[family, data] = median_s(lambda: clone(estimator).fit(X_train, fit_y), repeats)
+            _FITS[family, data] = median_s(
+                lambda: clone(estimator).fit(X_train, fit_y), repeats, before=settle
+            )
         reference, in_memory_s = _FITS[family, data]
         sk_score = score(reference, X_test, y_test)
         sk_s = in_memory_s
         if as_dask:  # the literal swap: est.fit(X, y) on the same dask arrays
-            sk_s = median_s(lambda: clone(estimator).fit(X_in, y_in), repeats)[1]
+            sk_s = median_s(lambda: clone(estimator).fit(X_in, y_in), repeats, before=settle)[1]
 
         def ours():
             return DataParallel(clone(estimator), random_state=0).fit(X_in, y_in)
 
-        held = _scheduler_tasks()
         model, first_s = timed(ours)
-        # each warm call a training, not the last call's result still held by the scheduler
-        warm_s = median_s(ours, repeats, before=lambda: _settle(held))[1]
+        warm_s = median_s(ours, repeats, before=settle)[1]
     name, value = sk_score
     spread = None
     if family not in SEEDED:
@@ -273,7 +278,10 @@ def _scheduler_tasks():
 def _settle(held, deadline_s=10.0):
     """Wait until the scheduler holds no more tasks than *held* (the data alone): a call
     repeated at once would otherwise find the last call's result under the same key, which
-    the client releases a few milliseconds after it returns, and time a lookup."""
+    the client releases a few milliseconds after it returns, and time a lookup. Both sides
+    of a row run it before each timed call: its round trip to the scheduler leaves the
+    caches and the client's thread as they would be for the call after it (timed only for
+    one side, it made fits of a few milliseconds read 1.2-1.5× against 1.06-1.09×)."""
     if held is None:
         return
     ends = time.monotonic() + deadline_s  # a guard, not a measurement
