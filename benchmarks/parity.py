@@ -156,6 +156,7 @@ def timed(function):
 def compare(family, estimator, data, X_train, X_test, y_train, y_test, repeats, as_dask):
     """One row: ``est.fit`` against ``DataParallel(est).fit`` on the same splits."""
     import dask.array as da
+    from distributed import wait
     from sklearn.base import clone
 
     from taskdml import DataParallel
@@ -168,6 +169,7 @@ def compare(family, estimator, data, X_train, X_test, y_train, y_test, repeats, 
         if as_dask:
             X_in = da.from_array(X_train, chunks=(-(-len(X_train) // 8), -1)).persist()
             y_in = None if fit_y is None else da.from_array(fit_y, chunks=X_in.chunks[0]).persist()
+            wait([a for a in (X_in, y_in) if a is not None])  # held (below) counts them all
         held = _scheduler_tasks()
 
         def settle():  # before every timed call of either side (see _settle)
