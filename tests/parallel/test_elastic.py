@@ -7,6 +7,7 @@ started here: `taskdml run` while a worker joins and another is killed during it
 training (the test of a sync training that loses a worker).
 """
 
+import dataclasses
 import json
 import os
 import signal
@@ -180,11 +181,19 @@ class _Holder:
     """Any actor: the collective of the replica below, never called."""
 
 
+@dataclasses.dataclass
+class _EventsPlan:
+    """The plan of the replica below: the names of its two events (a plan has validation)."""
+
+    started: str
+    go: str
+    validation: object = None
+
+
 def _waiting_replica(rank, chunks, collective, plan):
     """A replica task (see ``_train._submit_together``) that says it runs, then waits."""
-    started, go = plan
-    Event(started).set()
-    Event(go).wait()
+    Event(plan.started).set()
+    Event(plan.go).wait()
     return type(collective).__name__, chunks[0].X.shape
 
 
@@ -218,7 +227,7 @@ def test_a_replica_outlives_its_collectives_worker_with_its_chunks(wait_for):
         holder = client.submit(_hold_chunk, chunk, go, workers=[home], pure=False)
         (task,) = _train._submit_together(
             client, _waiting_replica, (), [[Chunk(chunk, None, None, 0)]], None, actor,
-            (started, go), [replica], "train-replica-test",
+            _EventsPlan(started, go), [replica], "train-replica-test",
         )  # fmt: skip
         Event(started, client=client).wait(30)
         assert set(client.who_has([chunk])[chunk.key]) == {home, replica}

@@ -1564,6 +1564,10 @@ def _submit_together(client, function, start_args, owned, left, collective, plan
     import dask
 
     tasks, collective = [], _collective.handed(collective)  # not a dependency: see Handed
+    # dask walks a task's arguments for collections, a dataclass field by field: the plan
+    # (its merge rule, stopping rule, history) took 0.3 ms a replica, 5 ms a call at 16. It
+    # goes as it is; only its validation data, which may be dask arrays, is walked.
+    shared = _AsIs(dataclasses.replace(plan, validation=None))
     for rank, (chunks, worker) in enumerate(zip(owned, workers)):
         resume = None if left is None else [_as_argument(c) for c in left[rank]]
         with dask.annotate(workers=[worker], allow_other_workers=False):
@@ -1573,7 +1577,8 @@ def _submit_together(client, function, start_args, owned, left, collective, plan
                 start_args,
                 [tuple(c) for c in chunks],
                 collective,
-                plan,
+                shared,
+                plan.validation,
                 resume,
                 dask_key_name=(name, rank),
             )
@@ -1586,11 +1591,22 @@ def _as_argument(part):
     return part if isinstance(part, int) else tuple(part)
 
 
-def _replica_task_entry(function, rank, start_args, chunks, collective, plan, resume=None):
+class _AsIs:
+    """A task argument that dask passes on without looking inside it for collections."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+def _replica_task_entry(
+    function, rank, start_args, chunks, collective, shared, validation, resume=None
+):
     """A replica task. Its chunks come as plain tuples, where a graph finds their futures
-    (it passes a NamedTuple's fields on unread); *resume*: those left of the first epoch
-    (sync), or the epoch of each chunk (async, after a lost worker)."""
+    (it passes a NamedTuple's fields on unread); the plan comes :class:`_AsIs`, its
+    *validation* data apart; *resume*: those left of the first epoch (sync), or the epoch of
+    each chunk (async, after a lost worker)."""
     chunks, collective = [Chunk(*c) for c in chunks], _collective.received(collective)
+    plan = dataclasses.replace(shared.value, validation=validation)
     if resume is None:
         return function(rank, *start_args, chunks, collective, plan)
     if function is _replica.async_replica:  # *resume*: the epoch of each chunk
