@@ -127,6 +127,7 @@ __all__ = [
     "no_reply",
     "register_worker_plugin",
     "remove_scheduler_plugin",
+    "running_nthreads",
     "scheduler_address",
     "scheduler_plugin",
     "set_worker_handler",
@@ -448,6 +449,13 @@ def client_lock(client, name):
     from distributed import Lock
 
     return Lock(name, scheduler_rpc=client.scheduler, loop=client.loop)
+
+
+def running_nthreads(client):
+    """``{address: threads}`` of the workers whose status is running (not paused over their
+    memory's pause fraction, not closing): the scheduler's ``ncores_running``, which
+    ``Client.wait_for_workers`` asks too."""
+    return client.sync(client.scheduler.ncores_running)
 
 
 def scheduler_address(client):

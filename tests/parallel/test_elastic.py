@@ -243,6 +243,52 @@ def test_a_replica_outlives_its_collectives_worker_with_its_chunks(wait_for):
         assert replica in client.nthreads()
 
 
+@pytest.mark.timeout(120)
+def test_a_paused_worker_gets_no_replica_and_none_running_is_an_error(wait_for):
+    """A worker paused over its memory's pause fraction starts no task: the training places
+    its replicas on the running one and ends (a replica pinned to the paused worker never
+    started, and the other waited for it in its first round forever); with every worker
+    paused, or a paused one named in workers=, it says so instead of waiting."""
+    from distributed.core import Status
+
+    X, y = linear_data(2_000, 4, 250)
+    with (
+        # the memory monitor would resume a worker paused below its pause fraction
+        dask.config.set({"distributed.worker.memory.pause": False}),
+        LocalCluster(
+            n_workers=2, processes=False, protocol="tcp://", host="127.0.0.1",
+            threads_per_worker=1, dashboard_address=None,
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):  # fmt: skip
+        X, y = client.persist([X, y])
+        workers = sorted(cluster.workers.values(), key=lambda w: w.address)
+
+        def pause(worker):
+            worker.status = Status.paused  # what the memory monitor does, told to the scheduler
+            wait_for(
+                lambda: worker.address not in client.sync(client.scheduler.ncores_running),
+                30,
+                "the scheduler to see the pause",
+            )
+
+        pause(workers[0])
+        result = train(
+            SGDClassifier(random_state=0), X, y, classes=[0, 1], epochs=2, strategy="sync",
+            client=client,
+        )  # fmt: skip
+        assert result.stats["replicas"] == 1
+        assert [e["epoch"] for e in result.history] == [1, 2]
+        with pytest.raises(RuntimeError, match=rf"the workers \['{workers[0].address}'\] are not"):
+            train(
+                SGDClassifier(), X, y, classes=[0, 1], epochs=1, strategy="sync",
+                workers=[w.address for w in workers], client=client,
+            )  # fmt: skip
+        pause(workers[1])
+        with pytest.raises(RuntimeError, match="none of the cluster's workers is running"):
+            train(SGDClassifier(), X, y, classes=[0, 1], epochs=1, strategy="sync", client=client)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_worker_joins_and_another_is_killed_during_a_pipelines_training(

@@ -64,7 +64,13 @@ from dask.utils import format_bytes
 
 from taskdml import _data, _events, _keys, _warm
 from taskdml._client import in_task, resolve_client
-from taskdml._compat import address_host, client_lock, held_keys, relink_birch_views
+from taskdml._compat import (
+    address_host,
+    client_lock,
+    held_keys,
+    relink_birch_views,
+    running_nthreads,
+)
 from taskdml.cache import _checkpoints as _checkpoint
 from taskdml.parallel.chunkwise import _tabular
 from taskdml.parallel.collective import _direct
@@ -1153,7 +1159,7 @@ def _elastic_sync(estimator, chunks, plan, client, n_replicas, clock, workers):
                     "replans": replans,
                 }
             )
-        joined = set(_worker_threads(client, workers)) - set(segment.addresses) if may_grow else ()
+        joined = set(running_nthreads(client)) - set(segment.addresses) if may_grow else ()
         if joined:
             replans.append({"epoch": epoch + 1, "reason": "joined", "workers": sorted(joined)})
     return _joined(segments, replans, used, earlier, resumed_from)
@@ -1358,14 +1364,31 @@ def _joined(segments, replans, used, earlier=(), resumed_from=None):
 
 
 def _worker_threads(client, workers):
-    """``{address: threads}`` of the workers a training may use now."""
-    threads = client.nthreads()
+    """``{address: threads}`` of the workers a training may use now: the running ones. A
+    paused worker (its memory over distributed's pause fraction) starts no task, so a replica
+    pinned to it would never start while the others waited for it in their first round."""
+    threads = running_nthreads(client)
     if workers is None:
+        if not threads and client.nthreads():
+            raise RuntimeError(_NOT_RUNNING.format(which="none of the cluster's workers is"))
         return threads
-    unknown = sorted(set(workers) - set(threads))
-    if unknown:
-        raise ValueError(f"workers {unknown} are not in the cluster: {sorted(threads)}.")
+    stopped = sorted(set(workers) - set(threads))
+    if stopped:
+        every = client.nthreads()
+        unknown = [address for address in stopped if address not in every]
+        if unknown:
+            raise ValueError(f"workers {unknown} are not in the cluster: {sorted(every)}.")
+        raise RuntimeError(_NOT_RUNNING.format(which=f"the workers {stopped} are not"))
     return {address: threads[address] for address in workers}
+
+
+_NOT_RUNNING = (
+    "{which} running: paused (their memory is over distributed's "
+    "distributed.worker.memory.pause fraction) or closing, they start no replica, and a "
+    "training waits for all of its replicas. Free memory on them (release persisted data "
+    "you no longer need), give them a larger memory_limit, or name running workers in "
+    "workers=...; then train again."
+)
 
 
 def _replica_count(n_replicas, threads, n_chunks):
