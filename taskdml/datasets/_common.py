@@ -114,5 +114,6 @@ def _pick(pair, index):
     return pair[index]
 
 
-def _as_float64(block):
+def as_float64(block):
+    """*block* as a float64 NumPy array (a ``map_blocks`` function of the readers)."""
     return np.asarray(block, dtype=np.float64)

@@ -12,7 +12,7 @@ import numpy as np
 import xarray as xr
 
 from taskdml._keys import key_name
-from taskdml.datasets._common import _as_float64, _check_int
+from taskdml.datasets._common import _check_int, as_float64
 from taskdml.exceptions import DataError, did_you_mean
 
 # Target bytes per chunk for readers whose file does not say how it is chunked.
@@ -73,7 +73,7 @@ def _from_xarray(function, path, ds, x, y, chunk_size):
         X_data = selected.X.data
         selected["X"] = selected.X.copy(
             data=X_data.map_blocks(
-                _as_float64, dtype=np.float64, name=key_name(function, X_data.name, "float64")
+                as_float64, dtype=np.float64, name=key_name(function, X_data.name, "float64")
             )
         )
     if "feature" in selected.coords and selected.feature.dtype.kind not in "iuf":

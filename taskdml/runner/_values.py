@@ -240,6 +240,7 @@ def _dask_frame(frame):
     import xarray as xr
 
     from taskdml._keys import key_name
+    from taskdml.datasets._common import as_float64
 
     target = _target_column(frame)
     features = [c for c in frame.columns if c != target]
@@ -248,7 +249,7 @@ def _dask_frame(frame):
     if _numeric(frame.dtypes[features]):
         rows = frame[features].to_dask_array(lengths=lengths)
         X = rows.map_blocks(
-            _as_float64, dtype=np.float64, name=key_name("values", rows.name, phase="float")
+            as_float64, dtype=np.float64, name=key_name("values", rows.name, phase="float")
         )
         variables["X"] = (("sample", "feature"), X)
     else:
@@ -258,10 +259,6 @@ def _dask_frame(frame):
         variables["y"] = (("sample",), frame[target].to_dask_array(lengths=lengths))
     coords = {"feature": [str(c) for c in features]} if "X" in variables else None
     return xr.Dataset(variables, coords=coords)
-
-
-def _as_float64(block):
-    return np.asarray(block, dtype=np.float64)
 
 
 # --------------------------------------------------------------------------------------------
