@@ -7,6 +7,7 @@ started here: `taskdml run` while a worker joins and another is killed during it
 training (the test of a sync training that loses a worker).
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -181,6 +182,20 @@ class _Holder:
     """Any actor: the collective of the replica below, never called."""
 
 
+@contextlib.contextmanager
+def _cluster_in_this_process(n_workers):
+    """``(cluster, client)``: a LocalCluster whose workers run in this process (their objects
+    at hand) and a client of its own."""
+    with (
+        LocalCluster(
+            n_workers=n_workers, processes=False, protocol="tcp://", host="127.0.0.1",
+            threads_per_worker=1, dashboard_address=None,
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):  # fmt: skip
+        yield cluster, client
+
+
 @dataclasses.dataclass
 class _EventsPlan:
     """The plan of the replica below: the names of its two events (a plan has validation)."""
@@ -212,13 +227,7 @@ def test_a_replica_outlives_its_collectives_worker_with_its_chunks(wait_for):
     ("Cannot remove replica of ... while ... in state 'executing'")."""
     from taskdml.parallel.engine import _train
 
-    with (
-        LocalCluster(
-            n_workers=3, processes=False, protocol="tcp://", host="127.0.0.1",
-            threads_per_worker=1, dashboard_address=None,
-        ) as cluster,
-        Client(cluster, set_as_default=False) as client,
-    ):  # fmt: skip
+    with _cluster_in_this_process(3) as (cluster, client):
         server, home, replica = sorted(client.nthreads())
         actor_future = client.submit(_Holder, actor=True, workers=[server])
         actor = actor_future.result()
@@ -255,12 +264,8 @@ def test_a_paused_worker_gets_no_replica_and_none_running_is_an_error(wait_for):
     with (
         # the memory monitor would resume a worker paused below its pause fraction
         dask.config.set({"distributed.worker.memory.pause": False}),
-        LocalCluster(
-            n_workers=2, processes=False, protocol="tcp://", host="127.0.0.1",
-            threads_per_worker=1, dashboard_address=None,
-        ) as cluster,
-        Client(cluster, set_as_default=False) as client,
-    ):  # fmt: skip
+        _cluster_in_this_process(2) as (cluster, client),
+    ):
         X, y = client.persist([X, y])
         workers = sorted(cluster.workers.values(), key=lambda w: w.address)
 
