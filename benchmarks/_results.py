@@ -51,6 +51,26 @@ def machine(detail=False):
     }
 
 
+IDLE_SHARE = 0.05
+"""Other processes' CPU, as a share of the machine's CPUs, under which a run counts as calm:
+0.1 cores on 2 CPUs, 0.8 on 16."""
+
+
+def load_note(foreign_cores, nproc, during=""):
+    """The sentence a report gives the machine's load: *foreign_cores*, the CPU other
+    processes used on average (*during* the timed parts, say), against :data:`IDLE_SHARE` of
+    *nproc* CPUs."""
+    if foreign_cores > IDLE_SHARE * nproc:
+        return (
+            f"**The machine was not idle**: other processes used {foreign_cores:.2f} of {nproc} "
+            f"cores on average{during}; timings are inflated and noisy, rerun on a calm machine."
+        )
+    return (
+        f"The machine was idle apart from this benchmark (other processes: {foreign_cores:.2f} "
+        f"of {nproc} cores on average)."
+    )
+
+
 def machine_line(found=None):
     """*found* (default :func:`machine`) as one line: CPUs, model, memory, platform."""
     m = found or machine()

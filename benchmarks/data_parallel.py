@@ -1140,14 +1140,7 @@ def target_checks(rows, per_chunk):
 
 def report(args, facts, rows, per_chunk, parameters, checks_table):
     m, load = facts["machine"], facts["load"]
-    busy_note = (
-        "**The machine was not idle**: other processes used "
-        f"{load['foreign_cores']:.2f} of {m['nproc']} cores on average during the timed "
-        "runs; timings are noisy and should be rerun on a calm machine."
-        if load["foreign_cores"] > 0.1
-        else f"The machine was idle apart from this benchmark (other processes: "
-        f"{load['foreign_cores']:.2f} cores on average)."
-    )
+    busy_note = _results.load_note(load["foreign_cores"], m["nproc"], " during the timed runs")
     sizes = ", ".join(f"{size:,}" for size in args.chunk_sizes)
     lines = [
         f"Command: `{facts['command']}`  ",

@@ -816,14 +816,7 @@ def model_lines(parameters, counts, rows):
 
 def report(args, facts, rows, streamed, memory, model_parameters_):
     m = facts["machine"]
-    busy = facts["foreign_cores"]
-    load_note = (
-        f"**The machine was not idle**: other processes used {busy:.2f} of {m['nproc']} cores "
-        "on average; timings are inflated and noisy, rerun on a calm machine."
-        if busy > 0.1
-        else f"The machine was idle apart from this benchmark (other processes: {busy:.2f} "
-        "cores on average)."
-    )
+    load_note = _results.load_note(facts["foreign_cores"], m["nproc"])
     lines = [
         f"Command: `{facts['command']}`  ",
         f"Date: {facts['date']}; whole benchmark {facts['total_s']:.0f} s  ",

@@ -1241,13 +1241,8 @@ def checks_table(checks):
 
 
 def report(args, facts, grid_rows, adaptive_rows, info, skipped, checks):
-    foreign = facts["foreign_cores"]
-    load_note = (
-        f"**The machine was not idle**: other processes used {foreign:.2f} cores on average "
-        "during the timed parts; timings are inflated and noisy, rerun on a calm machine."
-        if foreign > 0.1
-        else f"The machine was idle apart from this benchmark (other processes: {foreign:.2f} "
-        "cores on average)."
+    load_note = _results.load_note(
+        facts["foreign_cores"], _results.machine()["nproc"], " during the timed parts"
     )
     lines = [
         f"Command: `{facts['command']}`  ",
