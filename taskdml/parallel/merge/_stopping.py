@@ -195,12 +195,13 @@ def _sgd_loss(estimator, X, y):
     ``p = decision_function + 1``, as its fit sets them)."""
     from sklearn.base import is_classifier
 
-    if not is_classifier(estimator) and y is not None:  # a regressor predicts its decision
-        p = _decision(estimator, X)
-        return float(_pointwise(estimator)(p, np.asarray(y, float)).sum())
-    if not is_classifier(estimator):  # SGDOneClassSVM
+    classifier = is_classifier(estimator)
+    if not classifier and y is None:  # SGDOneClassSVM
         return float(_hinge(1.0)(estimator.decision_function(X) + 1.0, 1.0).sum())
-    p, classes = _decision(estimator, X), estimator.classes_
+    p = _decision(estimator, X, classifier)
+    if not classifier:  # a regressor predicts its decision
+        return float(_pointwise(estimator)(p, np.asarray(y, float)).sum())
+    classes = estimator.classes_
     if p.ndim == 1:
         signs = (np.asarray(y) == classes[1]) * 2.0 - 1.0
     else:
@@ -208,19 +209,18 @@ def _sgd_loss(estimator, X, y):
     return float(_pointwise(estimator)(p, signs).sum())
 
 
-def _decision(estimator, X):
+def _decision(estimator, X, classifier):
     """A linear model's decision function on one chunk: ``X @ coef_.T + intercept_``, without
     ``decision_function``'s input check (a scan of the chunk that the ``partial_fit`` after it
     makes again), for an array or sparse matrix of the model's width; anything else goes
     through ``decision_function`` (a regressor's ``predict``) and its clear errors."""
     import scipy.sparse
-    from sklearn.base import is_classifier
     from sklearn.utils.extmath import safe_sparse_dot
 
     coef = estimator.coef_
     plain = isinstance(X, np.ndarray) or scipy.sparse.issparse(X)
     if not plain or X.ndim != 2 or X.shape[1] != coef.shape[-1]:
-        return (estimator.decision_function if is_classifier(estimator) else estimator.predict)(X)
+        return (estimator.decision_function if classifier else estimator.predict)(X)
     p = safe_sparse_dot(X, coef.T, dense_output=True) + estimator.intercept_
     return p.ravel() if p.ndim == 2 and p.shape[1] == 1 else p
 
